@@ -1,0 +1,191 @@
+package domain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// Message types: the routing keys on the orders.events exchange.
+const (
+	TypeOrderSubmitted       = "order.submitted"
+	TypeOrderCancelled       = "order.cancelled"
+	TypeOrderFulfilled       = "order.fulfilled"
+	TypeOrderRejected        = "order.rejected"
+	TypeFulfillmentRequested = "fulfillment.requested"
+	TypeFulfillmentCompleted = "fulfillment.completed"
+	TypeFulfillmentRejected  = "fulfillment.rejected"
+)
+
+// EventsExchange is the one durable topic exchange every message goes
+// through; the routing key is the message type.
+const EventsExchange = "orders.events"
+
+// AggregateOrder is the aggregate type of every message here.
+const AggregateOrder = "order"
+
+// Message is a payload this service publishes and consumes. Each type has a
+// version; a change that old readers cannot ignore gets a new version and a
+// new struct, and readers keep the old one until no old message can be
+// replayed (see docs/messaging.md).
+type Message interface {
+	MessageType() string
+	MessageVersion() int
+	// OrderID is the aggregate the message is about: every payload has one.
+	OrderID() uuid.UUID
+}
+
+// ItemLine is an order line in a message.
+type ItemLine struct {
+	SKU            string `json:"sku"`
+	Quantity       int    `json:"quantity"`
+	UnitPriceCents int64  `json:"unit_price_cents"`
+}
+
+// OrderSubmittedV1: an order was accepted (order-api).
+type OrderSubmittedV1 struct {
+	ID         uuid.UUID  `json:"order_id"`
+	CustomerID string     `json:"customer_id"`
+	Currency   string     `json:"currency"`
+	TotalCents int64      `json:"total_cents"`
+	Items      []ItemLine `json:"items"`
+}
+
+// FulfillmentRequestedV1: fulfillment asks the warehouse to reserve stock.
+type FulfillmentRequestedV1 struct {
+	ID    uuid.UUID  `json:"order_id"`
+	Items []ItemLine `json:"items"`
+}
+
+// FulfillmentCompletedV1: the warehouse reserved every line.
+type FulfillmentCompletedV1 struct {
+	ID            uuid.UUID `json:"order_id"`
+	ReservationID uuid.UUID `json:"reservation_id"`
+}
+
+// FulfillmentRejectedV1: the warehouse could not reserve the order.
+type FulfillmentRejectedV1 struct {
+	ID     uuid.UUID `json:"order_id"`
+	Reason string    `json:"reason"`
+	SKUs   []string  `json:"skus,omitempty"`
+}
+
+// OrderCancelledV1: the order was cancelled through the API.
+type OrderCancelledV1 struct {
+	ID uuid.UUID `json:"order_id"`
+}
+
+// OrderFulfilledV1: the order reached FULFILLED.
+type OrderFulfilledV1 struct {
+	ID uuid.UUID `json:"order_id"`
+}
+
+// OrderRejectedV1: the order reached REJECTED.
+type OrderRejectedV1 struct {
+	ID     uuid.UUID `json:"order_id"`
+	Reason string    `json:"reason"`
+}
+
+func (m OrderSubmittedV1) MessageType() string       { return TypeOrderSubmitted }
+func (m FulfillmentRequestedV1) MessageType() string { return TypeFulfillmentRequested }
+func (m FulfillmentCompletedV1) MessageType() string { return TypeFulfillmentCompleted }
+func (m FulfillmentRejectedV1) MessageType() string  { return TypeFulfillmentRejected }
+func (m OrderCancelledV1) MessageType() string       { return TypeOrderCancelled }
+func (m OrderFulfilledV1) MessageType() string       { return TypeOrderFulfilled }
+func (m OrderRejectedV1) MessageType() string        { return TypeOrderRejected }
+
+func (OrderSubmittedV1) MessageVersion() int       { return 1 }
+func (FulfillmentRequestedV1) MessageVersion() int { return 1 }
+func (FulfillmentCompletedV1) MessageVersion() int { return 1 }
+func (FulfillmentRejectedV1) MessageVersion() int  { return 1 }
+func (OrderCancelledV1) MessageVersion() int       { return 1 }
+func (OrderFulfilledV1) MessageVersion() int       { return 1 }
+func (OrderRejectedV1) MessageVersion() int        { return 1 }
+
+func (m OrderSubmittedV1) OrderID() uuid.UUID       { return m.ID }
+func (m FulfillmentRequestedV1) OrderID() uuid.UUID { return m.ID }
+func (m FulfillmentCompletedV1) OrderID() uuid.UUID { return m.ID }
+func (m FulfillmentRejectedV1) OrderID() uuid.UUID  { return m.ID }
+func (m OrderCancelledV1) OrderID() uuid.UUID       { return m.ID }
+func (m OrderFulfilledV1) OrderID() uuid.UUID       { return m.ID }
+func (m OrderRejectedV1) OrderID() uuid.UUID        { return m.ID }
+
+// messageKey names one version of one message type.
+type messageKey struct {
+	typ     string
+	version int
+}
+
+// readers holds a decoder for every (type, version) this service reads.
+var readers = map[messageKey]func([]byte) (Message, error){
+	{TypeOrderSubmitted, 1}:       decodeAs[OrderSubmittedV1],
+	{TypeFulfillmentRequested, 1}: decodeAs[FulfillmentRequestedV1],
+	{TypeFulfillmentCompleted, 1}: decodeAs[FulfillmentCompletedV1],
+	{TypeFulfillmentRejected, 1}:  decodeAs[FulfillmentRejectedV1],
+	{TypeOrderCancelled, 1}:       decodeAs[OrderCancelledV1],
+	{TypeOrderFulfilled, 1}:       decodeAs[OrderFulfilledV1],
+	{TypeOrderRejected, 1}:        decodeAs[OrderRejectedV1],
+}
+
+// KnownMessageType reports whether typ is a message type of this service.
+func KnownMessageType(typ string) bool {
+	for k := range readers {
+		if k.typ == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// DecodeMessage reads the payload of a message of type typ and version.
+// Unknown fields are ignored (a newer producer may add optional ones); a
+// missing order_id is not. The errors wrap ErrUnknownMessageType,
+// ErrUnsupportedVersion or ErrMalformedMessage.
+func DecodeMessage(typ string, version int, body []byte) (Message, error) {
+	decode, ok := readers[messageKey{typ, version}]
+	if !ok {
+		if KnownMessageType(typ) {
+			return nil, fmt.Errorf("%w: %s version %d", ErrUnsupportedVersion, typ, version)
+		}
+		return nil, fmt.Errorf("%w: %q", ErrUnknownMessageType, typ)
+	}
+	msg, err := decode(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformedMessage, typ, err)
+	}
+	if msg.OrderID() == uuid.Nil {
+		return nil, fmt.Errorf("%w: %s: order_id is missing", ErrMalformedMessage, typ)
+	}
+	return msg, nil
+}
+
+func decodeAs[T Message](body []byte) (Message, error) {
+	var m T
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("data after the JSON value")
+	}
+	return m, nil
+}
+
+// SubmittedMessage is the order.submitted message for a new order.
+func SubmittedMessage(o *Order) OrderSubmittedV1 {
+	return OrderSubmittedV1{
+		ID: o.ID(), CustomerID: o.CustomerID(), Currency: o.Currency(),
+		TotalCents: o.TotalCents(), Items: itemLines(o.Items()),
+	}
+}
+
+func itemLines(items []Item) []ItemLine {
+	lines := make([]ItemLine, len(items))
+	for i, it := range items {
+		lines[i] = ItemLine(it)
+	}
+	return lines
+}
