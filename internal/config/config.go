@@ -1,0 +1,195 @@
+// Package config reads a process's settings from the environment into one
+// typed struct per binary, validates them, and describes them for the start-up
+// log with secrets masked.
+//
+// A setting is a struct field with an `env` tag and an `envDefault`; a field
+// tagged `secret:"true"` is never logged, and a URL is logged without its
+// password. Each binary embeds the blocks it needs (Database, Log, ...) and
+// adds its own knobs. A bad value fails start-up with a message that names
+// the variable.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Validator is a config that checks itself after parsing.
+type Validator interface {
+	Validate() error
+}
+
+// Load fills cfg (a pointer to a struct) from environ, or from the process
+// environment when environ is nil, then validates it.
+func Load(cfg Validator, environ map[string]string) error {
+	opts := env.Options{}
+	if environ != nil {
+		opts.Environment = environ
+	}
+	if err := env.ParseWithOptions(cfg, opts); err != nil {
+		return fmt.Errorf("configuration: %w", nameVariables(cfg, err))
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return nil
+}
+
+// nameVariables rewrites the parse errors of env, which name Go fields, to
+// name the environment variables a user sets.
+func nameVariables(cfg any, err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	variables := map[string]string{}
+	walk(reflect.ValueOf(cfg), func(f reflect.StructField, _ reflect.Value) {
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		variables[f.Name] = name
+	})
+	errs := make([]error, len(agg.Errors))
+	for i, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) && variables[pe.Name] != "" {
+			e = fmt.Errorf("%s: %w", variables[pe.Name], pe.Err)
+		}
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+// Database is the PostgreSQL block every binary has.
+type Database struct {
+	// URL of the database; migrate creates the database if it is missing.
+	URL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/orders?sslmode=disable"`
+	// MaxConns caps the connection pool.
+	MaxConns int32 `env:"DB_MAX_CONNS" envDefault:"10"`
+	// MigrateOnStart applies pending migrations before serving.
+	MigrateOnStart bool `env:"MIGRATE_ON_START" envDefault:"false"`
+}
+
+// Validate checks the database block.
+func (d Database) Validate() error {
+	var errs []error
+	if _, err := url.Parse(d.URL); err != nil || d.URL == "" {
+		errs = append(errs, errors.New("DATABASE_URL must be a postgres:// URL"))
+	}
+	if d.MaxConns < 1 {
+		errs = append(errs, errors.New("DB_MAX_CONNS must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// Log is the logging block every binary has.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `env:"LOG_LEVEL" envDefault:"info"`
+	// Format is json or text.
+	Format string `env:"LOG_FORMAT" envDefault:"json"`
+}
+
+// Validate checks the logging block.
+func (l Log) Validate() error {
+	var errs []error
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.Level)); err != nil {
+		errs = append(errs, fmt.Errorf("LOG_LEVEL %q: want debug, info, warn or error", l.Level))
+	}
+	if l.Format != "json" && l.Format != "text" {
+		errs = append(errs, fmt.Errorf("LOG_FORMAT %q: want json or text", l.Format))
+	}
+	return errors.Join(errs...)
+}
+
+// SlogLevel is the parsed level (info when invalid; Validate reports that).
+func (l Log) SlogLevel() slog.Level {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.Level))
+	return level
+}
+
+// Positive reports an error naming variable when d is not above zero.
+func Positive[T int | int32 | int64 | float64 | time.Duration](variable string, v T) error {
+	if v <= 0 {
+		return fmt.Errorf("%s must be greater than zero, got %v", variable, v)
+	}
+	return nil
+}
+
+// Setting is one environment variable of a config, as Describe sees it.
+type Setting struct {
+	Name    string
+	Value   string // masked when secret
+	Default string
+}
+
+// Describe lists the settings of cfg in field order, with the values as
+// loaded: URLs without their password, secrets as "*****".
+func Describe(cfg any) []Setting {
+	var out []Setting
+	walk(reflect.ValueOf(cfg), func(f reflect.StructField, v reflect.Value) {
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		out = append(out, Setting{Name: name, Value: display(f, v), Default: f.Tag.Get("envDefault")})
+	})
+	return out
+}
+
+// Variables lists the names of the environment variables cfg reads.
+func Variables(cfg any) []string {
+	var names []string
+	for _, s := range Describe(cfg) {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// LogAttrs is Describe as slog attributes, for the one start-up line that
+// says how the process is configured.
+func LogAttrs(cfg any) []any {
+	var attrs []any
+	for _, s := range Describe(cfg) {
+		attrs = append(attrs, slog.String(s.Name, s.Value))
+	}
+	return attrs
+}
+
+func walk(v reflect.Value, visit func(reflect.StructField, reflect.Value)) {
+	for v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		if f.Tag.Get("env") == "" {
+			if fv.Kind() == reflect.Struct && fv.Type() != reflect.TypeFor[time.Time]() {
+				walk(fv, visit)
+			}
+			continue
+		}
+		visit(f, fv)
+	}
+}
+
+func display(f reflect.StructField, v reflect.Value) string {
+	if f.Tag.Get("secret") == "true" {
+		if v.IsZero() {
+			return ""
+		}
+		return "*****"
+	}
+	s := fmt.Sprint(v.Interface())
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
+}

@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/store/dbsqlc"
+)
+
+var (
+	// ErrKeyInFlight: another request with this Idempotency-Key is running.
+	ErrKeyInFlight = errors.New("a request with this Idempotency-Key is in progress")
+	// ErrKeyReused: the key was first used with a different request body.
+	ErrKeyReused = errors.New("this Idempotency-Key was used with a different request")
+)
+
+// IdempotentRequest identifies a request that carries an Idempotency-Key.
+type IdempotentRequest struct {
+	Method, Path string
+	Key          string
+	// Hash of the canonical request body: the same key must come with the
+	// same body.
+	Hash string
+}
+
+func (r IdempotentRequest) lockKey() string { return r.Method + " " + r.Path + " " + r.Key }
+
+// StoredResponse is the first response to a key, returned again on replay.
+type StoredResponse struct {
+	Status   int
+	Body     []byte
+	Location string
+}
+
+// ClaimIdempotencyKey takes req.Key for this request, in the transaction
+// that will also do the work. It returns:
+//   - nil, nil: the key is this request's; do the work, then call
+//     CompleteIdempotencyKey in the same transaction.
+//   - a response, nil: an earlier request with the same body completed;
+//     answer with its response and do nothing.
+//   - ErrKeyInFlight or ErrKeyReused.
+//
+// A key older than ttl is free again. The primary key of
+// http_idempotency_key decides between concurrent requests; the advisory
+// lock only turns "wait for the other request" into ErrKeyInFlight.
+func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, ttl time.Duration) (*StoredResponse, error) {
+	locked, err := queries.TryLockIdempotencyKey(ctx, tx, req.lockKey())
+	if err != nil {
+		return nil, fmt.Errorf("lock idempotency key: %w", translate(err))
+	}
+	if !locked {
+		return nil, ErrKeyInFlight
+	}
+	_, err = queries.ClaimIdempotencyKey(ctx, tx, dbsqlc.ClaimIdempotencyKeyParams{
+		RequestMethod:  req.Method,
+		RequestPath:    req.Path,
+		IdempotencyKey: req.Key,
+		RequestHash:    req.Hash,
+		TtlSeconds:     ttl.Seconds(),
+	})
+	if err == nil {
+		return nil, nil // inserted, or took over an expired key
+	}
+	if err = translate(err); !errors.Is(err, domain.ErrNotFound) {
+		return nil, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	// The key is taken and not expired: this is a repeat.
+	row, err := queries.GetIdempotencyKey(ctx, tx, dbsqlc.GetIdempotencyKeyParams{
+		RequestMethod: req.Method, RequestPath: req.Path, IdempotencyKey: req.Key,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency key: %w", translate(err))
+	}
+	switch {
+	case row.RequestHash != req.Hash:
+		return nil, ErrKeyReused
+	case row.ResponseStatus == nil:
+		return nil, ErrKeyInFlight
+	}
+	return &StoredResponse{Status: int(*row.ResponseStatus), Body: row.ResponseBody, Location: deref(row.ResponseLocation)}, nil
+}
+
+// CompleteIdempotencyKey stores the response to a key claimed in this
+// transaction.
+func CompleteIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, resp StoredResponse) error {
+	status := int32(resp.Status)
+	err := queries.CompleteIdempotencyKey(ctx, tx, dbsqlc.CompleteIdempotencyKeyParams{
+		RequestMethod:    req.Method,
+		RequestPath:      req.Path,
+		IdempotencyKey:   req.Key,
+		ResponseStatus:   &status,
+		ResponseBody:     resp.Body,
+		ResponseLocation: nullIfEmpty(resp.Location),
+	})
+	if err != nil {
+		return fmt.Errorf("store idempotent response: %w", translate(err))
+	}
+	return nil
+}
+
+// DeleteExpiredIdempotencyKeys deletes up to limit keys older than ttl and
+// returns how many it deleted.
+func DeleteExpiredIdempotencyKeys(ctx context.Context, db DBTX, ttl time.Duration, limit int) (int64, error) {
+	n, err := queries.DeleteExpiredIdempotencyKeys(ctx, db, dbsqlc.DeleteExpiredIdempotencyKeysParams{
+		TtlSeconds: ttl.Seconds(), MaxRows: int32(limit),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete expired idempotency keys: %w", translate(err))
+	}
+	return n, nil
+}

@@ -1,0 +1,264 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/store/dbsqlc"
+)
+
+// Cause says what made an order change, for its history.
+type Cause struct {
+	// MessageID of the message that caused the change; "" for an HTTP request.
+	MessageID string
+	// CorrelationID ties the change to the request that started the flow.
+	CorrelationID string
+}
+
+// HistoryEntry is one row of an order's state history.
+type HistoryEntry struct {
+	From          domain.Status // "" for the creation of the order
+	To            domain.Status
+	MessageID     *string // nil when an HTTP request caused it
+	CorrelationID string
+	CreatedAt     time.Time
+}
+
+// CreateOrder inserts a new order, its items and the first row of its
+// history. It returns the order as stored (with its timestamps).
+func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause Cause) (*domain.Order, error) {
+	row, err := queries.InsertOrder(ctx, db, dbsqlc.InsertOrderParams{
+		OrderID:    o.ID(),
+		CustomerID: o.CustomerID(),
+		Currency:   o.Currency(),
+		Status:     string(o.Status()),
+		Version:    int32(o.Version()),
+		TotalCents: o.TotalCents(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("insert order %s: %w", o.ID(), translate(err))
+	}
+	items := o.Items()
+	params := dbsqlc.InsertOrderItemsParams{OrderID: o.ID()}
+	for i, it := range items {
+		params.LineNos = append(params.LineNos, int32(i+1))
+		params.Skus = append(params.Skus, it.SKU)
+		params.Quantities = append(params.Quantities, int32(it.Quantity))
+		params.UnitPricesCents = append(params.UnitPricesCents, it.UnitPriceCents)
+	}
+	if err := queries.InsertOrderItems(ctx, db, params); err != nil {
+		return nil, fmt.Errorf("insert items of order %s: %w", o.ID(), translate(err))
+	}
+	if err := insertTransition(ctx, db, o.ID(), "", o.Status(), cause); err != nil {
+		return nil, err
+	}
+	return domain.OrderFromDatabase(o.ID(), o.CustomerID(), o.Currency(), o.Status(), o.Version(),
+		items, row.CreatedAt, row.UpdatedAt), nil
+}
+
+// GetOrder reads an order and its items. A missing order is
+// domain.ErrNotFound.
+func GetOrder(ctx context.Context, db DBTX, id uuid.UUID) (*domain.Order, error) {
+	row, err := queries.GetOrder(ctx, db, id)
+	if err != nil {
+		return nil, fmt.Errorf("get order %s: %w", id, translate(err))
+	}
+	return withItems(ctx, db, row)
+}
+
+// GetOrderForUpdate reads an order and locks its row until the transaction
+// ends. Call it in a transaction, before deciding a transition.
+func GetOrderForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (*domain.Order, error) {
+	row, err := queries.GetOrderForUpdate(ctx, db, id)
+	if err != nil {
+		return nil, fmt.Errorf("lock order %s: %w", id, translate(err))
+	}
+	return withItems(ctx, db, row)
+}
+
+func withItems(ctx context.Context, db DBTX, row dbsqlc.Order) (*domain.Order, error) {
+	orders, err := attachItems(ctx, db, []dbsqlc.Order{row})
+	if err != nil {
+		return nil, err
+	}
+	return orders[0], nil
+}
+
+// attachItems reads the items of all rows in one query.
+func attachItems(ctx context.Context, db DBTX, rows []dbsqlc.Order) ([]*domain.Order, error) {
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.OrderID
+	}
+	itemRows, err := queries.ListOrderItems(ctx, db, ids)
+	if err != nil {
+		return nil, fmt.Errorf("list order items: %w", translate(err))
+	}
+	items := make(map[uuid.UUID][]domain.Item, len(rows))
+	for _, it := range itemRows {
+		items[it.OrderID] = append(items[it.OrderID], domain.Item{
+			SKU: it.Sku, Quantity: int(it.Quantity), UnitPriceCents: it.UnitPriceCents,
+		})
+	}
+	orders := make([]*domain.Order, len(rows))
+	for i, r := range rows {
+		orders[i] = domain.OrderFromDatabase(r.OrderID, r.CustomerID, r.Currency, domain.Status(r.Status),
+			int(r.Version), items[r.OrderID], r.CreatedAt, r.UpdatedAt)
+	}
+	return orders, nil
+}
+
+// TransitionOrder moves a locked order (read with GetOrderForUpdate in the
+// same transaction) by trigger t: the guarded UPDATE (WHERE status and
+// version are still what o says) and one history row. It returns the order
+// as it now stands and the status it left.
+//
+// The errors: domain.ErrStaleTransition or domain.ErrInvalidTransition
+// (from the state machine), domain.ErrConflict (the row changed under a
+// caller that did not lock it, or this message already moved this order).
+func TransitionOrder(ctx context.Context, db DBTX, o *domain.Order, t domain.Trigger, cause Cause) (*domain.Order, domain.Status, error) {
+	from := o.Status()
+	to, err := domain.Next(from, t)
+	if err != nil {
+		return nil, from, fmt.Errorf("order %s: %w", o.ID(), err)
+	}
+	row, err := queries.UpdateOrderStatus(ctx, db, dbsqlc.UpdateOrderStatusParams{
+		OrderID:    o.ID(),
+		FromStatus: string(from),
+		ToStatus:   string(to),
+		Version:    int32(o.Version()),
+	})
+	if err != nil {
+		err = translate(err)
+		if errors.Is(err, domain.ErrNotFound) {
+			return nil, from, fmt.Errorf("%w: order %s is no longer %s at version %d", domain.ErrConflict, o.ID(), from, o.Version())
+		}
+		return nil, from, fmt.Errorf("update order %s: %w", o.ID(), err)
+	}
+	if err := insertTransition(ctx, db, o.ID(), from, to, cause); err != nil {
+		return nil, from, err
+	}
+	return domain.OrderFromDatabase(o.ID(), o.CustomerID(), o.Currency(), to, int(row.Version),
+		o.Items(), o.CreatedAt(), row.UpdatedAt), from, nil
+}
+
+func insertTransition(ctx context.Context, db DBTX, id uuid.UUID, from, to domain.Status, cause Cause) error {
+	err := queries.InsertTransition(ctx, db, dbsqlc.InsertTransitionParams{
+		OrderID:       id,
+		FromStatus:    nullIfEmpty(string(from)),
+		ToStatus:      string(to),
+		MessageID:     nullIfEmpty(cause.MessageID),
+		CorrelationID: nullIfEmpty(cause.CorrelationID),
+	})
+	if err != nil {
+		return fmt.Errorf("record transition of order %s to %s: %w", id, to, translate(err))
+	}
+	return nil
+}
+
+// TransitionRecorded reports whether message messageID already moved order
+// id: how a consumer tells its own earlier effect from someone else's.
+func TransitionRecorded(ctx context.Context, db DBTX, id uuid.UUID, messageID string) (bool, error) {
+	ok, err := queries.TransitionExists(ctx, db, dbsqlc.TransitionExistsParams{OrderID: id, MessageID: &messageID})
+	if err != nil {
+		return false, fmt.Errorf("look up transition of order %s by message %s: %w", id, messageID, translate(err))
+	}
+	return ok, nil
+}
+
+// History returns the state history of an order, oldest first.
+func History(ctx context.Context, db DBTX, id uuid.UUID) ([]HistoryEntry, error) {
+	rows, err := queries.ListTransitions(ctx, db, id)
+	if err != nil {
+		return nil, fmt.Errorf("history of order %s: %w", id, translate(err))
+	}
+	history := make([]HistoryEntry, len(rows))
+	for i, r := range rows {
+		history[i] = HistoryEntry{
+			From:          domain.Status(deref(r.FromStatus)),
+			To:            domain.Status(r.ToStatus),
+			MessageID:     r.MessageID,
+			CorrelationID: deref(r.CorrelationID),
+			CreatedAt:     r.CreatedAt,
+		}
+	}
+	return history, nil
+}
+
+// Cursor is a position in the newest-first list of orders: the last order
+// of the previous page.
+type Cursor struct {
+	CreatedAt time.Time
+	OrderID   uuid.UUID
+}
+
+// ListParams selects a page of orders.
+type ListParams struct {
+	Status domain.Status // "" for every status
+	After  *Cursor       // nil for the first page
+	Limit  int
+}
+
+// ListOrders returns one page of orders, newest first, and the cursor of the
+// next page (nil on the last page). Keyset pagination: however many orders
+// are inserted meanwhile, walking the pages returns every order that existed
+// when the walk began exactly once.
+func ListOrders(ctx context.Context, db DBTX, p ListParams) ([]*domain.Order, *Cursor, error) {
+	after := Cursor{CreatedAt: endOfTime, OrderID: maxUUID}
+	if p.After != nil {
+		after = *p.After
+	}
+	limit := int32(p.Limit) + 1 // one more tells whether a next page exists
+	var (
+		rows []dbsqlc.Order
+		err  error
+	)
+	if p.Status == "" {
+		rows, err = queries.ListOrders(ctx, db, dbsqlc.ListOrdersParams{
+			AfterCreatedAt: after.CreatedAt, AfterOrderID: after.OrderID, MaxRows: limit,
+		})
+	} else {
+		rows, err = queries.ListOrdersByStatus(ctx, db, dbsqlc.ListOrdersByStatusParams{
+			Status: string(p.Status), AfterCreatedAt: after.CreatedAt, AfterOrderID: after.OrderID, MaxRows: limit,
+		})
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list orders: %w", translate(err))
+	}
+	var next *Cursor
+	if len(rows) > p.Limit {
+		rows = rows[:p.Limit]
+		last := rows[len(rows)-1]
+		next = &Cursor{CreatedAt: last.CreatedAt, OrderID: last.OrderID}
+	}
+	if len(rows) == 0 {
+		return nil, nil, nil
+	}
+	orders, err := attachItems(ctx, db, rows)
+	return orders, next, err
+}
+
+var (
+	// endOfTime is later than any created_at: the cursor of the first page.
+	endOfTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	maxUUID   = uuid.Max
+)
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

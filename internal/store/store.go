@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/store/dbsqlc"
+)
+
+// DBTX is what every store function runs its SQL on: a *pgxpool.Pool, a
+// *pgx.Conn or a pgx.Tx.
+type DBTX = dbsqlc.DBTX
+
+var queries = dbsqlc.New()
+
+// PoolConfig configures the connection pool of a process.
+type PoolConfig struct {
+	// URL is the PostgreSQL connection string (DATABASE_URL).
+	URL string
+	// MaxConns caps the pool; 0 keeps pgxpool's default (max(4, CPUs)).
+	MaxConns int32
+	// AppName is shown in pg_stat_activity.application_name.
+	AppName string
+	// ConnectTimeout bounds the wait for the database at start. Default 30s.
+	ConnectTimeout time.Duration
+	// Tracer, when set, instruments every query (see internal/telemetry).
+	Tracer pgx.QueryTracer
+}
+
+// NewPool opens a pool and waits until the database answers, so that a
+// process started next to its database (docker compose) does not fail at
+// once. It gives up after cfg.ConnectTimeout.
+func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	if cfg.AppName != "" {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = cfg.AppName
+	}
+	if cfg.Tracer != nil {
+		pcfg.ConnConfig.Tracer = cfg.Tracer
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
+	}
+	if err := waitForDatabase(ctx, pool, orDefault(cfg.ConnectTimeout, 30*time.Second)); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	delay := 100 * time.Millisecond
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("database not reachable after %s: %w", timeout, err)
+		case <-time.After(delay):
+			delay = min(2*delay, 2*time.Second)
+		}
+	}
+}
+
+func orDefault[T comparable](v, fallback T) T {
+	var zero T
+	if v == zero {
+		return fallback
+	}
+	return v
+}
+
+// translate maps driver errors to the domain's sentinel errors, keeping the
+// original in the chain for logs.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", domain.ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("%w: %s: %w", domain.ErrConflict, pgErr.ConstraintName, err)
+	}
+	return err
+}
+
+// Transient reports whether err is worth retrying later as it is: the
+// database went away, was too busy, or picked this transaction as the loser
+// of a serialization failure, a deadlock or a lock or statement timeout.
+// Constraint violations, bad SQL and missing rows are not transient.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", // serialization_failure
+			"40P01", // deadlock_detected
+			"55P03", // lock_not_available (lock_timeout)
+			"57014", // query_canceled (statement_timeout)
+			"53300", // too_many_connections
+			"57P01", // admin_shutdown
+			"57P02", // crash_shutdown
+			"57P03": // cannot_connect_now
+			return true
+		}
+		return pgErr.Code[:2] == "08" // connection_exception class
+	}
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || errors.Is(err, pgx.ErrTxClosed) || isClosedConn(err)
+}
+
+func isClosedConn(err error) bool {
+	// pgx reports a connection that died under a query as "conn closed" or
+	// an unexpected EOF; both mean the statement may be run again.
+	msg := err.Error()
+	for _, sign := range []string{"conn closed", "unexpected EOF", "connection reset", "broken pipe"} {
+		if strings.Contains(msg, sign) {
+			return true
+		}
+	}
+	return false
+}

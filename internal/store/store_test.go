@@ -1,0 +1,379 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+type testBundle struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+}
+
+func setup(t *testing.T) testBundle {
+	t.Helper()
+	return testBundle{ctx: t.Context(), pool: testenv.NewDatabase(t).Pool}
+}
+
+func newOrder(t *testing.T) *domain.Order {
+	t.Helper()
+	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{
+		{SKU: "A-1", Quantity: 2, UnitPriceCents: 1250},
+		{SKU: "B-2", Quantity: 1, UnitPriceCents: 99},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func count(t *testing.T, db store.DBTX, table string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// createWithOutbox is the transaction of POST /v1/orders.
+func createWithOutbox(ctx context.Context, db *pgxpool.Pool, o *domain.Order, meta store.MessageMeta, after func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		created, err := store.CreateOrder(ctx, tx, o, store.Cause{CorrelationID: meta.CorrelationID})
+		if err != nil {
+			return err
+		}
+		if _, err := store.EnqueueMessages(ctx, tx, meta, domain.SubmittedMessage(created)); err != nil {
+			return err
+		}
+		if after != nil {
+			return after(tx)
+		}
+		return nil
+	})
+}
+
+func TestCreateOrderCommitsOrderAndOutboxRowTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := newOrder(t)
+	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{CorrelationID: "corr-1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := store.GetOrder(b.ctx, b.pool, o.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status() != domain.StatusSubmitted || got.TotalCents() != 2599 || len(got.Items()) != 2 || got.Items()[1].SKU != "B-2" {
+		t.Fatalf("stored order = %+v", got)
+	}
+
+	var (
+		id                                uuid.UUID
+		typ, status, exchange, routingKey string
+		version, attempts                 int
+		payload, headers                  []byte
+	)
+	err = b.pool.QueryRow(b.ctx, `SELECT outbox_id, message_type, message_version, status, exchange_name, routing_key,
+		attempt_count, payload, headers FROM message_outbox WHERE aggregate_id = $1`, o.ID().String()).
+		Scan(&id, &typ, &version, &status, &exchange, &routingKey, &attempts, &payload, &headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(t, b.pool, "message_outbox") != 1 {
+		t.Fatal("want exactly one outbox row")
+	}
+	if id.Version() != 7 || typ != domain.TypeOrderSubmitted || version != 1 || status != "PENDING" ||
+		exchange != domain.EventsExchange || routingKey != typ || attempts != 0 {
+		t.Fatalf("outbox row: id v%d %s v%d %s %s %s %d", id.Version(), typ, version, status, exchange, routingKey, attempts)
+	}
+	var p domain.OrderSubmittedV1
+	if err := json.Unmarshal(payload, &p); err != nil || p.ID != o.ID() || p.TotalCents != 2599 || len(p.Items) != 2 {
+		t.Fatalf("payload %s: %v", payload, err)
+	}
+	var h map[string]string
+	if err := json.Unmarshal(headers, &h); err != nil || h["correlation_id"] != "corr-1" {
+		t.Fatalf("headers %s: %v", headers, err)
+	}
+
+	history, err := store.History(b.ctx, b.pool, o.ID())
+	if err != nil || len(history) != 1 || history[0].From != "" || history[0].To != domain.StatusSubmitted ||
+		history[0].MessageID != nil || history[0].CorrelationID != "corr-1" {
+		t.Fatalf("history = %+v, %v", history, err)
+	}
+}
+
+// A failure after the outbox insert, inside the same transaction, leaves
+// neither the order nor its message.
+func TestFailureAfterOutboxInsertLeavesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := newOrder(t)
+	err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, func(tx pgx.Tx) error {
+		// Violate a constraint in the same transaction: the same order again.
+		_, err := store.CreateOrder(b.ctx, tx, o, store.Cause{})
+		return err
+	})
+	if !errors.Is(err, domain.ErrConflict) {
+		t.Fatalf("err = %v, want the injected unique violation", err)
+	}
+	for _, table := range []string{"orders", "order_items", "order_state_transition", "message_outbox"} {
+		if n := count(t, b.pool, table); n != 0 {
+			t.Errorf("%s has %d rows after the rollback", table, n)
+		}
+	}
+	if _, err := store.GetOrder(b.ctx, b.pool, o.ID()); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("GetOrder after rollback: %v, want ErrNotFound", err)
+	}
+}
+
+func TestEnqueueMessagesOneStatementManyRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := newOrder(t)
+	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := store.EnqueueMessages(b.ctx, b.pool, store.MessageMeta{CorrelationID: "c", CausationID: "m-1"},
+		domain.OrderFulfilledV1{ID: o.ID()}, domain.OrderRejectedV1{ID: o.ID(), Reason: "r"})
+	if err != nil || len(ids) != 2 || ids[0] == ids[1] {
+		t.Fatalf("EnqueueMessages = %v, %v", ids, err)
+	}
+	var causation string
+	if err := b.pool.QueryRow(b.ctx, "SELECT headers->>'causation_id' FROM message_outbox WHERE outbox_id = $1", ids[1]).Scan(&causation); err != nil || causation != "m-1" {
+		t.Fatalf("causation_id = %q, %v", causation, err)
+	}
+}
+
+func TestTransitionOrderIsGuarded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := newOrder(t)
+	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := store.GetOrder(b.ctx, b.pool, o.ID()) // read without a lock
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	moved, from, err := store.TransitionOrder(b.ctx, b.pool, stale, domain.TriggerSubmitted, store.Cause{MessageID: "m-1", CorrelationID: "c"})
+	if err != nil || from != domain.StatusSubmitted || moved.Status() != domain.StatusFulfillmentRequested || moved.Version() != 2 {
+		t.Fatalf("TransitionOrder = %v, %s, %v", moved, from, err)
+	}
+	// The same stale read cannot move the order again: the guarded UPDATE
+	// finds neither the status nor the version it expects.
+	if _, _, err := store.TransitionOrder(b.ctx, b.pool, stale, domain.TriggerCancel, store.Cause{}); !errors.Is(err, domain.ErrConflict) {
+		t.Fatalf("second move from a stale read: %v, want ErrConflict", err)
+	}
+	// One message moves one order once: (order_id, message_id) is unique,
+	// and the transaction that tried rolls back its UPDATE too.
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, _, err := store.TransitionOrder(b.ctx, tx, moved, domain.TriggerFulfillmentCompleted, store.Cause{MessageID: "m-1"})
+		return err
+	})
+	if !errors.Is(err, domain.ErrConflict) {
+		t.Fatalf("same message twice: %v, want ErrConflict", err)
+	}
+	if ok, err := store.TransitionRecorded(b.ctx, b.pool, o.ID(), "m-1"); err != nil || !ok {
+		t.Fatalf("TransitionRecorded(m-1) = %v, %v", ok, err)
+	}
+	if ok, err := store.TransitionRecorded(b.ctx, b.pool, o.ID(), "m-2"); err != nil || ok {
+		t.Fatalf("TransitionRecorded(m-2) = %v, %v", ok, err)
+	}
+	// A move the state machine forbids never reaches the database.
+	if _, _, err := store.TransitionOrder(b.ctx, b.pool, newOrder(t), domain.TriggerFulfillmentCompleted, store.Cause{}); !errors.Is(err, domain.ErrInvalidTransition) {
+		t.Fatalf("impossible move: %v", err)
+	}
+	if got, _ := store.GetOrder(b.ctx, b.pool, o.ID()); got.Status() != domain.StatusFulfillmentRequested || got.Version() != 2 {
+		t.Fatalf("order is %s v%d", got.Status(), got.Version())
+	}
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	req := store.IdempotentRequest{Method: "POST", Path: "/v1/orders", Key: "k-1", Hash: "h-1"}
+	resp := store.StoredResponse{Status: 201, Body: []byte(`{"a":1}`), Location: "/v1/orders/x"}
+
+	// The first request takes the key and holds it until it commits.
+	first, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(b.ctx) //nolint:errcheck // committed below
+	if got, err := store.ClaimIdempotencyKey(b.ctx, first, req, time.Hour); err != nil || got != nil {
+		t.Fatalf("first claim = %v, %v", got, err)
+	}
+	// Meanwhile a second request with the key is told, at once, to wait.
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := store.ClaimIdempotencyKey(b.ctx, tx, req, time.Hour)
+		return err
+	})
+	if !errors.Is(err, store.ErrKeyInFlight) {
+		t.Fatalf("claim while in flight: %v, want ErrKeyInFlight", err)
+	}
+	if err := store.CompleteIdempotencyKey(b.ctx, first, req, resp); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	claim := func(r store.IdempotentRequest, ttl time.Duration) (*store.StoredResponse, error) {
+		var got *store.StoredResponse
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			got, err = store.ClaimIdempotencyKey(b.ctx, tx, r, ttl)
+			return err
+		})
+		return got, err
+	}
+	if got, err := claim(req, time.Hour); err != nil || got == nil || got.Status != 201 || string(got.Body) != `{"a":1}` || got.Location != resp.Location {
+		t.Fatalf("replay = %+v, %v", got, err)
+	}
+	other := req
+	other.Hash = "h-2"
+	if _, err := claim(other, time.Hour); !errors.Is(err, store.ErrKeyReused) {
+		t.Fatalf("other body: %v, want ErrKeyReused", err)
+	}
+	// Once the TTL has run out the key is free for a new request.
+	if got, err := claim(other, time.Nanosecond); err != nil || got != nil {
+		t.Fatalf("claim of an expired key = %+v, %v", got, err)
+	}
+}
+
+func TestDeleteExpiredIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 5 {
+		req := store.IdempotentRequest{Method: "POST", Path: "/v1/orders", Key: fmt.Sprint("k-", i), Hash: "h"}
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := store.ClaimIdempotencyKey(b.ctx, tx, req, time.Hour); err != nil {
+				return err
+			}
+			return store.CompleteIdempotencyKey(b.ctx, tx, req, store.StoredResponse{Status: 201, Body: []byte("{}")})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := store.DeleteExpiredIdempotencyKeys(b.ctx, b.pool, time.Hour, 10); err != nil || n != 0 {
+		t.Fatalf("fresh keys deleted: %d, %v", n, err)
+	}
+	if n, err := store.DeleteExpiredIdempotencyKeys(b.ctx, b.pool, time.Nanosecond, 3); err != nil || n != 3 {
+		t.Fatalf("first batch: %d, %v", n, err)
+	}
+	if n, err := store.DeleteExpiredIdempotencyKeys(b.ctx, b.pool, time.Nanosecond, 3); err != nil || n != 2 {
+		t.Fatalf("second batch: %d, %v", n, err)
+	}
+}
+
+// Walking the pages while orders are being inserted returns every order
+// that existed before the walk exactly once, and no order twice.
+func TestListOrdersKeysetWhileInserting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert := func() uuid.UUID {
+		o := newOrder(t)
+		if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+			t.Error(err)
+		}
+		return o.ID()
+	}
+	before := map[uuid.UUID]bool{}
+	for range 120 {
+		before[insert()] = true
+	}
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				insert()
+			}
+		}
+	})
+
+	seen := map[uuid.UUID]int{}
+	var after *store.Cursor
+	pages := 0
+	for {
+		orders, next, err := store.ListOrders(b.ctx, b.pool, store.ListParams{Limit: 7, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range orders {
+			seen[o.ID()]++
+		}
+		pages++
+		if next == nil {
+			break
+		}
+		after = next
+	}
+	close(stop)
+	wg.Wait()
+
+	for id := range before {
+		if seen[id] != 1 {
+			t.Errorf("order %s seen %d times", id, seen[id])
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("order %s seen %d times", id, n)
+		}
+	}
+	if pages < 120/7 {
+		t.Fatalf("only %d pages", pages)
+	}
+}
+
+func TestListOrdersByStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var cancelled []uuid.UUID
+	for i := range 9 {
+		o := newOrder(t)
+		if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			if _, _, err := store.TransitionOrder(b.ctx, b.pool, o, domain.TriggerCancel, store.Cause{}); err != nil {
+				t.Fatal(err)
+			}
+			cancelled = append(cancelled, o.ID())
+		}
+	}
+	got, next, err := store.ListOrders(b.ctx, b.pool, store.ListParams{Status: domain.StatusCancelled, Limit: 2})
+	if err != nil || len(got) != 2 || next == nil {
+		t.Fatalf("page 1: %d orders, next %v, %v", len(got), next, err)
+	}
+	// Newest first.
+	if got[0].ID() != cancelled[2] || got[1].ID() != cancelled[1] {
+		t.Fatalf("page 1 = %s, %s", got[0].ID(), got[1].ID())
+	}
+	got, next, err = store.ListOrders(b.ctx, b.pool, store.ListParams{Status: domain.StatusCancelled, Limit: 2, After: next})
+	if err != nil || len(got) != 1 || next != nil || got[0].ID() != cancelled[0] {
+		t.Fatalf("page 2: %v, next %v, %v", got, next, err)
+	}
+}

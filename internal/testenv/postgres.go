@@ -1,0 +1,318 @@
+// Package testenv gives tests their own PostgreSQL database and RabbitMQ
+// virtual host, so that every test can run in parallel with every other
+// test, in its own package or another, and leave nothing behind.
+//
+// The servers are the ones at DATABASE_URL and AMQP_URL (or the local
+// defaults) when they answer. When one does not answer and its variable is
+// not set, the package starts it in a container with testcontainers-go,
+// once per test binary, so `make test` also works on a laptop that has
+// Docker and nothing else.
+//
+// A database is a copy of a template that holds the migrated schema: the
+// template is built once per schema version (under an advisory lock, since
+// test binaries run at the same time), and each NewDatabase is a cheap
+// CREATE DATABASE ... TEMPLATE.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/migrations"
+)
+
+const (
+	defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	postgresImage      = "postgres:15-alpine"
+	// testDBPrefix names the databases tests create; older leftovers of
+	// killed runs are dropped when a test binary first needs a database.
+	testDBPrefix = "orders_test_"
+	// templateLockID serialises the building of templates across binaries.
+	templateLockID = 7_160_410_111
+)
+
+// Database is a fresh, migrated database that belongs to one test.
+type Database struct {
+	Name string
+	// URL connects to this database.
+	URL string
+	// Pool is a pool on URL, closed at the end of the test.
+	Pool *pgxpool.Pool
+}
+
+var server struct {
+	once     sync.Once
+	adminURL string // the server's maintenance database
+	template string // the migrated template database
+	err      error
+}
+
+// NewDatabase creates a database for t with the current schema, and drops
+// it when t ends.
+func NewDatabase(t testing.TB) *Database {
+	t.Helper()
+	ctx := context.Background()
+	server.once.Do(func() { server.adminURL, server.template, server.err = preparePostgres(ctx) })
+	if server.err != nil {
+		t.Fatalf("testenv: PostgreSQL: %v", server.err)
+	}
+
+	name := testDBPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + randomSuffix()
+	admin := connectAdmin(t, ctx)
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, server.template)); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	_ = admin.Close(ctx)
+
+	db := &Database{Name: name, URL: withDatabase(server.adminURL, name)}
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatalf("testenv: connect to %s: %v", name, err)
+	}
+	db.Pool = pool
+	t.Cleanup(func() {
+		pool.Close()
+		admin := connectAdmin(t, ctx)
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+	return db
+}
+
+// ServerURL returns a URL of the test PostgreSQL server with database name
+// in it, for tests of code that creates its own database.
+func ServerURL(t testing.TB, name string) string {
+	t.Helper()
+	server.once.Do(func() { server.adminURL, server.template, server.err = preparePostgres(context.Background()) })
+	if server.err != nil {
+		t.Fatalf("testenv: PostgreSQL: %v", server.err)
+	}
+	return withDatabase(server.adminURL, name)
+}
+
+// DropDatabaseAtCleanup drops database name (if it exists) when t ends.
+func DropDatabaseAtCleanup(t testing.TB, name string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		admin := connectAdmin(t, ctx)
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+}
+
+// TestDatabaseName returns a fresh name for a test database (for tests that
+// create one themselves).
+func TestDatabaseName() string {
+	return testDBPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + randomSuffix()
+}
+
+func connectAdmin(t testing.TB, ctx context.Context) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, server.adminURL)
+	if err != nil {
+		t.Fatalf("testenv: connect to the PostgreSQL server: %v", err)
+	}
+	return conn
+}
+
+// preparePostgres finds or starts the server and makes sure the template
+// of the current schema exists.
+func preparePostgres(ctx context.Context) (adminURL, template string, err error) {
+	adminURL, err = postgresServer(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", "", err
+	}
+	defer conn.Close(ctx)
+
+	template = "orders_template_" + schemaVersion()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", templateLockID); err != nil {
+		return "", "", err
+	}
+	defer func() { _, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", templateLockID) }()
+
+	dropLeftovers(ctx, conn, template)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", template).Scan(&exists); err != nil {
+		return "", "", err
+	}
+	if exists {
+		return adminURL, template, nil
+	}
+	if err := buildTemplate(ctx, conn, adminURL, template); err != nil {
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+template+" WITH (FORCE)")
+		return "", "", fmt.Errorf("build template database: %w", err)
+	}
+	return adminURL, template, nil
+}
+
+func buildTemplate(ctx context.Context, conn *pgx.Conn, adminURL, template string) error {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+template); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(adminURL, template))
+	if err != nil {
+		return err
+	}
+	m, err := store.NewMigrator(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	err = m.Up(ctx)
+	_ = m.Close()
+	pool.Close()
+	if err != nil {
+		return err
+	}
+	// No one may connect to a template: CREATE DATABASE ... TEMPLATE fails
+	// while anyone is.
+	_, err = conn.Exec(ctx, "ALTER DATABASE "+template+" WITH is_template true allow_connections false")
+	return err
+}
+
+// dropLeftovers drops templates of other schema versions and the test
+// databases of runs that were killed before their cleanup (older than an
+// hour).
+func dropLeftovers(ctx context.Context, conn *pgx.Conn, keep string) {
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'orders_template_%' OR datname LIKE $1", testDBPrefix+"%")
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	cutoff := time.Now().Add(-time.Hour).Unix()
+	for _, name := range names {
+		if strings.HasPrefix(name, testDBPrefix) {
+			created, _, _ := strings.Cut(strings.TrimPrefix(name, testDBPrefix), "_")
+			if ts, err := strconv.ParseInt(created, 10, 64); err != nil || ts > cutoff {
+				continue
+			}
+		} else if name == keep {
+			continue
+		} else {
+			_, _ = conn.Exec(ctx, "ALTER DATABASE "+name+" WITH is_template false")
+		}
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+}
+
+// schemaVersion is a hash of the migrations, so that a changed migration
+// gets a new template.
+func schemaVersion() string {
+	h := sha256.New()
+	_ = fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(migrations.FS, path)
+		h.Write([]byte(path))
+		h.Write(b)
+		return err
+	})
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// postgresServer returns the URL of the server's maintenance database:
+// DATABASE_URL's server, or the local default when it answers, or a
+// container.
+func postgresServer(ctx context.Context) (string, error) {
+	if env := os.Getenv("DATABASE_URL"); env != "" {
+		if err := pingPostgres(ctx, withDatabase(env, "postgres")); err != nil {
+			return "", fmt.Errorf("DATABASE_URL is set but the server does not answer: %w", err)
+		}
+		return withDatabase(env, "postgres"), nil
+	}
+	if pingPostgres(ctx, defaultDatabaseURL) == nil {
+		return defaultDatabaseURL, nil
+	}
+	return startPostgresContainer(ctx)
+}
+
+func pingPostgres(ctx context.Context, connURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, connURL)
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+func startPostgresContainer(ctx context.Context) (string, error) {
+	ctr, err := tcpostgres.Run(ctx, postgresImage,
+		tcpostgres.WithDatabase("postgres"),
+		tcpostgres.WithUsername("postgres"),
+		tcpostgres.WithPassword("postgres"),
+		testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
+			WithOccurrence(2).WithStartupTimeout(60*time.Second)),
+	)
+	if err != nil {
+		return "", fmt.Errorf("no PostgreSQL answers at %s, and starting one with testcontainers failed: %w", defaultDatabaseURL, err)
+	}
+	// The container lives as long as the test binary; testcontainers' reaper
+	// removes it afterwards.
+	return ctr.ConnectionString(ctx, "sslmode=disable")
+}
+
+// withDatabase returns rawURL with its database replaced by name.
+func withDatabase(rawURL, name string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func randomSuffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// FreeAddr returns a 127.0.0.1 address with a port that was free a moment
+// ago, for a process under test to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
