@@ -1,0 +1,145 @@
+// Command order-api is the HTTP API of the order service: it accepts orders
+// and cancellations, and writes each change together with its outbox
+// message in one transaction. The outbox-relay publishes those messages.
+//
+//	order-api [-migrate]                 serve on HTTP_ADDR
+//	order-api migrate [up|down|status]   manage the schema and exit
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/yourorg/orders/internal/app"
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/httpapi"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/telemetry"
+)
+
+const service = "order-api"
+
+// Config is every setting of order-api; see the README for the table.
+type Config struct {
+	config.Database
+	config.Log
+	// HTTPAddr is where the API (and its /metrics) listens.
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080"`
+	// IdempotencyKeyTTL is how long an Idempotency-Key is remembered.
+	IdempotencyKeyTTL time.Duration `env:"IDEMPOTENCY_KEY_TTL" envDefault:"24h"`
+	// ShutdownTimeout bounds the wait for requests in flight on SIGTERM.
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// Validate checks every setting and reports all the bad ones.
+func (c *Config) Validate() error {
+	return errors.Join(
+		c.Database.Validate(),
+		c.Log.Validate(),
+		config.Positive("IDEMPOTENCY_KEY_TTL", c.IdempotencyKeyTTL),
+		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
+	)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], nil, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
+		}
+		os.Exit(1)
+	}
+}
+
+// run is the whole process; environ replaces the process environment when
+// not nil (tests).
+func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
+	// Configuration and command line.
+	var cfg Config
+	if err := config.Load(&cfg, environ); err != nil {
+		return err
+	}
+	cli, err := app.ParseArgs(service, args, stderr)
+	if err != nil {
+		return err
+	}
+
+	// Telemetry: logs and metrics.
+	tel, err := telemetry.Setup(service, cfg.Log, stdout)
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
+	log := tel.Logger
+	if len(cli.Command) > 0 {
+		return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
+	}
+	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
+
+	// Database.
+	pool, err := app.OpenDatabase(ctx, service, cfg.Database, cli.Migrate || cfg.MigrateOnStart, nil, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	// Background: forget expired idempotency keys.
+	go sweepIdempotencyKeys(ctx, pool, cfg.IdempotencyKeyTTL, log)
+
+	// Serve until SIGINT/SIGTERM, then drain the requests in flight.
+	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: cfg.IdempotencyKeyTTL}, httpapi.Deps{
+		Pool:           pool,
+		Logger:         log,
+		TracerProvider: noop.NewTracerProvider(),
+		MeterProvider:  tel.MeterProvider,
+		MetricsHandler: tel.MetricsHandler,
+	})
+	if err != nil {
+		return err
+	}
+	err = app.Serve(ctx, app.NewHTTPServer(cfg.HTTPAddr, handler, log), cfg.ShutdownTimeout, log, nil)
+	log.InfoContext(ctx, "stopped", slog.Any("error", err))
+	return err
+}
+
+// sweepIdempotencyKeys deletes expired keys every minute, a batch at a time
+// so that no statement runs long.
+func sweepIdempotencyKeys(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, log *slog.Logger) {
+	const batch = 1000
+	ticker := time.NewTicker(time.Minute)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		for {
+			n, err := store.DeleteExpiredIdempotencyKeys(ctx, pool, ttl, batch)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.WarnContext(ctx, "sweeping idempotency keys failed", slog.String("error", err.Error()))
+				}
+				break
+			}
+			if n > 0 {
+				log.DebugContext(ctx, "expired idempotency keys deleted", slog.Int64("count", n))
+			}
+			if n < batch {
+				break
+			}
+		}
+	}
+}

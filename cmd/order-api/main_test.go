@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// `order-api migrate` creates the database when the server has none, and
+// applies every migration; `migrate status` then shows them applied.
+func TestMigrateCreatesDatabase(t *testing.T) {
+	t.Parallel()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "LOG_FORMAT": "text"}
+
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"migrate"}, environ, &out, &out); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"migrate", "status"}, environ, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "00001_orders.sql") || strings.Contains(out.String(), "pending") {
+		t.Fatalf("status after migrate:\n%s", out.String())
+	}
+	if err := run(t.Context(), []string{"migrate", "sideways"}, environ, &out, &out); err == nil {
+		t.Fatal("migrate sideways: want an error")
+	}
+}
+
+func TestBadConfigurationFailsStartup(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	err := run(t.Context(), nil, map[string]string{"IDEMPOTENCY_KEY_TTL": "-1s", "LOG_LEVEL": "loud"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "IDEMPOTENCY_KEY_TTL") || !strings.Contains(err.Error(), "LOG_LEVEL") {
+		t.Fatalf("err = %v; want both bad variables named", err)
+	}
+}
+
+// The process serves with -migrate on an empty database, and on cancel
+// (SIGTERM) drains and returns without error.
+func TestServeAndShutDown(t *testing.T) {
+	t.Parallel()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	addr := testenv.FreeAddr(t)
+	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		wg     sync.WaitGroup
+		runErr error
+		logs   syncBuffer
+	)
+	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, &logs, &logs) })
+
+	base := "http://" + addr
+	waitReady(t, base+"/readyz")
+	resp, err := http.Post(base+"/v1/orders", "application/json",
+		strings.NewReader(`{"customer_id":"c","currency":"EUR","items":[{"sku":"A","quantity":1,"unit_price_cents":1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /v1/orders: %d", resp.StatusCode)
+	}
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		t.Fatalf("run: %v\n%s", runErr, logs.String())
+	}
+	conn, err := pgx.Connect(t.Context(), environ["DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	var n int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM message_outbox").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("outbox rows: %d, %v", n, err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"starting"`) || strings.Contains(logs.String(), "hunter") {
+		t.Fatalf("logs:\n%s", logs.String())
+	}
+}
+
+// Every variable order-api reads is documented in the README.
+func TestREADMEDocumentsEveryVariable(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range config.Variables(&Config{}) {
+		if !bytes.Contains(readme, []byte("`"+v+"`")) {
+			t.Errorf("README.md does not document %s", v)
+		}
+	}
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never became ready", url)
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

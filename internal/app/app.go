@@ -1,0 +1,147 @@
+// Package app holds the start-up and shutdown steps the three binaries
+// share: the command line (-migrate, the migrate sub-command), opening the
+// database, and serving HTTP until the process is told to stop. Each binary's
+// main.go reads top to bottom with these as its steps.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/store"
+)
+
+// Args is the command line every binary takes:
+//
+//	<binary> [-migrate]                  serve (migrating first with -migrate)
+//	<binary> migrate [up|down|status|reset]  manage the schema and exit
+type Args struct {
+	Migrate bool     // -migrate: apply migrations before serving
+	Command []string // the sub-command and its arguments, if any
+}
+
+// ParseArgs reads the command line of binary name.
+func ParseArgs(name string, args []string, stderr io.Writer) (Args, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var a Args
+	fs.BoolVar(&a.Migrate, "migrate", false, "apply pending migrations before serving (also MIGRATE_ON_START=true)")
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(stderr, "usage:\n  %s [-migrate]                       serve\n  %s migrate [up|down|status|reset]   manage the schema and exit\n\nConfiguration is read from the environment; see README.md.\n", name, name)
+	}
+	if err := fs.Parse(args); err != nil {
+		return a, err
+	}
+	a.Command = fs.Args()
+	if len(a.Command) > 0 && a.Command[0] != "migrate" {
+		fs.Usage()
+		return a, fmt.Errorf("unknown command %q", a.Command[0])
+	}
+	return a, nil
+}
+
+// RunMigrate is the migrate sub-command: up (the default), down (one
+// step), status, or reset (every migration down, then up: all data is
+// lost). It creates the database first if it does not exist.
+func RunMigrate(ctx context.Context, db config.Database, args []string, logger *slog.Logger, stdout io.Writer) error {
+	action := "up"
+	if len(args) > 0 {
+		action = args[0]
+	}
+	if action != "up" && action != "down" && action != "status" && action != "reset" {
+		return fmt.Errorf("migrate %q: want up, down, status or reset", action)
+	}
+	if err := store.EnsureDatabase(ctx, db.URL); err != nil {
+		return err
+	}
+	pool, err := store.NewPool(ctx, store.PoolConfig{URL: db.URL, MaxConns: 2, AppName: "migrate"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, err := store.NewMigrator(pool, logger)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	switch action {
+	case "down":
+		return m.Down(ctx)
+	case "status":
+		return m.Status(ctx, stdout)
+	case "reset":
+		if err := m.DownTo(ctx, 0); err != nil {
+			return err
+		}
+		return m.Up(ctx)
+	default:
+		return m.Up(ctx)
+	}
+}
+
+// OpenDatabase opens the pool of process name; with migrate it first
+// creates the database if needed and applies pending migrations, under
+// goose's advisory lock.
+func OpenDatabase(ctx context.Context, name string, db config.Database, migrate bool, tracer pgx.QueryTracer, logger *slog.Logger) (*pgxpool.Pool, error) {
+	if migrate {
+		if err := RunMigrate(ctx, db, []string{"up"}, logger, io.Discard); err != nil {
+			return nil, err
+		}
+	}
+	return store.NewPool(ctx, store.PoolConfig{URL: db.URL, MaxConns: db.MaxConns, AppName: name, Tracer: tracer})
+}
+
+// NewHTTPServer returns a server with the timeouts a public listener needs.
+func NewHTTPServer(addr string, h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve runs srv until ctx is done, then shuts it down: it stops accepting
+// connections and waits up to timeout for the requests in flight.
+// ready, if not nil, receives the bound address once the server listens.
+func Serve(ctx context.Context, srv *http.Server, timeout time.Duration, logger *slog.Logger, ready chan<- net.Addr) error {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", srv.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", srv.Addr, err)
+	}
+	logger.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()))
+	if ready != nil {
+		ready <- ln.Addr()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", srv.Addr, err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shut down %s: %w", srv.Addr, err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

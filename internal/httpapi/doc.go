@@ -1,0 +1,9 @@
+// Package httpapi is the HTTP API of order-api (SPEC section 3): create,
+// read, list and cancel orders, health and readiness, and the OpenAPI
+// document. It is the producer end of the outbox: each write commits the
+// order change and its outbox row in one transaction, visible in the
+// handlers as pgx.BeginFunc.
+//
+// Errors are application/problem+json (RFC 9457), written by one error
+// handler (problem.go) from the errors the handlers return.
+package httpapi

@@ -1,0 +1,703 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/jackc/pgx/v5/pgxpool"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/yourorg/orders/api"
+	"github.com/yourorg/orders/internal/httpapi"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+type testBundle struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	server *httptest.Server
+	router routers.Router
+}
+
+// setup starts the API on a fresh database. Every response it sees is
+// checked against api/openapi.yaml.
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := testenv.NewDatabase(t)
+	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
+		Pool:           db.Pool,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TracerProvider: tracenoop.NewTracerProvider(),
+		MeterProvider:  metricnoop.NewMeterProvider(),
+		MetricsHandler: http.NotFoundHandler(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return &testBundle{t: t, pool: db.Pool, server: srv, router: openAPIRouter(t)}
+}
+
+func openAPIRouter(t *testing.T) routers.Router {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	doc.Servers = nil // match the test server's address
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return router
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+// problem decodes a problem+json response and checks its shape.
+func (r response) problem(t *testing.T) httpapi.Problem {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json (body %s)", ct, r.body)
+	}
+	var p httpapi.Problem
+	r.decode(t, &p)
+	if p.Status != r.status || p.Title == "" || p.Code == "" || p.CorrelationID == "" {
+		t.Fatalf("problem %+v for status %d", p, r.status)
+	}
+	return p
+}
+
+type header map[string]string
+
+func (b *testBundle) do(method, path string, body []byte, h header) response {
+	b.t.Helper()
+	req, err := http.NewRequestWithContext(b.t.Context(), method, b.server.URL+path, bytes.NewReader(body))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range h {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	r := response{status: resp.StatusCode, header: resp.Header, body: out}
+	b.checkAgainstOpenAPI(req, r)
+	return r
+}
+
+// checkAgainstOpenAPI fails the test when a response is not one the
+// OpenAPI document describes for its route and status.
+func (b *testBundle) checkAgainstOpenAPI(req *http.Request, r response) {
+	b.t.Helper()
+	if (r.status == http.StatusNotFound && !strings.HasPrefix(req.URL.Path, "/v1/orders/")) || r.status == http.StatusMethodNotAllowed {
+		return // no such route or method: nothing in the document to check against
+	}
+	route, params, err := b.router.FindRoute(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: not in openapi.yaml: %v", req.Method, req.URL.Path, err)
+	}
+	input := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 r.status,
+		Header:                 r.header,
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	input.SetBodyBytes(r.body)
+	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
+		b.t.Fatalf("%s %s -> %d does not match openapi.yaml: %v\nbody: %s", req.Method, req.URL.Path, r.status, err, r.body)
+	}
+}
+
+func (b *testBundle) count(table string) int {
+	b.t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
+const validOrder = `{"customer_id":"c-1","currency":"EUR","items":[{"sku":"A-1","quantity":2,"unit_price_cents":1250}]}`
+
+type orderBody struct {
+	OrderID    string `json:"order_id"`
+	CustomerID string `json:"customer_id"`
+	Status     string `json:"status"`
+	Version    int    `json:"version"`
+	Currency   string `json:"currency"`
+	TotalCents int64  `json:"total_cents"`
+	Items      []struct {
+		SKU            string `json:"sku"`
+		Quantity       int    `json:"quantity"`
+		UnitPriceCents int64  `json:"unit_price_cents"`
+	} `json:"items"`
+	History []struct {
+		FromStatus    string  `json:"from_status"`
+		ToStatus      string  `json:"to_status"`
+		MessageID     *string `json:"message_id"`
+		CorrelationID string  `json:"correlation_id"`
+	} `json:"history"`
+}
+
+func (b *testBundle) createOrder(body string, h header) orderBody {
+	b.t.Helper()
+	r := b.do(http.MethodPost, "/v1/orders", []byte(body), h)
+	if r.status != http.StatusCreated {
+		b.t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var o orderBody
+	r.decode(b.t, &o)
+	return o
+}
+
+func TestCreateOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.do(http.MethodPost, "/v1/orders", []byte(validOrder), header{httpapi.HeaderCorrelationID: "corr-42"})
+	if r.status != http.StatusCreated {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var o orderBody
+	r.decode(t, &o)
+	if o.Status != "SUBMITTED" || o.Version != 1 || o.TotalCents != 2500 || o.CustomerID != "c-1" || len(o.Items) != 1 {
+		t.Fatalf("order = %+v", o)
+	}
+	if loc := r.header.Get("Location"); loc != "/v1/orders/"+o.OrderID {
+		t.Errorf("Location = %q", loc)
+	}
+	if got := r.header.Get(httpapi.HeaderCorrelationID); got != "corr-42" {
+		t.Errorf("X-Correlation-ID = %q, want it echoed", got)
+	}
+	if len(o.History) != 1 || o.History[0].FromStatus != "" || o.History[0].ToStatus != "SUBMITTED" ||
+		o.History[0].MessageID != nil || o.History[0].CorrelationID != "corr-42" {
+		t.Errorf("history = %+v", o.History)
+	}
+
+	// One order, one order.submitted outbox row carrying the correlation id.
+	var typ, corr string
+	err := b.pool.QueryRow(t.Context(), `SELECT message_type, headers->>'correlation_id' FROM message_outbox WHERE aggregate_id = $1`, o.OrderID).Scan(&typ, &corr)
+	if err != nil || typ != "order.submitted" || corr != "corr-42" || b.count("message_outbox") != 1 || b.count("orders") != 1 {
+		t.Fatalf("outbox row %s %s: %v", typ, corr, err)
+	}
+
+	// GET returns the same order.
+	g := b.do(http.MethodGet, "/v1/orders/"+o.OrderID, nil, nil)
+	var got orderBody
+	g.decode(t, &got)
+	if g.status != http.StatusOK || got.OrderID != o.OrderID || len(got.History) != 1 {
+		t.Fatalf("get: %d %s", g.status, g.body)
+	}
+}
+
+func TestCorrelationIDIsGeneratedWhenMissingOrInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, sent := range []string{"", strings.Repeat("x", 129), "caf\xc3\xa9"} {
+		r := b.do(http.MethodGet, "/healthz", nil, header{httpapi.HeaderCorrelationID: sent})
+		got := r.header.Get(httpapi.HeaderCorrelationID)
+		if got == "" || got == sent {
+			t.Errorf("sent %q, got %q: want a generated id", sent, got)
+		}
+	}
+}
+
+// A failure inside the create transaction, after the outbox insert,
+// leaves neither the order nor its outbox row. The failure is a real
+// constraint of this test's database that rejects one customer's outbox row.
+func TestCreateOrderFailureAfterOutboxInsertWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(t.Context(), `ALTER TABLE message_outbox ADD CONSTRAINT test_reject_customer
+		CHECK (payload->>'customer_id' IS DISTINCT FROM 'reject-me')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(validOrder, `"c-1"`, `"reject-me"`, 1)
+	r := b.do(http.MethodPost, "/v1/orders", []byte(body), header{httpapi.HeaderIdempotencyKey: "k-fail"})
+	if r.status != http.StatusInternalServerError || r.problem(t).Code != "internal" {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	for _, table := range []string{"orders", "order_items", "order_state_transition", "message_outbox", "http_idempotency_key"} {
+		if n := b.count(table); n != 0 {
+			t.Errorf("%s has %d rows", table, n)
+		}
+	}
+	// The key was not spent on the failure: the same request can be retried.
+	b.createOrder(validOrder, header{httpapi.HeaderIdempotencyKey: "k-fail"})
+}
+
+func TestIdempotencyKeyReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	key := header{httpapi.HeaderIdempotencyKey: "order-1"}
+	first := b.do(http.MethodPost, "/v1/orders", []byte(validOrder), key)
+	if first.status != http.StatusCreated || first.header.Get(httpapi.HeaderIdempotentReplayed) != "" {
+		t.Fatalf("first: %d %v", first.status, first.header)
+	}
+	// The same body, spaced differently, is the same request.
+	respaced := strings.ReplaceAll(validOrder, ",", " , ")
+	again := b.do(http.MethodPost, "/v1/orders", []byte(respaced), key)
+	if again.status != first.status || !bytes.Equal(again.body, first.body) ||
+		again.header.Get("Location") != first.header.Get("Location") ||
+		again.header.Get(httpapi.HeaderIdempotentReplayed) != "true" {
+		t.Fatalf("replay: %d %v %s\nfirst: %s", again.status, again.header, again.body, first.body)
+	}
+	if b.count("orders") != 1 || b.count("message_outbox") != 1 {
+		t.Fatalf("a replay created something: %d orders, %d outbox rows", b.count("orders"), b.count("message_outbox"))
+	}
+
+	// The same key with a different body is refused, and creates nothing.
+	other := strings.Replace(validOrder, `"quantity":2`, `"quantity":3`, 1)
+	r := b.do(http.MethodPost, "/v1/orders", []byte(other), key)
+	if r.status != http.StatusUnprocessableEntity || r.problem(t).Code != "idempotency_key_reused" {
+		t.Fatalf("other body: %d %s", r.status, r.body)
+	}
+	if b.count("orders") != 1 {
+		t.Fatal("the refused request created an order")
+	}
+	// Without a key, the same body is a new order.
+	b.createOrder(validOrder, nil)
+	if b.count("orders") != 2 {
+		t.Fatal("want a second order")
+	}
+}
+
+// Twenty concurrent requests with one key create exactly one order; every
+// other request is a replay of its response or a 409 while it runs.
+func TestIdempotencyKeyConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 20
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		responses []response
+	)
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			r := b.do(http.MethodPost, "/v1/orders", []byte(validOrder), header{httpapi.HeaderIdempotencyKey: "same-key"})
+			mu.Lock()
+			responses = append(responses, r)
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var created, replayed, inFlight int
+	var body []byte
+	for _, r := range responses {
+		switch {
+		case r.status == http.StatusCreated && r.header.Get(httpapi.HeaderIdempotentReplayed) == "":
+			created++
+			body = r.body
+		case r.status == http.StatusCreated:
+			replayed++
+		case r.status == http.StatusConflict && r.problem(t).Code == "idempotency_key_in_use":
+			inFlight++
+		default:
+			t.Errorf("unexpected response %d %s", r.status, r.body)
+		}
+	}
+	if created != 1 || created+replayed+inFlight != n {
+		t.Fatalf("created %d, replayed %d, in flight %d", created, replayed, inFlight)
+	}
+	for _, r := range responses {
+		if r.status == http.StatusCreated && !bytes.Equal(r.body, body) {
+			t.Errorf("a replay differs from the first response:\n%s\n%s", r.body, body)
+		}
+	}
+	if b.count("orders") != 1 || b.count("message_outbox") != 1 {
+		t.Fatalf("%d orders, %d outbox rows; want 1 and 1", b.count("orders"), b.count("message_outbox"))
+	}
+	t.Logf("%d requests: 1 created, %d replayed, %d told the key was in use", n, replayed, inFlight)
+}
+
+// The bad-input battery of SPEC section 3: each gets its status and a
+// problem+json body, and nothing is written.
+func TestCreateOrderBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	order := func(customer, currency, items string) string {
+		return fmt.Sprintf(`{"customer_id":%q,"currency":%q,"items":%s}`, customer, currency, items)
+	}
+	item := func(sku string, qty int, price int64) string {
+		return fmt.Sprintf(`{"sku":%q,"quantity":%d,"unit_price_cents":%d}`, sku, qty, price)
+	}
+	items := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = item("S", 1, 1)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	good := item("A-1", 1, 100)
+	cases := []struct {
+		name   string
+		body   string
+		header header
+		status int
+		code   string
+		field  string // the field named in errors, for 422
+	}{
+		{"malformed JSON", `{"customer_id":`, nil, 400, "malformed_json", ""},
+		{"not JSON", `hello`, nil, 400, "malformed_json", ""},
+		{"empty body", ``, nil, 400, "malformed_json", ""},
+		{"two JSON values", validOrder + validOrder, nil, 400, "malformed_json", ""},
+		{"unknown field", `{"customer_id":"c","currency":"EUR","items":[` + good + `],"coupon":"X"}`, nil, 400, "malformed_json", ""},
+		{"unknown item field", order("c", "EUR", `[{"sku":"A","quantity":1,"unit_price_cents":1,"color":"red"}]`), nil, 400, "malformed_json", ""},
+		{"wrong type", `{"customer_id":1,"currency":"EUR","items":[]}`, nil, 400, "malformed_json", ""},
+		{"quantity as string", order("c", "EUR", `[{"sku":"A","quantity":"2","unit_price_cents":1}]`), nil, 400, "malformed_json", ""},
+		{"fractional quantity", order("c", "EUR", `[{"sku":"A","quantity":1.5,"unit_price_cents":1}]`), nil, 400, "malformed_json", ""},
+		{"wrong content type", validOrder, header{"Content-Type": "text/plain"}, 415, "unsupported_media_type", ""},
+		{"no content type", validOrder, header{"Content-Type": ""}, 415, "unsupported_media_type", ""},
+		{"form content type", validOrder, header{"Content-Type": "application/x-www-form-urlencoded"}, 415, "unsupported_media_type", ""},
+		{"body over 64 KiB", order(strings.Repeat("c", 64<<10), "EUR", "["+good+"]"), nil, 413, "body_too_large", ""},
+		{"bad Idempotency-Key", validOrder, header{httpapi.HeaderIdempotencyKey: strings.Repeat("k", 256)}, 400, "invalid_idempotency_key", ""},
+		{"customer_id empty", order("", "EUR", "["+good+"]"), nil, 422, "validation_failed", "customer_id"},
+		{"customer_id 65 chars", order(strings.Repeat("c", 65), "EUR", "["+good+"]"), nil, 422, "validation_failed", "customer_id"},
+		{"customer_id missing", `{"currency":"EUR","items":[` + good + `]}`, nil, 422, "validation_failed", "customer_id"},
+		{"currency lower case", order("c", "eur", "["+good+"]"), nil, 422, "validation_failed", "currency"},
+		{"currency 4 letters", order("c", "EURO", "["+good+"]"), nil, 422, "validation_failed", "currency"},
+		{"no items", order("c", "EUR", "[]"), nil, 422, "validation_failed", "items"},
+		{"items missing", `{"customer_id":"c","currency":"EUR"}`, nil, 422, "validation_failed", "items"},
+		{"101 items", order("c", "EUR", items(101)), nil, 422, "validation_failed", "items"},
+		{"sku empty", order("c", "EUR", "["+item("", 1, 1)+"]"), nil, 422, "validation_failed", "items[0].sku"},
+		{"sku 65 chars", order("c", "EUR", "["+item(strings.Repeat("s", 65), 1, 1)+"]"), nil, 422, "validation_failed", "items[0].sku"},
+		{"quantity 0", order("c", "EUR", "["+item("A", 0, 1)+"]"), nil, 422, "validation_failed", "items[0].quantity"},
+		{"quantity 10001", order("c", "EUR", "["+good+","+item("A", 10001, 1)+"]"), nil, 422, "validation_failed", "items[1].quantity"},
+		{"price -1", order("c", "EUR", "["+item("A", 1, -1)+"]"), nil, 422, "validation_failed", "items[0].unit_price_cents"},
+		{"price 10^9+1", order("c", "EUR", "["+item("A", 1, 1_000_000_001)+"]"), nil, 422, "validation_failed", "items[0].unit_price_cents"},
+		{"price missing", order("c", "EUR", `[{"sku":"A","quantity":1}]`), nil, 422, "validation_failed", "items[0].unit_price_cents"},
+	}
+	for _, c := range cases {
+		r := b.do(http.MethodPost, "/v1/orders", []byte(c.body), c.header)
+		if r.status != c.status {
+			t.Errorf("%s: status %d, want %d: %s", c.name, r.status, c.status, r.body)
+			continue
+		}
+		p := r.problem(t)
+		if p.Code != c.code {
+			t.Errorf("%s: code %q, want %q", c.name, p.Code, c.code)
+		}
+		if c.field != "" && (len(p.Errors) != 1 || p.Errors[0].Field != c.field || p.Errors[0].Message == "") {
+			t.Errorf("%s: errors %+v, want one for %s", c.name, p.Errors, c.field)
+		}
+	}
+	// The boundaries themselves are accepted (and only these write).
+	for _, body := range []string{
+		order(strings.Repeat("é", 64), "EUR", items(100)),
+		order("c", "USD", "["+item(strings.Repeat("s", 64), 10000, 1_000_000_000)+"]"),
+		order("c", "EUR", "["+item("A", 1, 0)+"]"),
+	} {
+		b.createOrder(body, nil)
+	}
+	if b.count("orders") != 3 || b.count("message_outbox") != 3 || b.count("http_idempotency_key") != 0 {
+		t.Fatalf("rows: %d orders, %d outbox; want only the 3 valid ones", b.count("orders"), b.count("message_outbox"))
+	}
+}
+
+func TestGetOrderUnknownOrMalformedID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, path := range []string{
+		"/v1/orders/01a22b33-547c-7be9-ad1e-5920dad5df79",
+		"/v1/orders/not-a-uuid",
+		"/v1/orders/01a22b33-547c-7be9-ad1e-5920dad5df79/cancel",
+		"/v1/orders/%00/cancel",
+	} {
+		method := http.MethodGet
+		if strings.HasSuffix(path, "/cancel") {
+			method = http.MethodPost
+		}
+		r := b.do(method, path, nil, nil)
+		if r.status != http.StatusNotFound || r.problem(t).Code != "not_found" {
+			t.Errorf("%s %s: %d %s", method, path, r.status, r.body)
+		}
+	}
+	if b.count("message_outbox") != 0 {
+		t.Fatal("a 404 wrote an outbox row")
+	}
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if r := b.do(http.MethodGet, "/v2/nothing", nil, nil); r.status != http.StatusNotFound || r.problem(t).Code != "not_found" {
+		t.Errorf("unknown route: %d %s", r.status, r.body)
+	}
+	if r := b.do(http.MethodDelete, "/v1/orders", nil, nil); r.status != http.StatusMethodNotAllowed || r.problem(t).Code != "method_not_allowed" {
+		t.Errorf("unknown method: %d %s", r.status, r.body)
+	}
+}
+
+func TestCancelOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := b.createOrder(validOrder, nil)
+
+	r := b.do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", nil, header{httpapi.HeaderCorrelationID: "cancel-1"})
+	var got orderBody
+	r.decode(t, &got)
+	if r.status != http.StatusOK || got.Status != "CANCELLED" || got.Version != 2 || len(got.History) != 2 ||
+		got.History[1].FromStatus != "SUBMITTED" || got.History[1].ToStatus != "CANCELLED" || got.History[1].CorrelationID != "cancel-1" {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	var corr string
+	err := b.pool.QueryRow(t.Context(), `SELECT headers->>'correlation_id' FROM message_outbox WHERE message_type = 'order.cancelled' AND aggregate_id = $1`, o.OrderID).Scan(&corr)
+	if err != nil || corr != "cancel-1" {
+		t.Fatalf("order.cancelled outbox row: %q %v", corr, err)
+	}
+
+	// Cancelling again is a 200 that changes nothing.
+	again := b.do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", nil, nil)
+	var same orderBody
+	again.decode(t, &same)
+	if again.status != http.StatusOK || same.Status != "CANCELLED" || same.Version != 2 || len(same.History) != 2 {
+		t.Fatalf("second cancel: %d %s", again.status, again.body)
+	}
+	if b.count("message_outbox") != 2 {
+		t.Fatalf("want 2 outbox rows (submitted, cancelled), have %d", b.count("message_outbox"))
+	}
+}
+
+func TestCancelFromEachStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := []struct {
+		status string
+		want   int
+	}{
+		{"SUBMITTED", http.StatusOK},
+		{"FULFILLMENT_REQUESTED", http.StatusOK},
+		{"CANCELLED", http.StatusOK},
+		{"FULFILLED", http.StatusConflict},
+		{"REJECTED", http.StatusConflict},
+	}
+	for _, c := range cases {
+		o := b.createOrder(validOrder, nil)
+		if _, err := b.pool.Exec(t.Context(), "UPDATE orders SET status = $1 WHERE order_id = $2", c.status, o.OrderID); err != nil {
+			t.Fatal(err)
+		}
+		outboxBefore := b.count("message_outbox")
+		r := b.do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", nil, nil)
+		if r.status != c.want {
+			t.Errorf("cancel from %s: %d %s", c.status, r.status, r.body)
+			continue
+		}
+		wrote := b.count("message_outbox") - outboxBefore
+		switch {
+		case c.want == http.StatusConflict:
+			if p := r.problem(t); p.Code != "order_final" || !strings.Contains(p.Detail, c.status) {
+				t.Errorf("cancel from %s: %+v", c.status, p)
+			}
+			if wrote != 0 {
+				t.Errorf("cancel from %s wrote %d outbox rows", c.status, wrote)
+			}
+		case c.status == "CANCELLED":
+			if wrote != 0 {
+				t.Errorf("no-op cancel wrote %d outbox rows", wrote)
+			}
+		default:
+			if wrote != 1 {
+				t.Errorf("cancel from %s wrote %d outbox rows, want 1", c.status, wrote)
+			}
+		}
+	}
+}
+
+// Two concurrent cancels: one transition, one order.cancelled row.
+func TestConcurrentCancels(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 5 {
+		o := b.createOrder(validOrder, nil)
+		var wg sync.WaitGroup
+		statuses := make([]int, 2)
+		for i := range statuses {
+			wg.Go(func() {
+				statuses[i] = b.do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", nil, nil).status
+			})
+		}
+		wg.Wait()
+		if statuses[0] != http.StatusOK || statuses[1] != http.StatusOK {
+			t.Fatalf("statuses %v", statuses)
+		}
+		var transitions, cancelled int
+		ctx := t.Context()
+		_ = b.pool.QueryRow(ctx, "SELECT count(*) FROM order_state_transition WHERE order_id = $1 AND to_status = 'CANCELLED'", o.OrderID).Scan(&transitions)
+		_ = b.pool.QueryRow(ctx, "SELECT count(*) FROM message_outbox WHERE aggregate_id = $1 AND message_type = 'order.cancelled'", o.OrderID).Scan(&cancelled)
+		if transitions != 1 || cancelled != 1 {
+			t.Fatalf("%d transitions, %d order.cancelled rows; want 1 and 1", transitions, cancelled)
+		}
+	}
+}
+
+func TestListOrders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []string
+	for range 5 {
+		ids = append(ids, b.createOrder(validOrder, nil).OrderID)
+	}
+	b.do(http.MethodPost, "/v1/orders/"+ids[1]+"/cancel", nil, nil)
+
+	type page struct {
+		Orders     []orderBody `json:"orders"`
+		NextCursor *string     `json:"next_cursor"`
+	}
+	var seen []string
+	path := "/v1/orders?limit=2"
+	for {
+		r := b.do(http.MethodGet, path, nil, nil)
+		var p page
+		r.decode(t, &p)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: %d", path, r.status)
+		}
+		for _, o := range p.Orders {
+			seen = append(seen, o.OrderID)
+			if o.History != nil {
+				t.Error("list items carry no history")
+			}
+		}
+		if p.NextCursor == nil {
+			break
+		}
+		path = "/v1/orders?limit=2&after=" + *p.NextCursor
+	}
+	want := []string{ids[4], ids[3], ids[2], ids[1], ids[0]}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("walked %v, want newest first %v", seen, want)
+	}
+
+	var cancelled page
+	b.do(http.MethodGet, "/v1/orders?status=CANCELLED", nil, nil).decode(t, &cancelled)
+	if len(cancelled.Orders) != 1 || cancelled.Orders[0].OrderID != ids[1] || cancelled.NextCursor != nil {
+		t.Fatalf("status filter: %+v", cancelled)
+	}
+
+	for _, bad := range []string{"?limit=0", "?limit=201", "?limit=x", "?status=LOST", "?after=%21%21", "?after=bm9wZQ"} {
+		r := b.do(http.MethodGet, "/v1/orders"+bad, nil, nil)
+		if r.status != http.StatusBadRequest || r.problem(t).Code != "invalid_query" {
+			t.Errorf("%s: %d %s", bad, r.status, r.body)
+		}
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if r := b.do(http.MethodGet, path, nil, nil); r.status != http.StatusOK {
+			t.Errorf("%s: %d", path, r.status)
+		}
+	}
+	b.pool.Close() // the database is gone for this server
+	r := b.do(http.MethodGet, "/readyz", nil, nil)
+	if r.status != http.StatusServiceUnavailable || r.problem(t).Code != "not_ready" {
+		t.Fatalf("readyz without a database: %d %s", r.status, r.body)
+	}
+	if r := b.do(http.MethodGet, "/healthz", nil, nil); r.status != http.StatusOK {
+		t.Fatalf("healthz without a database: %d", r.status)
+	}
+}
+
+func TestOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.do(http.MethodGet, "/openapi.yaml", nil, nil)
+	if r.status != http.StatusOK || !bytes.Equal(r.body, api.OpenAPI) {
+		t.Fatalf("GET /openapi.yaml: %d", r.status)
+	}
+}
+
+// Every route the server has is in the OpenAPI document, and every path
+// and method of the document is a route.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
+	e, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TracerProvider: tracenoop.NewTracerProvider(),
+		MeterProvider: metricnoop.NewMeterProvider(), MetricsHandler: http.NotFoundHandler(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, r := range e.Routes() {
+		path := r.Path
+		for _, p := range strings.Split(path, "/") {
+			if strings.HasPrefix(p, ":") {
+				path = strings.Replace(path, p, "{"+p[1:]+"}", 1)
+			}
+		}
+		served[r.Method+" "+path] = true
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented[method+" "+path] = true
+		}
+	}
+	for route := range served {
+		if !documented[route] {
+			t.Errorf("route %s is not in openapi.yaml", route)
+		}
+	}
+	for route := range documented {
+		if !served[route] {
+			t.Errorf("openapi.yaml has %s, which the server does not serve", route)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/yourorg/orders/internal/telemetry"
+)
+
+// HeaderCorrelationID carries the id that ties a request to every message
+// and log line it causes.
+const HeaderCorrelationID = "X-Correlation-ID"
+
+const maxCorrelationIDLen = 128
+
+type correlationKey struct{}
+
+func correlationID(ctx context.Context) string {
+	id, _ := ctx.Value(correlationKey{}).(string)
+	return id
+}
+
+// withCorrelationID takes the caller's X-Correlation-ID when it is sane
+// (1..128 printable ASCII characters), or makes one up, and echoes it in the
+// response.
+func withCorrelationID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		id := req.Header.Get(HeaderCorrelationID)
+		if !printableASCII(id, maxCorrelationIDLen) {
+			id = uuid.NewString()
+		}
+		ctx := context.WithValue(req.Context(), correlationKey{}, id)
+		ctx = telemetry.WithLogAttrs(ctx, slog.String("correlation_id", id))
+		c.SetRequest(req.WithContext(ctx))
+		c.Response().Header().Set(HeaderCorrelationID, id)
+		return next(c)
+	}
+}
+
+// printableASCII reports whether s has 1..maxLen characters, each a
+// printable ASCII character (space to tilde).
+func printableASCII(s string, maxLen int) bool {
+	if len(s) == 0 || len(s) > maxLen {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// logRequests writes one line per request, after the response.
+func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil { // not rendered by an inner middleware: render now
+				c.Error(err)
+			}
+			req, status := c.Request(), c.Response().Status
+			level := slog.LevelInfo
+			if status >= http.StatusInternalServerError {
+				level = slog.LevelError
+			}
+			logger.Log(req.Context(), level, "http request",
+				slog.String("method", req.Method),
+				slog.String("route", c.Path()),
+				slog.Int("status", status),
+				slog.Duration("took", time.Since(start)))
+			return nil
+		}
+	}
+}
+
+// instrument wraps the route in an OpenTelemetry HTTP server span named
+// "METHOD /route/{param}" and records the HTTP server metrics. Errors are
+// rendered inside the span so that the status it records is the one sent.
+func instrument(tp trace.TracerProvider, mp metric.MeterProvider) echo.MiddlewareFunc {
+	otelMiddleware := otelhttp.NewMiddleware("http.server",
+		otelhttp.WithTracerProvider(tp),
+		otelhttp.WithMeterProvider(mp),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if r.Pattern == "" {
+				return r.Method
+			}
+			return r.Method + " " + r.Pattern
+		}),
+	)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			otelMiddleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				r.Pattern = routeTemplate(c.Path())
+				c.SetRequest(r)
+				c.Response().Writer = w
+				if err := next(c); err != nil {
+					c.Error(err)
+				}
+			})).ServeHTTP(c.Response().Writer, c.Request())
+			return nil
+		}
+	}
+}
+
+// routeTemplate turns Echo's "/v1/orders/:order_id" into the OpenAPI and
+// OpenTelemetry form "/v1/orders/{order_id}".
+func routeTemplate(echoPath string) string {
+	parts := strings.Split(echoPath, "/")
+	for i, p := range parts {
+		if strings.HasPrefix(p, ":") {
+			parts[i] = "{" + p[1:] + "}"
+		}
+	}
+	return strings.Join(parts, "/")
+}

@@ -1,0 +1,351 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/store"
+)
+
+// HeaderIdempotencyKey and HeaderIdempotentReplayed implement safe retries
+// of POST /v1/orders.
+const (
+	HeaderIdempotencyKey     = "Idempotency-Key"
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	maxIdempotencyKeyLen     = 255
+)
+
+// List page sizes.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 200
+)
+
+// createOrderRequest is the body of POST /v1/orders.
+type createOrderRequest struct {
+	CustomerID string            `json:"customer_id"`
+	Currency   string            `json:"currency"`
+	Items      []createOrderItem `json:"items"`
+}
+
+type createOrderItem struct {
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+	// A pointer, to tell a missing price (a broken rule) from a free item.
+	UnitPriceCents *int64 `json:"unit_price_cents"`
+}
+
+// toOrder validates the request into a new order; the error is a
+// *domain.ValidationError with every broken rule.
+func (r createOrderRequest) toOrder(id uuid.UUID) (*domain.Order, error) {
+	var missing domain.ValidationError
+	items := make([]domain.Item, len(r.Items))
+	for i, it := range r.Items {
+		if it.UnitPriceCents == nil {
+			missing.Add(fmt.Sprintf("items[%d].unit_price_cents", i), "is required")
+			it.UnitPriceCents = new(int64)
+		}
+		items[i] = domain.Item{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: *it.UnitPriceCents}
+	}
+	order, err := domain.NewOrder(id, r.CustomerID, r.Currency, items)
+	var invalid *domain.ValidationError
+	if errors.As(err, &invalid) {
+		missing.Fields = append(missing.Fields, invalid.Fields...)
+	} else if err != nil {
+		return nil, err
+	}
+	if err := missing.Err(); err != nil {
+		return nil, err
+	}
+	return order, nil
+}
+
+// hash identifies the request for Idempotency-Key: the SHA-256 of its
+// canonical JSON, so that spacing and key order do not matter.
+func (r createOrderRequest) hash() string {
+	canonical, _ := json.Marshal(r)
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:])
+}
+
+// orderJSON is an order in a response.
+type orderJSON struct {
+	OrderID    uuid.UUID      `json:"order_id"`
+	CustomerID string         `json:"customer_id"`
+	Status     domain.Status  `json:"status"`
+	Version    int            `json:"version"`
+	Currency   string         `json:"currency"`
+	TotalCents int64          `json:"total_cents"`
+	Items      []itemJSON     `json:"items"`
+	CreatedAt  time.Time      `json:"created_at"`
+	UpdatedAt  time.Time      `json:"updated_at"`
+	History    *[]historyJSON `json:"history,omitempty"` // in single-order responses
+}
+
+type itemJSON struct {
+	SKU            string `json:"sku"`
+	Quantity       int    `json:"quantity"`
+	UnitPriceCents int64  `json:"unit_price_cents"`
+}
+
+type historyJSON struct {
+	FromStatus    domain.Status `json:"from_status"`
+	ToStatus      domain.Status `json:"to_status"`
+	MessageID     *string       `json:"message_id"`
+	CorrelationID string        `json:"correlation_id"`
+	CreatedAt     time.Time     `json:"created_at"`
+}
+
+type orderListJSON struct {
+	Orders     []orderJSON `json:"orders"`
+	NextCursor *string     `json:"next_cursor"`
+}
+
+func newOrderJSON(o *domain.Order) orderJSON {
+	items := make([]itemJSON, 0, len(o.Items()))
+	for _, it := range o.Items() {
+		items = append(items, itemJSON{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: it.UnitPriceCents})
+	}
+	return orderJSON{
+		OrderID: o.ID(), CustomerID: o.CustomerID(), Status: o.Status(), Version: o.Version(),
+		Currency: o.Currency(), TotalCents: o.TotalCents(), Items: items,
+		CreatedAt: o.CreatedAt().UTC(), UpdatedAt: o.UpdatedAt().UTC(),
+	}
+}
+
+func newOrderDetailJSON(o *domain.Order, history []store.HistoryEntry) orderJSON {
+	out := newOrderJSON(o)
+	h := make([]historyJSON, len(history))
+	for i, e := range history {
+		h[i] = historyJSON{FromStatus: e.From, ToStatus: e.To, MessageID: e.MessageID,
+			CorrelationID: e.CorrelationID, CreatedAt: e.CreatedAt.UTC()}
+	}
+	out.History = &h
+	return out
+}
+
+// createOrder: POST /v1/orders. The order, its first history row and its
+// order.submitted outbox row commit in one transaction, or nothing does.
+func (s *Server) createOrder(c echo.Context) error {
+	var req createOrderRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	var idem *store.IdempotentRequest
+	if key, ok := c.Request().Header[HeaderIdempotencyKey]; ok {
+		if len(key) != 1 || !printableASCII(key[0], maxIdempotencyKeyLen) {
+			return newError(http.StatusBadRequest, "invalid_idempotency_key",
+				"Idempotency-Key must be 1 to 255 printable ASCII characters.")
+		}
+		idem = &store.IdempotentRequest{Method: http.MethodPost, Path: "/v1/orders", Key: key[0], Hash: req.hash()}
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	order, err := req.toOrder(id)
+	if err != nil {
+		return err
+	}
+
+	ctx := c.Request().Context()
+	cid := correlationID(ctx)
+	var resp, replay *store.StoredResponse
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if idem != nil {
+			stored, err := store.ClaimIdempotencyKey(ctx, tx, *idem, s.cfg.IdempotencyKeyTTL)
+			if err != nil || stored != nil {
+				replay = stored
+				return err
+			}
+		}
+		created, err := store.CreateOrder(ctx, tx, order, store.Cause{CorrelationID: cid})
+		if err != nil {
+			return err
+		}
+		if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid}, domain.SubmittedMessage(created)); err != nil {
+			return err
+		}
+		history, err := store.History(ctx, tx, created.ID())
+		if err != nil {
+			return err
+		}
+		body, err := json.Marshal(newOrderDetailJSON(created, history))
+		if err != nil {
+			return err
+		}
+		resp = &store.StoredResponse{Status: http.StatusCreated, Body: body, Location: "/v1/orders/" + created.ID().String()}
+		if idem != nil {
+			return store.CompleteIdempotencyKey(ctx, tx, *idem, *resp)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if replay != nil {
+		s.metrics.replays.Add(ctx, 1)
+		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
+		resp = replay
+	} else {
+		s.metrics.created.Add(ctx, 1)
+	}
+	c.Response().Header().Set(echo.HeaderLocation, resp.Location)
+	return c.JSONBlob(resp.Status, resp.Body)
+}
+
+// getOrder: GET /v1/orders/{order_id}, with its history. The order and its
+// history are read in one snapshot, so they agree.
+func (s *Server) getOrder(c echo.Context) error {
+	id, err := orderIDParam(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	var out orderJSON
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		order, err := store.GetOrder(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		history, err := store.History(ctx, tx, id)
+		out = newOrderDetailJSON(order, history)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// listOrders: GET /v1/orders?status=S&limit=N&after=CURSOR, newest first.
+func (s *Server) listOrders(c echo.Context) error {
+	params := store.ListParams{Limit: defaultPageSize}
+	if v := c.QueryParam("status"); v != "" {
+		status, err := domain.ParseStatus(v)
+		if err != nil {
+			return newError(http.StatusBadRequest, "invalid_query", "status must be one of SUBMITTED, FULFILLMENT_REQUESTED, FULFILLED, REJECTED, CANCELLED.")
+		}
+		params.Status = status
+	}
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageSize {
+			return newError(http.StatusBadRequest, "invalid_query", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxPageSize))
+		}
+		params.Limit = n
+	}
+	if v := c.QueryParam("after"); v != "" {
+		cursor, err := decodeCursor(v)
+		if err != nil {
+			return newError(http.StatusBadRequest, "invalid_query", "after must be a next_cursor from an earlier page.")
+		}
+		params.After = cursor
+	}
+	orders, next, err := store.ListOrders(c.Request().Context(), s.pool, params)
+	if err != nil {
+		return err
+	}
+	out := orderListJSON{Orders: make([]orderJSON, len(orders))}
+	for i, o := range orders {
+		out.Orders[i] = newOrderJSON(o)
+	}
+	if next != nil {
+		cursor := encodeCursor(*next)
+		out.NextCursor = &cursor
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// cancelOrder: POST /v1/orders/{order_id}/cancel. The guarded transition to
+// CANCELLED and the order.cancelled outbox row commit together. The order
+// row is locked first, so of two concurrent cancels one moves the order and
+// the other finds it CANCELLED (a 200 no-op).
+func (s *Server) cancelOrder(c echo.Context) error {
+	id, err := orderIDParam(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	cid := correlationID(ctx)
+	var (
+		out       orderJSON
+		cancelled bool
+	)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		order, err := store.GetOrderForUpdate(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if status := order.Status(); status != domain.StatusCancelled {
+			order, _, err = store.TransitionOrder(ctx, tx, order, domain.TriggerCancel, store.Cause{CorrelationID: cid})
+			if errors.Is(err, domain.ErrStaleTransition) {
+				return newError(http.StatusConflict, "order_final",
+					fmt.Sprintf("The order is %s and can no longer be cancelled.", status))
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid}, domain.OrderCancelledV1{ID: id}); err != nil {
+				return err
+			}
+			cancelled = true
+		}
+		history, err := store.History(ctx, tx, id)
+		out = newOrderDetailJSON(order, history)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if cancelled {
+		s.metrics.cancelled.Add(ctx, 1)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func orderIDParam(c echo.Context) (uuid.UUID, error) {
+	id, err := uuid.Parse(c.Param("order_id"))
+	if err != nil {
+		return uuid.Nil, newError(http.StatusNotFound, "not_found", "No order has this id.")
+	}
+	return id, nil
+}
+
+// A cursor is opaque to clients: base64url of "created_at|order_id".
+func encodeCursor(c store.Cursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + c.OrderID.String()))
+}
+
+func decodeCursor(s string) (*store.Cursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	ts, id, ok := strings.Cut(string(raw), "|")
+	if !ok {
+		return nil, errors.New("cursor has no separator")
+	}
+	createdAt, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return nil, err
+	}
+	orderID, err := uuid.Parse(id)
+	if err != nil {
+		return nil, err
+	}
+	return &store.Cursor{CreatedAt: createdAt, OrderID: orderID}, nil
+}

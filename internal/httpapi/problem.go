@@ -1,0 +1,131 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/store"
+)
+
+// Problem is an RFC 9457 problem detail: the body of every error response.
+// Code is a stable, machine-readable name for the problem; Errors lists the
+// broken rules of a 422.
+type Problem struct {
+	Type          string              `json:"type"`
+	Title         string              `json:"title"`
+	Status        int                 `json:"status"`
+	Detail        string              `json:"detail,omitempty"`
+	Instance      string              `json:"instance,omitempty"`
+	Code          string              `json:"code"`
+	CorrelationID string              `json:"correlation_id,omitempty"`
+	Errors        []domain.FieldError `json:"errors,omitempty"`
+}
+
+// apiError is an error a handler returns when it knows the response.
+type apiError struct {
+	status int
+	code   string
+	detail string
+	err    error
+}
+
+func (e *apiError) Error() string {
+	if e.err != nil {
+		return e.detail + ": " + e.err.Error()
+	}
+	return e.detail
+}
+
+func (e *apiError) Unwrap() error { return e.err }
+
+func newError(status int, code, detail string) *apiError {
+	return &apiError{status: status, code: code, detail: detail}
+}
+
+// problemFor maps an error to its response: the one table from errors to
+// HTTP statuses.
+func problemFor(err error) Problem {
+	var (
+		apiErr   *apiError
+		valErr   *domain.ValidationError
+		echoErr  *echo.HTTPError
+		maxBytes *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &apiErr):
+		return problem(apiErr.status, apiErr.code, apiErr.detail)
+	case errors.As(err, &valErr):
+		p := problem(http.StatusUnprocessableEntity, "validation_failed", "The order breaks one or more rules; see errors.")
+		p.Errors = valErr.Fields
+		return p
+	case errors.As(err, &maxBytes):
+		return problem(http.StatusRequestEntityTooLarge, "body_too_large", "The request body is larger than 64 KiB.")
+	case errors.Is(err, domain.ErrNotFound):
+		return problem(http.StatusNotFound, "not_found", "No order has this id.")
+	case errors.Is(err, domain.ErrStaleTransition), errors.Is(err, domain.ErrInvalidTransition):
+		return problem(http.StatusConflict, "invalid_transition", err.Error())
+	case errors.Is(err, domain.ErrConflict):
+		return problem(http.StatusConflict, "conflict", "The order was changed by another request; read it and try again.")
+	case errors.Is(err, store.ErrKeyInFlight):
+		return problem(http.StatusConflict, "idempotency_key_in_use", "A request with this Idempotency-Key is still in progress; retry later.")
+	case errors.Is(err, store.ErrKeyReused):
+		return problem(http.StatusUnprocessableEntity, "idempotency_key_reused", "This Idempotency-Key was already used with a different request body.")
+	case errors.As(err, &echoErr):
+		return problem(echoErr.Code, echoCode(echoErr.Code), http.StatusText(echoErr.Code))
+	case errors.Is(err, context.DeadlineExceeded):
+		return problem(http.StatusServiceUnavailable, "timeout", "The request took too long; retry later.")
+	default:
+		return problem(http.StatusInternalServerError, "internal", "The server failed to handle the request; it has been logged.")
+	}
+}
+
+func problem(status int, code, detail string) Problem {
+	return Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code}
+}
+
+func echoCode(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case http.StatusRequestEntityTooLarge:
+		return "body_too_large"
+	case http.StatusUnsupportedMediaType:
+		return "unsupported_media_type"
+	}
+	if status >= 500 {
+		return "internal"
+	}
+	return "bad_request"
+}
+
+// errorHandler writes every error response of the API, and logs the
+// failures that are the server's fault.
+func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		req := c.Request()
+		p := problemFor(err)
+		p.Instance = req.URL.Path
+		p.CorrelationID = correlationID(req.Context())
+		if p.Status >= http.StatusInternalServerError {
+			logger.ErrorContext(req.Context(), "request failed", slog.String("error", err.Error()),
+				slog.String("method", req.Method), slog.String("route", c.Path()))
+		}
+		body, _ := json.Marshal(p)
+		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+		c.Response().WriteHeader(p.Status)
+		if req.Method != http.MethodHead {
+			_, _ = c.Response().Write(body)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/yourorg/orders/api"
+)
+
+// Config holds the knobs of the API.
+type Config struct {
+	// IdempotencyKeyTTL is how long an Idempotency-Key is remembered.
+	IdempotencyKeyTTL time.Duration
+}
+
+// Deps is what the API runs on.
+type Deps struct {
+	Pool           *pgxpool.Pool
+	Logger         *slog.Logger
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	// MetricsHandler serves GET /metrics.
+	MetricsHandler http.Handler
+}
+
+// Server holds the handlers of the API.
+type Server struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	logger  *slog.Logger
+	metrics apiMetrics
+}
+
+type apiMetrics struct {
+	created, cancelled, replays metric.Int64Counter
+}
+
+// New returns the API as an http.Handler, with every route of SPEC section 3.
+func New(cfg Config, deps Deps) (*echo.Echo, error) {
+	m, err := newAPIMetrics(deps.MeterProvider.Meter("github.com/yourorg/orders/internal/httpapi"))
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, pool: deps.Pool, logger: deps.Logger, metrics: m}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(deps.Logger)
+	e.Use(
+		withCorrelationID,
+		logRequests(deps.Logger),
+		instrument(deps.TracerProvider, deps.MeterProvider),
+		middleware.RecoverWithConfig(middleware.RecoverConfig{
+			DisableErrorHandler: true, // return the panic as an error, rendered as a 500 above
+			LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+				deps.Logger.ErrorContext(c.Request().Context(), "handler panicked",
+					slog.String("error", err.Error()), slog.String("stack", string(stack)))
+				return err
+			},
+		}),
+	)
+
+	e.POST("/v1/orders", s.createOrder)
+	e.GET("/v1/orders", s.listOrders)
+	e.GET("/v1/orders/:order_id", s.getOrder)
+	e.POST("/v1/orders/:order_id/cancel", s.cancelOrder)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(deps.MetricsHandler))
+	e.GET("/openapi.yaml", serveOpenAPI)
+	return e, nil
+}
+
+func newAPIMetrics(meter metric.Meter) (apiMetrics, error) {
+	var m apiMetrics
+	var err error
+	if m.created, err = meter.Int64Counter("orders.created",
+		metric.WithDescription("Orders accepted by POST /v1/orders (idempotent replays not counted)."),
+		metric.WithUnit("{order}")); err != nil {
+		return m, err
+	}
+	if m.cancelled, err = meter.Int64Counter("orders.cancelled",
+		metric.WithDescription("Orders moved to CANCELLED by POST /v1/orders/{order_id}/cancel."),
+		metric.WithUnit("{order}")); err != nil {
+		return m, err
+	}
+	m.replays, err = meter.Int64Counter("orders.idempotent_replays",
+		metric.WithDescription("POST /v1/orders answered from a stored response (Idempotency-Key replay)."),
+		metric.WithUnit("{request}"))
+	return m, err
+}
+
+// healthz: the process is alive.
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz: the process can serve, which for the API means the database answers.
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return newError(http.StatusServiceUnavailable, "not_ready", "The database does not answer.")
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func serveOpenAPI(c echo.Context) error {
+	return c.Blob(http.StatusOK, "application/yaml", api.OpenAPI)
+}
