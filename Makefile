@@ -1,0 +1,45 @@
+# The order service: transactional outbox and consumer inbox on PostgreSQL
+# and RabbitMQ. `make` lists the targets.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO      ?= go
+TOOL    := $(GO) tool -modfile=tools/go.mod
+PKGS    := ./...
+# DATABASE_URL and AMQP_URL come from the environment; unset, the binaries
+# use the local servers, and the tests use them or start containers.
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: test
+test: ## run every test against the local PostgreSQL and RabbitMQ (or containers)
+	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+.PHONY: test/race
+test/race: ## run every test with the race detector
+	$(GO) test -count=1 -race -timeout 20m $(PKGS)
+
+.PHONY: lint
+lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minutes)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet $(PKGS)
+	$(TOOL) golangci-lint run $(PKGS)
+
+.PHONY: generate
+generate: ## regenerate the sqlc code from internal/store/queries and migrations
+	$(TOOL) sqlc generate
+
+.PHONY: migrate
+migrate: ## create the database if needed and apply the migrations (DATABASE_URL)
+	$(GO) run ./cmd/order-api migrate up
+
+.PHONY: run
+run: ## run order-api against DATABASE_URL, migrating first
+	$(GO) run ./cmd/order-api -migrate
+
+.PHONY: db/reset
+db/reset: ## roll every migration back and apply them again (drops all data!)
+	$(GO) run ./cmd/order-api migrate reset
