@@ -22,6 +22,10 @@ test: ## run every test against the local PostgreSQL and RabbitMQ (or containers
 test/race: ## run every test with the race detector
 	$(GO) test -count=1 -race -timeout 20m $(PKGS)
 
+.PHONY: bench
+bench: ## the benchmarks of docs/benchmarks.md (relay against a raw publisher, latency)
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/...
+
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minutes)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -39,6 +43,10 @@ migrate: ## create the database if needed and apply the migrations (DATABASE_URL
 .PHONY: run
 run: ## run order-api against DATABASE_URL, migrating first
 	$(GO) run ./cmd/order-api -migrate
+
+.PHONY: run/relay
+run/relay: ## run outbox-relay against DATABASE_URL and AMQP_URL
+	$(GO) run ./cmd/outbox-relay
 
 .PHONY: db/reset
 db/reset: ## roll every migration back and apply them again (drops all data!)

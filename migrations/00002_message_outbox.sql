@@ -33,14 +33,18 @@ CREATE TABLE message_outbox (
     CONSTRAINT message_outbox_claim_check CHECK ((status = 'PUBLISHING') = (claimed_by IS NOT NULL AND claimed_until IS NOT NULL))
 );
 
--- The claim query: due PENDING rows, oldest first. Partial, so it stays as
--- small as the backlog however many PUBLISHED rows the table keeps.
-CREATE INDEX message_outbox_pending_idx ON message_outbox (next_attempt_at, created_at, outbox_id) WHERE status = 'PENDING';
+-- The claim query: PENDING rows, oldest first (those waiting for a retry,
+-- next_attempt_at in the future, are filtered out as the scan meets them).
+-- Partial, so it stays as small as the backlog however many PUBLISHED rows
+-- the table keeps.
+CREATE INDEX message_outbox_pending_idx ON message_outbox (created_at, outbox_id) WHERE status = 'PENDING';
 -- Lease recovery: PUBLISHING rows whose relay went away.
 CREATE INDEX message_outbox_publishing_idx ON message_outbox (claimed_until) WHERE status = 'PUBLISHING';
--- Operators: everything about one order, and everything of one request.
+-- Operators: every message of one order. (No index on the correlation id:
+-- every claim and mark rewrites the row, and each index costs on that hot
+-- path; a correlation id leads to its order through order_state_transition
+-- and the logs. docs/benchmarks.md has the measurement.)
 CREATE INDEX message_outbox_aggregate_idx ON message_outbox (aggregate_type, aggregate_id, created_at);
-CREATE INDEX message_outbox_correlation_idx ON message_outbox ((headers ->> 'correlation_id'));
 -- Retention of published rows, and the FAILED rows an operator must look at.
 CREATE INDEX message_outbox_published_idx ON message_outbox (published_at) WHERE status = 'PUBLISHED';
 CREATE INDEX message_outbox_failed_idx ON message_outbox (updated_at) WHERE status = 'FAILED';

@@ -89,7 +89,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
 
 	// Database.
-	pool, err := app.OpenDatabase(ctx, service, cfg.Database, cli.Migrate || cfg.MigrateOnStart, nil, log)
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/yourorg/orders/internal/config"
@@ -90,16 +89,18 @@ func RunMigrate(ctx context.Context, db config.Database, args []string, logger *
 	}
 }
 
-// OpenDatabase opens the pool of process name; with migrate it first
-// creates the database if needed and applies pending migrations, under
-// goose's advisory lock.
-func OpenDatabase(ctx context.Context, name string, db config.Database, migrate bool, tracer pgx.QueryTracer, logger *slog.Logger) (*pgxpool.Pool, error) {
+// OpenDatabase opens the pool of a process: pc names it and sets its
+// options; db supplies the URL and size. With migrate it first creates the
+// database if needed and applies pending migrations, under goose's advisory
+// lock.
+func OpenDatabase(ctx context.Context, pc store.PoolConfig, db config.Database, migrate bool, logger *slog.Logger) (*pgxpool.Pool, error) {
 	if migrate {
 		if err := RunMigrate(ctx, db, []string{"up"}, logger, io.Discard); err != nil {
 			return nil, err
 		}
 	}
-	return store.NewPool(ctx, store.PoolConfig{URL: db.URL, MaxConns: db.MaxConns, AppName: name, Tracer: tracer})
+	pc.URL, pc.MaxConns = db.URL, db.MaxConns
+	return store.NewPool(ctx, pc)
 }
 
 // NewHTTPServer returns a server with the timeouts a public listener needs.

@@ -28,6 +28,9 @@ const (
 	maxIdempotencyKeyLen     = 255
 )
 
+// Producer is the app_id of the messages the API writes.
+const Producer = "order-api"
+
 // List page sizes.
 const (
 	defaultPageSize = 50
@@ -176,7 +179,7 @@ func (s *Server) createOrder(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid}, domain.SubmittedMessage(created)); err != nil {
+		if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid, Producer: Producer}, domain.SubmittedMessage(created)); err != nil {
 			return err
 		}
 		history, err := store.History(ctx, tx, created.ID())
@@ -299,7 +302,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 			if err != nil {
 				return err
 			}
-			if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid}, domain.OrderCancelledV1{ID: id}); err != nil {
+			if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid, Producer: Producer}, domain.OrderCancelledV1{ID: id}); err != nil {
 				return err
 			}
 			cancelled = true

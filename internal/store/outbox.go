@@ -17,6 +17,9 @@ import (
 const (
 	HeaderCorrelationID = "correlation_id"
 	HeaderCausationID   = "causation_id"
+	// HeaderProducer names the process that wrote the row; the relay sends
+	// it as the AMQP app_id.
+	HeaderProducer = "app_id"
 )
 
 // MessageMeta is the envelope metadata the messages of one transaction share.
@@ -25,6 +28,8 @@ type MessageMeta struct {
 	CorrelationID string
 	// CausationID is the message_id of the message being handled, if any.
 	CausationID string
+	// Producer is the process writing the messages (the AMQP app_id).
+	Producer string
 }
 
 // EnqueueMessages writes msgs to the outbox in the caller's transaction, one
@@ -43,6 +48,9 @@ func EnqueueMessages(ctx context.Context, db DBTX, meta MessageMeta, msgs ...dom
 	}
 	if meta.CausationID != "" {
 		headers[HeaderCausationID] = meta.CausationID
+	}
+	if meta.Producer != "" {
+		headers[HeaderProducer] = meta.Producer
 	}
 	headerJSON, err := json.Marshal(headers)
 	if err != nil {

@@ -34,6 +34,13 @@ type PoolConfig struct {
 	ConnectTimeout time.Duration
 	// Tracer, when set, instruments every query (see internal/telemetry).
 	Tracer pgx.QueryTracer
+	// AsyncCommit turns synchronous_commit off for the pool's sessions: a
+	// commit returns before its WAL is flushed, and a database crash may
+	// forget the last few hundred milliseconds of commits. Only for work
+	// that is safe to lose and redo: the relay's claims and marks (a lost
+	// one means a message is published again, which consumers absorb),
+	// never for business writes.
+	AsyncCommit bool
 }
 
 // NewPool opens a pool and waits until the database answers, so that a
@@ -52,6 +59,9 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	}
 	if cfg.Tracer != nil {
 		pcfg.ConnConfig.Tracer = cfg.Tracer
+	}
+	if cfg.AsyncCommit {
+		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -7,9 +7,107 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
+
+const claimOutbox = `-- name: ClaimOutbox :many
+UPDATE message_outbox
+SET status = 'PUBLISHING',
+    claimed_by = $1,
+    claimed_until = now() + make_interval(secs => $2::float8),
+    attempt_count = attempt_count + 1,
+    updated_at = now()
+WHERE outbox_id = ANY (ARRAY(
+    SELECT outbox_id
+    FROM message_outbox
+    WHERE status = 'PENDING' AND next_attempt_at <= now()
+    ORDER BY created_at, outbox_id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
+          routing_key, payload, headers, attempt_count, created_at
+`
+
+type ClaimOutboxParams struct {
+	Claimer      *string
+	LeaseSeconds float64
+	MaxRows      int32
+}
+
+type ClaimOutboxRow struct {
+	OutboxID       uuid.UUID
+	AggregateID    string
+	MessageType    string
+	MessageVersion int32
+	ExchangeName   string
+	RoutingKey     string
+	Payload        []byte
+	Headers        []byte
+	AttemptCount   int32
+	CreatedAt      time.Time
+}
+
+// Leases up to max_rows due PENDING rows, oldest first, to one relay, and
+// counts the attempt. SKIP LOCKED lets relays claim side by side without
+// waiting for each other; the row locks last only as long as this one
+// statement, and the lease (claimed_until) takes over from there. The ids
+// go through an array so that the rows are fetched by primary key.
+func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParams) ([]ClaimOutboxRow, error) {
+	rows, err := db.Query(ctx, claimOutbox, arg.Claimer, arg.LeaseSeconds, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimOutboxRow
+	for rows.Next() {
+		var i ClaimOutboxRow
+		if err := rows.Scan(
+			&i.OutboxID,
+			&i.AggregateID,
+			&i.MessageType,
+			&i.MessageVersion,
+			&i.ExchangeName,
+			&i.RoutingKey,
+			&i.Payload,
+			&i.Headers,
+			&i.AttemptCount,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deletePublishedOutbox = `-- name: DeletePublishedOutbox :execrows
+DELETE FROM message_outbox
+WHERE outbox_id IN (
+    SELECT outbox_id FROM message_outbox
+    WHERE status = 'PUBLISHED' AND published_at < now() - make_interval(secs => $1::float8)
+    LIMIT $2
+)
+`
+
+type DeletePublishedOutboxParams struct {
+	RetentionSeconds float64
+	MaxRows          int32
+}
+
+// Retention: PUBLISHED rows older than the window, a batch at a time.
+func (q *Queries) DeletePublishedOutbox(ctx context.Context, db DBTX, arg DeletePublishedOutboxParams) (int64, error) {
+	result, err := db.Exec(ctx, deletePublishedOutbox, arg.RetentionSeconds, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const insertOutboxMessages = `-- name: InsertOutboxMessages :exec
 INSERT INTO message_outbox (
@@ -55,4 +153,169 @@ func (q *Queries) InsertOutboxMessages(ctx context.Context, db DBTX, arg InsertO
 		arg.Headers,
 	)
 	return err
+}
+
+const markOutboxFailed = `-- name: MarkOutboxFailed :many
+UPDATE message_outbox m
+SET status = CASE WHEN m.attempt_count >= $1::integer THEN 'FAILED' ELSE 'PENDING' END,
+    next_attempt_at = now() + make_interval(secs => c.retry_in),
+    last_error = c.error,
+    claimed_by = NULL, claimed_until = NULL, updated_at = now()
+FROM (SELECT unnest($2::uuid[]) AS outbox_id, unnest($3::integer[]) AS attempt,
+             unnest($4::text[]) AS error, unnest($5::float8[]) AS retry_in) AS c
+WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING'
+RETURNING m.outbox_id, m.status
+`
+
+type MarkOutboxFailedParams struct {
+	MaxAttempts    int32
+	OutboxIds      []uuid.UUID
+	Attempts       []int32
+	Errors         []string
+	RetryInSeconds []float64
+}
+
+type MarkOutboxFailedRow struct {
+	OutboxID uuid.UUID
+	Status   string
+}
+
+// The rows that were nacked, returned or not confirmed in time: back to
+// PENDING after their backoff, or FAILED once max_attempts is spent.
+func (q *Queries) MarkOutboxFailed(ctx context.Context, db DBTX, arg MarkOutboxFailedParams) ([]MarkOutboxFailedRow, error) {
+	rows, err := db.Query(ctx, markOutboxFailed,
+		arg.MaxAttempts,
+		arg.OutboxIds,
+		arg.Attempts,
+		arg.Errors,
+		arg.RetryInSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MarkOutboxFailedRow
+	for rows.Next() {
+		var i MarkOutboxFailedRow
+		if err := rows.Scan(&i.OutboxID, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const markOutboxPublished = `-- name: MarkOutboxPublished :execrows
+UPDATE message_outbox m
+SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
+    last_error = NULL, updated_at = now()
+FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::integer[]) AS attempt) AS c
+WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING'
+`
+
+type MarkOutboxPublishedParams struct {
+	OutboxIds []uuid.UUID
+	Attempts  []int32
+}
+
+// The rows the broker confirmed, in one statement. Each row is matched on
+// the attempt that claimed it: a relay whose lease ran out and whose row
+// was claimed again cannot touch the newer claim.
+func (q *Queries) MarkOutboxPublished(ctx context.Context, db DBTX, arg MarkOutboxPublishedParams) (int64, error) {
+	result, err := db.Exec(ctx, markOutboxPublished, arg.OutboxIds, arg.Attempts)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const outboxStats = `-- name: OutboxStats :many
+SELECT status, message_type, count(*)::bigint AS row_count,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
+FROM message_outbox WHERE status = 'PENDING' GROUP BY status, message_type
+UNION ALL
+SELECT status, message_type, count(*)::bigint, 0::float8
+FROM message_outbox WHERE status = 'PUBLISHING' GROUP BY status, message_type
+UNION ALL
+SELECT status, message_type, count(*)::bigint, 0::float8
+FROM message_outbox WHERE status = 'FAILED' GROUP BY status, message_type
+`
+
+type OutboxStatsRow struct {
+	Status           string
+	MessageType      string
+	RowCount         int64
+	OldestAgeSeconds float64
+}
+
+// The backlog for the relay's gauges; each branch uses its partial index.
+func (q *Queries) OutboxStats(ctx context.Context, db DBTX) ([]OutboxStatsRow, error) {
+	rows, err := db.Query(ctx, outboxStats)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxStatsRow
+	for rows.Next() {
+		var i OutboxStatsRow
+		if err := rows.Scan(
+			&i.Status,
+			&i.MessageType,
+			&i.RowCount,
+			&i.OldestAgeSeconds,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const recoverExpiredOutboxClaims = `-- name: RecoverExpiredOutboxClaims :execrows
+UPDATE message_outbox
+SET status = CASE WHEN attempt_count >= $1::integer THEN 'FAILED' ELSE 'PENDING' END,
+    next_attempt_at = now(),
+    last_error = 'lease expired: relay ' || claimed_by || ' did not finish the publish',
+    claimed_by = NULL, claimed_until = NULL, updated_at = now()
+WHERE status = 'PUBLISHING' AND claimed_until < now()
+`
+
+// Rows whose relay went away (killed, partitioned) while PUBLISHING: once
+// the lease has run out they are PENDING again, or FAILED if that was the
+// last attempt. Any relay runs this; no one has to step in.
+func (q *Queries) RecoverExpiredOutboxClaims(ctx context.Context, db DBTX, maxAttempts int32) (int64, error) {
+	result, err := db.Exec(ctx, recoverExpiredOutboxClaims, maxAttempts)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const releaseOutboxClaims = `-- name: ReleaseOutboxClaims :execrows
+UPDATE message_outbox m
+SET status = 'PENDING', attempt_count = m.attempt_count - 1, next_attempt_at = now(),
+    claimed_by = NULL, claimed_until = NULL, updated_at = now()
+FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::integer[]) AS attempt) AS c
+WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING'
+`
+
+type ReleaseOutboxClaimsParams struct {
+	OutboxIds []uuid.UUID
+	Attempts  []int32
+}
+
+// Hands claimed rows back untried (the relay is stopping): due at once, and
+// the attempt not counted.
+func (q *Queries) ReleaseOutboxClaims(ctx context.Context, db DBTX, arg ReleaseOutboxClaimsParams) (int64, error) {
+	result, err := db.Exec(ctx, releaseOutboxClaims, arg.OutboxIds, arg.Attempts)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

@@ -15,3 +15,90 @@ SELECT unnest(@outbox_ids::uuid[]),
        unnest(@routing_keys::text[]),
        unnest(@payloads::jsonb[]),
        unnest(@headers::jsonb[]);
+
+-- name: ClaimOutbox :many
+-- Leases up to max_rows due PENDING rows, oldest first, to one relay, and
+-- counts the attempt. SKIP LOCKED lets relays claim side by side without
+-- waiting for each other; the row locks last only as long as this one
+-- statement, and the lease (claimed_until) takes over from there. The ids
+-- go through an array so that the rows are fetched by primary key.
+UPDATE message_outbox
+SET status = 'PUBLISHING',
+    claimed_by = @claimer,
+    claimed_until = now() + make_interval(secs => @lease_seconds::float8),
+    attempt_count = attempt_count + 1,
+    updated_at = now()
+WHERE outbox_id = ANY (ARRAY(
+    SELECT outbox_id
+    FROM message_outbox
+    WHERE status = 'PENDING' AND next_attempt_at <= now()
+    ORDER BY created_at, outbox_id
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
+          routing_key, payload, headers, attempt_count, created_at;
+
+-- name: MarkOutboxPublished :execrows
+-- The rows the broker confirmed, in one statement. Each row is matched on
+-- the attempt that claimed it: a relay whose lease ran out and whose row
+-- was claimed again cannot touch the newer claim.
+UPDATE message_outbox m
+SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
+    last_error = NULL, updated_at = now()
+FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@attempts::integer[]) AS attempt) AS c
+WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING';
+
+-- name: MarkOutboxFailed :many
+-- The rows that were nacked, returned or not confirmed in time: back to
+-- PENDING after their backoff, or FAILED once max_attempts is spent.
+UPDATE message_outbox m
+SET status = CASE WHEN m.attempt_count >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
+    next_attempt_at = now() + make_interval(secs => c.retry_in),
+    last_error = c.error,
+    claimed_by = NULL, claimed_until = NULL, updated_at = now()
+FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@attempts::integer[]) AS attempt,
+             unnest(@errors::text[]) AS error, unnest(@retry_in_seconds::float8[]) AS retry_in) AS c
+WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING'
+RETURNING m.outbox_id, m.status;
+
+-- name: ReleaseOutboxClaims :execrows
+-- Hands claimed rows back untried (the relay is stopping): due at once, and
+-- the attempt not counted.
+UPDATE message_outbox m
+SET status = 'PENDING', attempt_count = m.attempt_count - 1, next_attempt_at = now(),
+    claimed_by = NULL, claimed_until = NULL, updated_at = now()
+FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@attempts::integer[]) AS attempt) AS c
+WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING';
+
+-- name: RecoverExpiredOutboxClaims :execrows
+-- Rows whose relay went away (killed, partitioned) while PUBLISHING: once
+-- the lease has run out they are PENDING again, or FAILED if that was the
+-- last attempt. Any relay runs this; no one has to step in.
+UPDATE message_outbox
+SET status = CASE WHEN attempt_count >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
+    next_attempt_at = now(),
+    last_error = 'lease expired: relay ' || claimed_by || ' did not finish the publish',
+    claimed_by = NULL, claimed_until = NULL, updated_at = now()
+WHERE status = 'PUBLISHING' AND claimed_until < now();
+
+-- name: DeletePublishedOutbox :execrows
+-- Retention: PUBLISHED rows older than the window, a batch at a time.
+DELETE FROM message_outbox
+WHERE outbox_id IN (
+    SELECT outbox_id FROM message_outbox
+    WHERE status = 'PUBLISHED' AND published_at < now() - make_interval(secs => @retention_seconds::float8)
+    LIMIT @max_rows
+);
+
+-- name: OutboxStats :many
+-- The backlog for the relay's gauges; each branch uses its partial index.
+SELECT status, message_type, count(*)::bigint AS row_count,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
+FROM message_outbox WHERE status = 'PENDING' GROUP BY status, message_type
+UNION ALL
+SELECT status, message_type, count(*)::bigint, 0::float8
+FROM message_outbox WHERE status = 'PUBLISHING' GROUP BY status, message_type
+UNION ALL
+SELECT status, message_type, count(*)::bigint, 0::float8
+FROM message_outbox WHERE status = 'FAILED' GROUP BY status, message_type;

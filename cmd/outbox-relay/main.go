@@ -1,0 +1,151 @@
+// Command outbox-relay publishes the committed rows of message_outbox to
+// RabbitMQ: it claims due rows (FOR UPDATE SKIP LOCKED, with a lease),
+// publishes them with publisher confirms and mandatory routing, and marks
+// each row by the broker's answer. Run as many as you like side by side.
+//
+//	outbox-relay [-migrate]                 publish; admin endpoints on ADMIN_ADDR
+//	outbox-relay migrate [up|down|status]   manage the schema and exit
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/yourorg/orders/internal/app"
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/telemetry"
+)
+
+const service = "outbox-relay"
+
+// Config is every setting of outbox-relay; see the README for the table.
+type Config struct {
+	config.Database
+	config.Log
+	// AMQPURL is the RabbitMQ broker.
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	// AdminAddr serves /healthz, /readyz and /metrics.
+	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9101"`
+	// ID names this relay in claimed_by; default host name and pid.
+	ID              string        `env:"RELAY_ID"`
+	BatchSize       int           `env:"RELAY_BATCH_SIZE" envDefault:"500"`
+	MaxInFlight     int           `env:"RELAY_MAX_IN_FLIGHT" envDefault:"2000"`
+	PollInterval    time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"1s"`
+	Notify          bool          `env:"RELAY_NOTIFY" envDefault:"true"`
+	Lease           time.Duration `env:"RELAY_LEASE" envDefault:"30s"`
+	ConfirmTimeout  time.Duration `env:"RELAY_CONFIRM_TIMEOUT" envDefault:"10s"`
+	MaxAttempts     int           `env:"RELAY_MAX_ATTEMPTS" envDefault:"10"`
+	BackoffBase     time.Duration `env:"RELAY_BACKOFF_BASE" envDefault:"1s"`
+	BackoffMax      time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"5m"`
+	Retention       time.Duration `env:"RELAY_RETENTION" envDefault:"168h"`
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// Validate checks every setting and reports all the bad ones.
+func (c *Config) Validate() error {
+	return errors.Join(
+		c.Database.Validate(),
+		c.Log.Validate(),
+		config.Positive("RELAY_BATCH_SIZE", c.BatchSize),
+		config.Positive("RELAY_MAX_IN_FLIGHT", c.MaxInFlight),
+		config.Positive("RELAY_POLL_INTERVAL", c.PollInterval),
+		config.Positive("RELAY_LEASE", c.Lease),
+		config.Positive("RELAY_CONFIRM_TIMEOUT", c.ConfirmTimeout),
+		config.Positive("RELAY_MAX_ATTEMPTS", c.MaxAttempts),
+		config.Positive("RELAY_BACKOFF_BASE", c.BackoffBase),
+		config.Positive("RELAY_BACKOFF_MAX", c.BackoffMax),
+		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
+		c.validateRelay(),
+	)
+}
+
+func (c *Config) validateRelay() error {
+	rc := c.relayConfig()
+	return rc.Validate()
+}
+
+func (c *Config) relayConfig() messaging.RelayConfig {
+	return messaging.RelayConfig{
+		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
+		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
+		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout,
+		Retention: c.Retention,
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], nil, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
+		}
+		os.Exit(1)
+	}
+}
+
+// run is the whole process; environ replaces the process environment when
+// not nil (tests).
+func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
+	// Configuration and command line.
+	var cfg Config
+	if err := config.Load(&cfg, environ); err != nil {
+		return err
+	}
+	cli, err := app.ParseArgs(service, args, stderr)
+	if err != nil {
+		return err
+	}
+
+	// Telemetry: logs and metrics.
+	tel, err := telemetry.Setup(service, cfg.Log, stdout)
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
+	log := tel.Logger
+	if len(cli.Command) > 0 {
+		return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
+	}
+	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
+
+	// Database. The relay's own writes (claims, marks) commit asynchronously:
+	// losing the last of them in a database crash only means publishing a
+	// message again, which the consumers' inbox absorbs.
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, AsyncCommit: true}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	// The relay, and its admin endpoints beside it.
+	relay, err := messaging.NewRelay(cfg.relayConfig(), messaging.RelayDeps{
+		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider,
+	})
+	if err != nil {
+		return err
+	}
+	admin := app.NewHTTPServer(cfg.AdminAddr, app.AdminHandler(relay.Ready, tel.MetricsHandler), log)
+
+	// Run until SIGINT/SIGTERM: the relay then stops claiming, waits for the
+	// confirms of what it published (SHUTDOWN_TIMEOUT) and hands back the
+	// rest. If either part fails, both stop.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return relay.Run(gctx) })
+	g.Go(func() error { return app.Serve(gctx, admin, 5*time.Second, log, nil) })
+	err = g.Wait()
+	log.InfoContext(ctx, "stopped", slog.Any("error", err))
+	return err
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// The process migrates an empty database, reports ready once connected,
+// publishes a committed row, shows it on /metrics, and stops cleanly.
+func TestRelayProcess(t *testing.T) {
+	t.Parallel()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	dbURL, amqpURL, admin := testenv.ServerURL(t, name), testenv.NewVhost(t), testenv.FreeAddr(t)
+
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := messaging.DeclareExchange(ch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("observer", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("observer", "#", domain.EventsExchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		wg     sync.WaitGroup
+		runErr error
+		logs   bytes.Buffer
+		mu     sync.Mutex
+	)
+	wg.Go(func() {
+		runErr = run(ctx, []string{"-migrate"}, map[string]string{
+			"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ADMIN_ADDR": admin, "RELAY_POLL_INTERVAL": "100ms",
+		}, lockedWriter{&mu, &logs}, io.Discard)
+	})
+	waitOK(t, "http://"+admin+"/readyz")
+
+	db, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(t.Context())
+	ids, err := store.EnqueueMessages(t.Context(), db, store.MessageMeta{CorrelationID: "c-1"}, domain.OrderCancelledV1{ID: uuid.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume("observer", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-deliveries:
+		if d.MessageId != ids[0].String() {
+			t.Fatalf("got %s", d.MessageId)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no message")
+	}
+
+	// The row is marked (and counted) just after the broker confirmed it.
+	var metrics string
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(metrics, `outbox_published_total{message_type="order.cancelled"`) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		metrics = get(t, "http://"+admin+"/metrics")
+	}
+	for _, want := range []string{`outbox_published_total{message_type="order.cancelled"`, "outbox_pending_oldest_age_seconds",
+		"outbox_confirm_latency_seconds_bucket", "relay_broker_connected 1"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, metrics)
+		}
+	}
+	if !strings.Contains(get(t, "http://"+admin+"/healthz"), "ok") {
+		t.Error("healthz")
+	}
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("run: %v\n%s", runErr, logs.String())
+	}
+}
+
+func TestBadConfigurationFailsStartup(t *testing.T) {
+	t.Parallel()
+	err := run(t.Context(), nil, map[string]string{"RELAY_LEASE": "1s", "RELAY_CONFIRM_TIMEOUT": "10s", "RELAY_BATCH_SIZE": "x"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "RELAY_BATCH_SIZE") {
+		t.Fatalf("err = %v", err)
+	}
+	err = run(t.Context(), nil, map[string]string{"RELAY_LEASE": "1s", "RELAY_CONFIRM_TIMEOUT": "10s"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "lease") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// Every variable outbox-relay reads is documented in the README.
+func TestREADMEDocumentsEveryVariable(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range config.Variables(&Config{}) {
+		if !bytes.Contains(readme, []byte("`"+v+"`")) {
+			t.Errorf("README.md does not document %s", v)
+		}
+	}
+}
+
+func waitOK(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered 200", url)
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

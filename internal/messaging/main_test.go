@@ -1,0 +1,18 @@
+package messaging_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a relay or consumer starts ends when it stops.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgx's background pool health check and toxiproxy's accept loops
+		// end shortly after their owners close; these are not ours.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*Proxy).server"),
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/stream.(*ChanReader).Read"),
+	)
+}
