@@ -5,9 +5,13 @@
 --
 -- Row life cycle (see docs/state-machines.md):
 --   (none) --first delivery--> PROCESSING --commit--> PROCESSED
---   PROCESSING --transient failure--> RETRYABLE_FAILED --retry--> PROCESSING
+--   PROCESSING --transient failure--> RETRYABLE_FAILED --retry delivered--> PROCESSING
 --   PROCESSING --invalid message or impossible transition--> PERMANENT_FAILED (parked)
---   RETRYABLE_FAILED --attempts exhausted--> POISONED (parked)
+--   PROCESSING --transient failure, attempts exhausted--> POISONED (parked)
+--   PERMANENT_FAILED, POISONED --replayed from the parking lot--> PROCESSING
+-- A row is committed as PROCESSING only by a two-step handler (notification:
+-- intent recorded, external call pending); otherwise PROCESSING lives and
+-- dies inside the transaction of the effect.
 --
 -- The payload itself is not kept (it may hold personal data; the parking lot
 -- keeps failed messages whole): payload_hash tells a redelivery from a
@@ -22,6 +26,7 @@ CREATE TABLE message_inbox (
     aggregate_id          text,
     status                text        NOT NULL CHECK (status IN ('PROCESSING', 'PROCESSED', 'RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED')),
     outcome               text        CHECK (outcome IN ('APPLIED', 'IGNORED')), -- set when PROCESSED
+    outcome_reason        text,       -- why an IGNORED message changed nothing
     attempt_count         integer     NOT NULL DEFAULT 1 CHECK (attempt_count >= 0),
     payload_hash          text        NOT NULL,
     first_received_at     timestamptz NOT NULL DEFAULT now(),

@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	}
 	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
 	log := tel.Logger
-	if len(cli.Command) > 0 {
+	if len(cli.Command) > 0 { // migrate
 		return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
 	}
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)

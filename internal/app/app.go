@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,31 +24,42 @@ import (
 
 // Args is the command line every binary takes:
 //
-//	<binary> [-migrate]                  serve (migrating first with -migrate)
-//	<binary> migrate [up|down|status|reset]  manage the schema and exit
+//	<binary> [-migrate]                          serve (migrating first with -migrate)
+//	<binary> migrate [up|down|status|reset]      manage the schema and exit
+//	<binary> <command> [args]                    a command of the binary's own
 type Args struct {
 	Migrate bool     // -migrate: apply migrations before serving
 	Command []string // the sub-command and its arguments, if any
 }
 
-// ParseArgs reads the command line of binary name.
-func ParseArgs(name string, args []string, stderr io.Writer) (Args, error) {
+// ParseArgs reads the command line of binary name; commands lists the
+// sub-commands it has besides migrate, each with a one-line usage.
+func ParseArgs(name string, args []string, stderr io.Writer, commands ...string) (Args, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var a Args
 	fs.BoolVar(&a.Migrate, "migrate", false, "apply pending migrations before serving (also MIGRATE_ON_START=true)")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "usage:\n  %s [-migrate]                       serve\n  %s migrate [up|down|status|reset]   manage the schema and exit\n\nConfiguration is read from the environment; see README.md.\n", name, name)
+		_, _ = fmt.Fprintf(stderr, "usage:\n  %s [-migrate]                       serve\n  %s migrate [up|down|status|reset]   manage the schema and exit\n", name, name)
+		for _, c := range commands {
+			_, _ = fmt.Fprintf(stderr, "  %s %s\n", name, c)
+		}
+		_, _ = fmt.Fprintf(stderr, "\nConfiguration is read from the environment; see README.md.\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		return a, err
 	}
 	a.Command = fs.Args()
-	if len(a.Command) > 0 && a.Command[0] != "migrate" {
-		fs.Usage()
-		return a, fmt.Errorf("unknown command %q", a.Command[0])
+	if len(a.Command) == 0 || a.Command[0] == "migrate" {
+		return a, nil
 	}
-	return a, nil
+	for _, c := range commands {
+		if strings.Fields(c)[0] == a.Command[0] {
+			return a, nil
+		}
+	}
+	fs.Usage()
+	return a, fmt.Errorf("unknown command %q", a.Command[0])
 }
 
 // RunMigrate is the migrate sub-command: up (the default), down (one

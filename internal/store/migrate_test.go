@@ -51,7 +51,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 		}
 		return strings.Join(names, ",")
 	}
-	const all = "http_idempotency_key,message_inbox,message_outbox,order_items,order_state_transition,orders"
+	const all = "customer_notification,http_idempotency_key,message_inbox,message_outbox,order_items,order_state_transition,orders,stock_reservation"
 
 	if err := m.Up(ctx); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,18 @@ import (
 	"github.com/google/uuid"
 )
 
+type CustomerNotification struct {
+	NotificationID uuid.UUID
+	OrderID        uuid.UUID
+	Kind           string
+	Status         string
+	MessageID      string
+	AttemptCount   int32
+	LastError      *string
+	CreatedAt      time.Time
+	SentAt         *time.Time
+}
+
 type HttpIdempotencyKey struct {
 	IdempotencyKey   string
 	RequestMethod    string
@@ -29,6 +41,7 @@ type MessageInbox struct {
 	AggregateID         *string
 	Status              string
 	Outcome             *string
+	OutcomeReason       *string
 	AttemptCount        int32
 	PayloadHash         string
 	FirstReceivedAt     time.Time
@@ -90,4 +103,14 @@ type OrderStateTransition struct {
 	MessageID     *string
 	CorrelationID *string
 	CreatedAt     time.Time
+}
+
+type StockReservation struct {
+	OrderID       uuid.UUID
+	ReservationID uuid.UUID
+	Status        string
+	Reason        *string
+	MessageID     string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }

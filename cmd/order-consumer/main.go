@@ -1,0 +1,184 @@
+// Command order-consumer runs the consumers of the order service
+// (fulfillment, warehouse, notification; CONSUMERS picks them), each on
+// its own queue, behind the same delivery wrapper: inbox row, guarded
+// transition, follow-up outbox rows and the inbox mark in one transaction,
+// then the ack; delayed retries for transient failures, the parking lot for
+// the rest.
+//
+//	order-consumer [-migrate]                        consume; admin endpoints on ADMIN_ADDR
+//	order-consumer migrate [up|down|status|reset]    manage the schema and exit
+//	order-consumer replay <consumer> [limit]         move parked messages back to the work queue
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/yourorg/orders/internal/app"
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/telemetry"
+)
+
+const service = "order-consumer"
+
+// Config is every setting of order-consumer; see the README for the table.
+type Config struct {
+	config.Database
+	config.Log
+	// AMQPURL is the RabbitMQ broker.
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	// AdminAddr serves /healthz, /readyz and /metrics.
+	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9102"`
+	// Consumers lists the consumers this process runs.
+	Consumers       []string        `env:"CONSUMERS" envDefault:"fulfillment,warehouse,notification" envSeparator:","`
+	Prefetch        int             `env:"CONSUMER_PREFETCH" envDefault:"32"`
+	Workers         int             `env:"CONSUMER_WORKERS" envDefault:"8"`
+	MaxAttempts     int             `env:"CONSUMER_MAX_ATTEMPTS" envDefault:"5"`
+	RetryDelays     []time.Duration `env:"CONSUMER_RETRY_DELAYS" envDefault:"1s,5s,30s,2m" envSeparator:","`
+	DeliveryLimit   int             `env:"CONSUMER_DELIVERY_LIMIT" envDefault:"20"`
+	ProcessingLease time.Duration   `env:"CONSUMER_PROCESSING_LEASE" envDefault:"1m"`
+	InboxRetention  time.Duration   `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
+	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL"`
+	WebhookTimeout  time.Duration   `env:"NOTIFY_WEBHOOK_TIMEOUT" envDefault:"5s"`
+	ShutdownTimeout time.Duration   `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// Validate checks every setting and reports all the bad ones.
+func (c *Config) Validate() error {
+	errs := []error{
+		c.Database.Validate(),
+		c.Log.Validate(),
+		config.Positive("CONSUMER_PREFETCH", c.Prefetch),
+		config.Positive("CONSUMER_WORKERS", c.Workers),
+		config.Positive("CONSUMER_MAX_ATTEMPTS", c.MaxAttempts),
+		config.Positive("CONSUMER_DELIVERY_LIMIT", c.DeliveryLimit),
+		config.Positive("CONSUMER_PROCESSING_LEASE", c.ProcessingLease),
+		config.Positive("NOTIFY_WEBHOOK_TIMEOUT", c.WebhookTimeout),
+		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
+	}
+	if len(c.Consumers) == 0 {
+		errs = append(errs, errors.New("CONSUMERS names no consumer"))
+	}
+	for _, name := range c.Consumers {
+		if !slices.Contains(consumer.Names, name) {
+			errs = append(errs, fmt.Errorf("CONSUMERS: unknown consumer %q (want some of %v)", name, consumer.Names))
+		}
+	}
+	if c.ProcessingLease <= c.WebhookTimeout {
+		errs = append(errs, errors.New("CONSUMER_PROCESSING_LEASE must be longer than NOTIFY_WEBHOOK_TIMEOUT"))
+	}
+	cc := c.consumerConfig()
+	if err := cc.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("CONSUMER_*: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) consumerConfig() messaging.ConsumerConfig {
+	return messaging.ConsumerConfig{
+		Prefetch: c.Prefetch, Workers: c.Workers, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
+		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout,
+		InboxRetention: c.InboxRetention, Producer: service,
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], nil, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
+		}
+		os.Exit(1)
+	}
+}
+
+// run is the whole process; environ replaces the process environment when
+// not nil (tests).
+func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
+	// Configuration and command line.
+	var cfg Config
+	if err := config.Load(&cfg, environ); err != nil {
+		return err
+	}
+	cli, err := app.ParseArgs(service, args, stderr, "replay <consumer> [limit]    move parked messages back to the work queue")
+	if err != nil {
+		return err
+	}
+
+	// Telemetry: logs and metrics.
+	tel, err := telemetry.Setup(service, cfg.Log, stdout)
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
+	log := tel.Logger
+	if len(cli.Command) > 0 {
+		switch cli.Command[0] {
+		case "migrate":
+			return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
+		case "replay":
+			return replay(ctx, cfg, cli.Command[1:], log)
+		}
+	}
+	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
+
+	// Database.
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	// The consumers, and their admin endpoints beside them.
+	consumers, err := messaging.NewConsumers(cfg.consumerConfig(), messaging.ConsumerDeps{
+		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider,
+	}, consumer.Specs(cfg.Consumers, consumer.NotifierConfig{WebhookURL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout})...)
+	if err != nil {
+		return err
+	}
+	admin := app.NewHTTPServer(cfg.AdminAddr, app.AdminHandler(consumers.Ready, tel.MetricsHandler), log)
+
+	// Consume until SIGINT/SIGTERM: then stop taking deliveries, finish the
+	// ones in progress (SHUTDOWN_TIMEOUT) and leave the rest for redelivery.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return consumers.Run(gctx) })
+	g.Go(func() error { return app.Serve(gctx, admin, 5*time.Second, log, nil) })
+	err = g.Wait()
+	log.InfoContext(ctx, "stopped", slog.Any("error", err))
+	return err
+}
+
+// replay is the replay sub-command: replay <consumer> [limit].
+func replay(ctx context.Context, cfg Config, args []string, log *slog.Logger) error {
+	if len(args) == 0 || !slices.Contains(consumer.Names, args[0]) {
+		return fmt.Errorf("replay: name a consumer, one of %v", consumer.Names)
+	}
+	limit := 1000
+	if len(args) > 1 {
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < 1 {
+			return fmt.Errorf("replay: limit %q is not a positive number", args[1])
+		}
+		limit = n
+	}
+	moved, err := messaging.Replay(ctx, cfg.AMQPURL, args[0], limit)
+	log.InfoContext(ctx, "replayed parked messages", slog.String("consumer_name", args[0]),
+		slog.String("from", messaging.ParkingLotName(messaging.QueueName(args[0]))), slog.Int("moved", moved))
+	return err
+}

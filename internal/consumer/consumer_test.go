@@ -1,0 +1,536 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"go.uber.org/goleak"
+
+	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/httpapi"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// flow is the order service in one process: the three consumers, and, when
+// asked, a relay and the HTTP API, on the test's database and vhost.
+type flow struct {
+	t       *testing.T
+	ctx     context.Context
+	pool    *pgxpool.Pool
+	dbURL   string
+	amqpURL string
+	api     *httptest.Server
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type options struct {
+	relay   bool
+	api     bool
+	webhook string
+}
+
+func setup(t *testing.T, o options) *flow {
+	t.Helper()
+	db := testenv.NewDatabase(t)
+	f := &flow{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t)}
+	f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
+		cs, err := messaging.NewConsumers(messaging.ConsumerConfig{
+			Prefetch: 16, Workers: 4, MaxAttempts: 4,
+			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
+			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
+		}, messaging.ConsumerDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()},
+			consumer.Specs(consumer.Names, consumer.NotifierConfig{WebhookURL: o.webhook, Timeout: time.Second})...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs.Run, cs.Ready
+	})
+	if o.relay {
+		f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
+			r, err := messaging.NewRelay(messaging.RelayConfig{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
+				messaging.RelayDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.Run, r.Ready
+		})
+	}
+	if o.api {
+		handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
+			Pool: f.pool, Logger: testLogger(), TracerProvider: tracenoop.NewTracerProvider(),
+			MeterProvider: metricnoop.NewMeterProvider(), MetricsHandler: http.NotFoundHandler(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.api = httptest.NewServer(handler)
+		t.Cleanup(f.api.Close)
+	}
+	return f
+}
+
+// run starts a component on a pool of its own, waits until it is ready,
+// and stops it when the test ends.
+func (f *flow) run(build func(context.Context, *pgxpool.Pool) (run, ready func(context.Context) error)) {
+	f.t.Helper()
+	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run, ready := build(ctx, pool)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = run(ctx) }()
+	f.t.Cleanup(func() { cancel(); <-done; pool.Close() })
+	waitFor(f.t, 10*time.Second, "a component to be ready", func() bool { return ready(f.ctx) == nil })
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// createOrder commits an order and its order.submitted row, as the API does.
+func (f *flow) createOrder(correlationID string, skus ...string) *domain.Order {
+	f.t.Helper()
+	if len(skus) == 0 {
+		skus = []string{"A-1"}
+	}
+	var items []domain.Item
+	for _, sku := range skus {
+		items = append(items, domain.Item{SKU: sku, Quantity: 1, UnitPriceCents: 100})
+	}
+	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", items)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	err = pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error {
+		created, err := store.CreateOrder(f.ctx, tx, o, store.Cause{CorrelationID: correlationID})
+		if err != nil {
+			return err
+		}
+		_, err = store.EnqueueMessages(f.ctx, tx, store.MessageMeta{CorrelationID: correlationID, Producer: "test"}, domain.SubmittedMessage(created))
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+// send publishes a message as the relay would, with a fresh message id,
+// and returns the id.
+func (f *flow) send(m domain.Message, correlationID string) string {
+	f.t.Helper()
+	payload, _ := json.Marshal(m)
+	row := store.OutboxRow{ID: uuid.Must(uuid.NewV7()), Type: m.MessageType(), Version: m.MessageVersion(), Exchange: domain.EventsExchange,
+		RoutingKey: m.MessageType(), Payload: payload, Headers: map[string]string{"correlation_id": correlationID}, CreatedAt: time.Now()}
+	f.publish(messaging.Publishing(row))
+	return row.ID.String()
+}
+
+func (f *flow) publish(msg amqp.Publishing) {
+	f.t.Helper()
+	conn, err := amqp.Dial(f.amqpURL)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		f.t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(f.ctx, domain.EventsExchange, msg.Type, true, false, msg)
+	if err != nil || !dc.Wait() {
+		f.t.Fatalf("publish %s: %v", msg.Type, err)
+	}
+}
+
+func (f *flow) status(id uuid.UUID) domain.Status {
+	f.t.Helper()
+	o, err := store.GetOrder(f.ctx, f.pool, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o.Status()
+}
+
+func (f *flow) waitStatus(id uuid.UUID, want domain.Status) {
+	f.t.Helper()
+	waitFor(f.t, 20*time.Second, fmt.Sprintf("order %s to be %s", id, want), func() bool { return f.status(id) == want })
+}
+
+func (f *flow) inbox(consumerName, messageID string) store.InboxRow {
+	f.t.Helper()
+	var row store.InboxRow
+	waitFor(f.t, 20*time.Second, fmt.Sprintf("%s to finish with %s", consumerName, messageID), func() bool {
+		var err error
+		row, err = store.GetInbox(f.ctx, f.pool, consumerName, messageID)
+		return err == nil && row.Status != store.InboxProcessing && row.Status != store.InboxRetryableFailed
+	})
+	return row
+}
+
+func (f *flow) setStatus(id uuid.UUID, s domain.Status) {
+	f.t.Helper()
+	if _, err := f.pool.Exec(f.ctx, "UPDATE orders SET status = $1 WHERE order_id = $2", s, id); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// transitions lists an order's history as "FROM>TO" strings.
+func (f *flow) transitions(id uuid.UUID) []string {
+	f.t.Helper()
+	history, err := store.History(f.ctx, f.pool, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []string
+	for _, h := range history {
+		out = append(out, string(h.From)+">"+string(h.To))
+	}
+	return out
+}
+
+func (f *flow) one(query string, args ...any) string {
+	f.t.Helper()
+	var s *string
+	if err := f.pool.QueryRow(f.ctx, query, args...).Scan(&s); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		f.t.Fatal(err)
+	}
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// An order travels SUBMITTED -> FULFILLMENT_REQUESTED -> FULFILLED through
+// three consumers and three relay hops; each step is one transition, each
+// follow-up message names its cause, and the correlation id rides along.
+func TestOrderTravelsToFulfilled(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{relay: true})
+	o := f.createOrder("corr-flow", "A-1", "B-2")
+	f.waitStatus(o.ID(), domain.StatusFulfilled)
+	waitFor(t, 10*time.Second, "both notifications", func() bool {
+		return f.one("SELECT count(*)::text FROM customer_notification WHERE order_id = $1", o.ID()) == "2"
+	})
+
+	if got := strings.Join(f.transitions(o.ID()), " "); got != ">SUBMITTED SUBMITTED>FULFILLMENT_REQUESTED FULFILLMENT_REQUESTED>FULFILLED" {
+		t.Fatalf("history %s", got)
+	}
+	// The causation chain: submitted -> requested -> completed -> fulfilled.
+	chain := []string{domain.TypeOrderSubmitted, domain.TypeFulfillmentRequested, domain.TypeFulfillmentCompleted, domain.TypeOrderFulfilled}
+	for i := 1; i < len(chain); i++ {
+		cause := f.one("SELECT outbox_id::text FROM message_outbox WHERE aggregate_id = $1 AND message_type = $2", o.ID().String(), chain[i-1])
+		got := f.one("SELECT headers->>'causation_id' FROM message_outbox WHERE aggregate_id = $1 AND message_type = $2", o.ID().String(), chain[i])
+		if cause == "" || got != cause {
+			t.Errorf("%s caused by %q, want %q (%s)", chain[i], got, cause, chain[i-1])
+		}
+		if corr := f.one("SELECT headers->>'correlation_id' FROM message_outbox WHERE aggregate_id = $1 AND message_type = $2", o.ID().String(), chain[i]); corr != "corr-flow" {
+			t.Errorf("%s has correlation id %q", chain[i], corr)
+		}
+	}
+	if s := f.one("SELECT status FROM stock_reservation WHERE order_id = $1", o.ID()); s != "RESERVED" {
+		t.Errorf("reservation %s", s)
+	}
+	if kinds := f.one("SELECT string_agg(kind || ':' || status, ',' ORDER BY kind) FROM customer_notification WHERE order_id = $1", o.ID()); kinds != "order_fulfilled:SKIPPED,order_received:SKIPPED" {
+		t.Errorf("notifications %s", kinds)
+	}
+	if n := f.one("SELECT count(*)::text FROM message_inbox WHERE status <> 'PROCESSED'"); n != "0" {
+		t.Errorf("%s inbox rows not PROCESSED", n)
+	}
+}
+
+// A sku the warehouse never has: the order is REJECTED.
+func TestOutOfStockOrderIsRejected(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{relay: true})
+	o := f.createOrder("corr-oos", "A-1", consumer.OutOfStockPrefix+"7")
+	f.waitStatus(o.ID(), domain.StatusRejected)
+	if s := f.one("SELECT status || ': ' || reason FROM stock_reservation WHERE order_id = $1", o.ID()); s != "REJECTED: out of stock: OOS-7" {
+		t.Errorf("reservation %q", s)
+	}
+	if r := f.one("SELECT payload->>'reason' FROM message_outbox WHERE aggregate_id = $1 AND message_type = 'order.rejected'", o.ID().String()); r != "out of stock" {
+		t.Errorf("order.rejected reason %q", r)
+	}
+}
+
+// Stale messages are acknowledged and recorded as ignored with the reason;
+// impossible ones, and messages about orders that do not exist, are parked.
+func TestStaleAndImpossibleMessages(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{})
+
+	cancelled := f.createOrder("c")
+	f.setStatus(cancelled.ID(), domain.StatusCancelled)
+	stale := f.send(domain.FulfillmentCompletedV1{ID: cancelled.ID(), ReservationID: uuid.New()}, "c")
+	row := f.inbox(consumer.NameFulfillment, stale)
+	if row.Status != store.InboxProcessed || row.Outcome != store.OutcomeIgnored || !strings.Contains(row.OutcomeReason, "CANCELLED") {
+		t.Errorf("completed for a cancelled order: %+v", row)
+	}
+
+	requested := f.createOrder("c")
+	f.setStatus(requested.ID(), domain.StatusFulfillmentRequested)
+	again := f.send(domain.SubmittedMessage(requested), "c") // a second order.submitted, another id
+	if row := f.inbox(consumer.NameFulfillment, again); row.Outcome != store.OutcomeIgnored {
+		t.Errorf("submitted for a requested order: %+v", row)
+	}
+
+	submitted := f.createOrder("c")
+	impossible := f.send(domain.FulfillmentCompletedV1{ID: submitted.ID(), ReservationID: uuid.New()}, "c")
+	if row := f.inbox(consumer.NameFulfillment, impossible); row.Status != store.InboxPermanentFailed || row.LastErrorCode != "invalid_transition" {
+		t.Errorf("completed for a submitted order: %+v", row)
+	}
+	missing := f.send(domain.OrderSubmittedV1{ID: uuid.New(), CustomerID: "c", Currency: "EUR"}, "c")
+	if row := f.inbox(consumer.NameFulfillment, missing); row.Status != store.InboxPermanentFailed || row.LastErrorCode != "order_not_found" {
+		t.Errorf("submitted for no order: %+v", row)
+	}
+
+	if got := f.status(cancelled.ID()); got != domain.StatusCancelled {
+		t.Errorf("the cancelled order is %s", got)
+	}
+	if got := f.status(submitted.ID()); got != domain.StatusSubmitted {
+		t.Errorf("the submitted order is %s", got)
+	}
+	parked := 0
+	waitFor(t, 10*time.Second, "2 parked messages", func() bool {
+		parked = int(queueDepth(t, f.amqpURL, messaging.ParkingLotName(messaging.QueueName(consumer.NameFulfillment))))
+		return parked == 2
+	})
+}
+
+func queueDepth(t *testing.T, url, queue string) int {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q.Messages
+}
+
+// Two different messages for one order at once (completed and rejected):
+// only one wins; the other finds the order moved and is ignored.
+func TestConflictingMessagesOneWins(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{})
+	for range 10 {
+		o := f.createOrder("c")
+		f.setStatus(o.ID(), domain.StatusFulfillmentRequested)
+		var wg sync.WaitGroup
+		var completed, rejected string
+		wg.Go(func() { completed = f.send(domain.FulfillmentCompletedV1{ID: o.ID(), ReservationID: uuid.New()}, "c") })
+		wg.Go(func() { rejected = f.send(domain.FulfillmentRejectedV1{ID: o.ID(), Reason: "r"}, "c") })
+		wg.Wait()
+		a, b := f.inbox(consumer.NameFulfillment, completed), f.inbox(consumer.NameFulfillment, rejected)
+		if (a.Outcome == store.OutcomeApplied) == (b.Outcome == store.OutcomeApplied) {
+			t.Fatalf("completed %+v, rejected %+v: want exactly one applied", a, b)
+		}
+		final := f.status(o.ID())
+		if (a.Outcome == store.OutcomeApplied && final != domain.StatusFulfilled) || (b.Outcome == store.OutcomeApplied && final != domain.StatusRejected) {
+			t.Fatalf("final status %s disagrees with the inbox", final)
+		}
+		if n := f.one("SELECT count(*)::text FROM order_state_transition WHERE order_id = $1 AND from_status = 'FULFILLMENT_REQUESTED'", o.ID()); n != "1" {
+			t.Fatalf("%s transitions out of FULFILLMENT_REQUESTED", n)
+		}
+	}
+}
+
+// Cancels racing the fulfillment of the same orders, through the API: every
+// order ends in one consistent final state.
+func TestCancelRacingFulfillment(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{relay: true, api: true})
+	var ids []uuid.UUID
+	for i := range 30 {
+		o := f.createOrder(fmt.Sprint("race-", i), "A-1")
+		ids = append(ids, o.ID())
+	}
+	var wg sync.WaitGroup
+	statuses := make([]int, len(ids))
+	for i, id := range ids {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 3 * time.Millisecond) // spread over the flow
+			req, _ := http.NewRequestWithContext(f.ctx, http.MethodPost, f.api.URL+"/v1/orders/"+id.String()+"/cancel", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+
+	outcome := map[string]int{}
+	for i, id := range ids {
+		waitFor(t, 20*time.Second, "a final status", func() bool { return f.status(id).Final() })
+		final := f.status(id)
+		history := f.transitions(id)
+		switch {
+		case final == domain.StatusCancelled && statuses[i] == http.StatusOK:
+			// The warehouse hears of the cancel; whatever it reserved is released.
+			waitFor(t, 20*time.Second, "the reservation to be settled", func() bool {
+				s := f.one("SELECT status FROM stock_reservation WHERE order_id = $1", id)
+				return s == "RELEASED" || s == ""
+			})
+		case final == domain.StatusFulfilled && statuses[i] == http.StatusConflict:
+			if s := f.one("SELECT status FROM stock_reservation WHERE order_id = $1", id); s != "RESERVED" {
+				t.Errorf("fulfilled order %s has reservation %q", id, s)
+			}
+		default:
+			t.Errorf("order %s: %s after a cancel answered %d (%v)", id, final, statuses[i], history)
+		}
+		finals := 0
+		for _, h := range history {
+			if to := domain.Status(h[strings.Index(h, ">")+1:]); to.Final() {
+				finals++
+			}
+		}
+		if finals != 1 {
+			t.Errorf("order %s: %d transitions into a final status: %v", id, finals, history)
+		}
+		outcome[string(final)]++
+	}
+	t.Logf("outcomes: %v", outcome)
+}
+
+// The warehouse's business idempotency: a cancel that arrives before the
+// fulfillment request leaves a tombstone, and the late request reserves
+// nothing.
+func TestWarehouseCancelBeforeRequest(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{})
+	o := f.createOrder("c", "A-1")
+	cancelled := f.send(domain.OrderCancelledV1{ID: o.ID()}, "c")
+	if row := f.inbox(consumer.NameWarehouse, cancelled); row.Outcome != store.OutcomeApplied {
+		t.Fatalf("cancel: %+v", row)
+	}
+	request := f.send(domain.FulfillmentRequestedV1{ID: o.ID(), Items: []domain.ItemLine{{SKU: "A-1", Quantity: 1}}}, "c")
+	row := f.inbox(consumer.NameWarehouse, request)
+	if row.Outcome != store.OutcomeIgnored || !strings.Contains(row.OutcomeReason, "cancelled") {
+		t.Fatalf("late request: %+v", row)
+	}
+	if s := f.one("SELECT status FROM stock_reservation WHERE order_id = $1", o.ID()); s != "RELEASED" {
+		t.Fatalf("reservation %s", s)
+	}
+	if n := f.one("SELECT count(*)::text FROM message_outbox WHERE aggregate_id = $1 AND message_type LIKE 'fulfillment.%'", o.ID().String()); n != "0" {
+		t.Fatalf("the warehouse answered a cancelled order (%s messages)", n)
+	}
+}
+
+// webhook records the calls it receives and answers from a script.
+type webhook struct {
+	mu      sync.Mutex
+	keys    []string
+	answers []int // status per call; the last one repeats
+	server  *httptest.Server
+}
+
+func newWebhook(t *testing.T, answers ...int) *webhook {
+	w := &webhook{answers: answers}
+	w.server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.mu.Lock()
+		w.keys = append(w.keys, r.Header.Get(consumer.HeaderIdempotencyKey))
+		status := w.answers[min(len(w.keys), len(w.answers))-1]
+		w.mu.Unlock()
+		rw.WriteHeader(status)
+	}))
+	t.Cleanup(w.server.Close)
+	return w
+}
+
+func (w *webhook) calls() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.keys...)
+}
+
+// Every retry of a notification reaches the webhook with the same
+// Idempotency-Key; the notification is SENT once it is accepted.
+func TestWebhookGetsTheSameIdempotencyKeyOnEveryRetry(t *testing.T) {
+	t.Parallel()
+	hook := newWebhook(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusOK)
+	f := setup(t, options{webhook: hook.server.URL})
+	o := f.createOrder("c")
+	id := f.send(domain.SubmittedMessage(o), "c")
+	row := f.inbox(consumer.NameNotification, id)
+	calls := hook.calls()
+	if row.Status != store.InboxProcessed || len(calls) != 3 || calls[0] == "" || calls[0] != calls[1] || calls[1] != calls[2] {
+		t.Fatalf("inbox %+v, webhook keys %v", row, calls)
+	}
+	if s := f.one("SELECT status || ' ' || attempt_count || ' ' || notification_id FROM customer_notification WHERE order_id = $1", o.ID()); s != "SENT 3 "+calls[0] {
+		t.Fatalf("notification %q", s)
+	}
+}
+
+// A webhook that refuses the notification (4xx) is a permanent failure:
+// the message is parked, the notification FAILED, and no retry storm.
+func TestWebhookRejectionParks(t *testing.T) {
+	t.Parallel()
+	hook := newWebhook(t, http.StatusUnprocessableEntity)
+	f := setup(t, options{webhook: hook.server.URL})
+	o := f.createOrder("c")
+	id := f.send(domain.SubmittedMessage(o), "c")
+	row := f.inbox(consumer.NameNotification, id)
+	if row.Status != store.InboxPermanentFailed || row.LastErrorCode != "webhook_rejected" || len(hook.calls()) != 1 {
+		t.Fatalf("inbox %+v, %d calls", row, len(hook.calls()))
+	}
+	if s := f.one("SELECT status FROM customer_notification WHERE order_id = $1", o.ID()); s != "FAILED" {
+		t.Fatalf("notification %s", s)
+	}
+}

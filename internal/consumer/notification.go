@@ -1,0 +1,157 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
+)
+
+// NotifierConfig configures the notification consumer's webhook.
+type NotifierConfig struct {
+	// WebhookURL receives each notification as a JSON POST; empty turns
+	// delivery off (notifications are recorded as SKIPPED).
+	WebhookURL string
+	// Timeout bounds one webhook call. Default 5s.
+	Timeout time.Duration
+	// Client makes the calls. Default: an http.Client with Timeout.
+	Client *http.Client
+}
+
+// HeaderIdempotencyKey is sent with every webhook call: the notification's
+// id, the same on every retry, so that the receiver can tell a retry from a
+// new notification.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// Notification statuses.
+const (
+	notificationPending = "PENDING"
+	notificationSent    = "SENT"
+	notificationSkipped = "SKIPPED"
+	notificationFailed  = "FAILED"
+)
+
+// notificationKinds maps each message type to the notification it causes.
+var notificationKinds = map[string]string{
+	domain.TypeOrderSubmitted: "order_received",
+	domain.TypeOrderCancelled: "order_cancelled",
+	domain.TypeOrderFulfilled: "order_fulfilled",
+	domain.TypeOrderRejected:  "order_rejected",
+}
+
+// WebhookBody is what the webhook receives. It names the order and the
+// notification, and carries no personal data.
+type WebhookBody struct {
+	NotificationID uuid.UUID `json:"notification_id"`
+	OrderID        uuid.UUID `json:"order_id"`
+	Kind           string    `json:"kind"`
+	MessageID      string    `json:"message_id"`
+}
+
+// Notification records one customer notification per (order, kind) and
+// delivers it to the webhook: the example of an external side effect that a
+// database inbox alone cannot make exactly-once. The delivery is done in
+// two steps (see messaging.External): the intent commits with the inbox
+// row, the call happens outside any transaction, the result commits after.
+// Every call of one notification carries the same Idempotency-Key.
+func Notification(cfg NotifierConfig) messaging.ConsumerSpec {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: cfg.Timeout}
+	}
+	n := &notifier{cfg: cfg}
+	return messaging.ConsumerSpec{
+		Name:    NameNotification,
+		Types:   []string{domain.TypeOrderSubmitted, domain.TypeOrderCancelled, domain.TypeOrderFulfilled, domain.TypeOrderRejected},
+		Handler: messaging.HandlerFunc(n.handle),
+	}
+}
+
+type notifier struct{ cfg NotifierConfig }
+
+func (n *notifier) handle(ctx context.Context, tx pgx.Tx, d *messaging.Delivery) (messaging.Outcome, error) {
+	kind, ok := notificationKinds[d.Type]
+	if !ok {
+		return messaging.Outcome{}, messaging.Permanent("unexpected_type", fmt.Errorf("notification does not handle %s", d.Type))
+	}
+	note := store.Notification{ID: uuid.Must(uuid.NewV7()), OrderID: d.Message.OrderID(), Kind: kind, Status: notificationPending, MessageID: d.MessageID}
+	if n.cfg.WebhookURL == "" {
+		note.Status = notificationSkipped
+	}
+	created, err := store.CreateNotification(ctx, tx, note)
+	if err != nil {
+		return messaging.Outcome{}, err
+	}
+	if !created {
+		existing, err := store.LockNotification(ctx, tx, note.OrderID, kind)
+		if err != nil {
+			return messaging.Outcome{}, err
+		}
+		if existing.Status != notificationPending {
+			return messaging.Ignore(fmt.Sprintf("the %s notification exists already (%s)", kind, existing.Status)), nil
+		}
+		note = *existing // a retry: deliver the same notification, same key
+	}
+	if note.Status == notificationSkipped {
+		return messaging.Applied(), nil
+	}
+	body, err := json.Marshal(WebhookBody{NotificationID: note.ID, OrderID: note.OrderID, Kind: kind, MessageID: note.MessageID})
+	if err != nil {
+		return messaging.Outcome{}, err
+	}
+	return messaging.Outcome{External: &messaging.External{
+		Call: func(ctx context.Context) error { return n.post(ctx, note.ID, body) },
+		Record: func(ctx context.Context, tx pgx.Tx, callErr error) error {
+			switch _, permanent := messaging.Classify(callErr); {
+			case callErr == nil:
+				return store.RecordNotificationAttempt(ctx, tx, note.ID, notificationSent, "")
+			case permanent:
+				return store.RecordNotificationAttempt(ctx, tx, note.ID, notificationFailed, callErr.Error())
+			default:
+				return store.RecordNotificationAttempt(ctx, tx, note.ID, notificationPending, callErr.Error())
+			}
+		},
+	}}, nil
+}
+
+// post calls the webhook. 2xx is delivered; 408, 429 and 5xx, a timeout or
+// a network error are transient (the outcome of a timeout is unknown: the
+// receiver may have it, which is what the Idempotency-Key is for); any
+// other status is permanent.
+func (n *notifier) post(ctx context.Context, id uuid.UUID, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.WebhookURL, bytes.NewReader(body))
+	if err != nil {
+		return messaging.Permanent("webhook_misconfigured", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderIdempotencyKey, id.String())
+	resp, err := n.cfg.Client.Do(req)
+	if err != nil {
+		return messaging.Transient("webhook_unavailable", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
+		return messaging.Transient("webhook_unavailable", fmt.Errorf("webhook answered %s", resp.Status))
+	default:
+		return messaging.Permanent("webhook_rejected", errors.New("webhook answered "+resp.Status))
+	}
+}

@@ -1,0 +1,106 @@
+package messaging
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/yourorg/orders/internal/store"
+)
+
+var (
+	attrConsumer = attribute.Key("consumer_name")
+	attrCode     = attribute.Key("reason_code")
+	attrStatus   = attribute.Key("status")
+)
+
+// consumerMetrics are the consumers' instruments (docs/observability.md).
+type consumerMetrics struct {
+	received, redelivered, processed, duplicates, retried  metric.Int64Counter
+	permanent, poisoned, parked, requeued, payloadMismatch metric.Int64Counter
+	duration, txDuration                                   metric.Float64Histogram
+	attempt                                                metric.Int64Histogram
+}
+
+func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, error) {
+	var (
+		m   consumerMetrics
+		err error
+	)
+	counter := func(name, desc string) metric.Int64Counter {
+		if err != nil {
+			return nil
+		}
+		var c metric.Int64Counter
+		c, err = meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{message}"))
+		return c
+	}
+	m.received = counter("consumer.messages.received", "Deliveries received, by consumer and message type.")
+	m.redelivered = counter("consumer.messages.redelivered", "Deliveries the broker marked redelivered (delivered before, not acknowledged).")
+	m.processed = counter("consumer.messages.processed", "Messages processed and acknowledged, by outcome: processed (applied) or ignored (stale).")
+	m.duplicates = counter("consumer.messages.duplicates", "Deliveries of messages already PROCESSED: acknowledged, nothing applied.")
+	m.retried = counter("consumer.messages.retried", "Transient failures sent to a retry queue, by reason code.")
+	m.permanent = counter("consumer.messages.permanent_failures", "Permanent failures (invalid message, impossible transition), by reason code.")
+	m.poisoned = counter("consumer.messages.poisoned", "Messages whose retries ran out.")
+	m.parked = counter("consumer.messages.parked", "Messages moved to the parking lot, by reason code.")
+	m.requeued = counter("consumer.messages.requeued", "Deliveries given back to the broker because their failure could not be recorded or moved on.")
+	m.payloadMismatch = counter("consumer.inbox.payload_mismatch", "Duplicates whose body differs from the first delivery: a producer reused a message_id.")
+	if err != nil {
+		return nil, err
+	}
+	buckets := metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+	if m.duration, err = meter.Float64Histogram("consumer.processing.duration", metric.WithUnit("s"), buckets,
+		metric.WithDescription("From receiving a delivery to acknowledging it, by consumer and outcome.")); err != nil {
+		return nil, err
+	}
+	if m.txDuration, err = meter.Float64Histogram("consumer.db.transaction.duration", metric.WithUnit("s"), buckets,
+		metric.WithDescription("Duration of each processing transaction.")); err != nil {
+		return nil, err
+	}
+	if m.attempt, err = meter.Int64Histogram("inbox.attempt", metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20),
+		metric.WithDescription("The processing attempt of each message as it starts (1 = first).")); err != nil {
+		return nil, err
+	}
+
+	rows, err := meter.Int64ObservableGauge("inbox.rows", metric.WithUnit("{message}"),
+		metric.WithDescription("Inbox rows not PROCESSED, by consumer and status (PROCESSING, RETRYABLE_FAILED, PERMANENT_FAILED, POISONED)."))
+	if err != nil {
+		return nil, err
+	}
+	oldest, err := meter.Float64ObservableGauge("inbox.oldest_unprocessed_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest inbox row not PROCESSED, by consumer."))
+	if err != nil {
+		return nil, err
+	}
+	processingAge, err := meter.Float64ObservableGauge("inbox.processing_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest committed PROCESSING row (a two-step side effect in progress, or stuck), by consumer."))
+	if err != nil {
+		return nil, err
+	}
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		stats, err := store.InboxStats(ctx, cs.deps.Pool)
+		if err != nil {
+			return err
+		}
+		oldestBy := map[string]time.Duration{}
+		for _, c := range cs.consumers {
+			oldestBy[c.spec.Name] = 0
+		}
+		for _, s := range stats {
+			o.ObserveInt64(rows, s.Rows, metric.WithAttributes(attrConsumer.String(s.Consumer), attrStatus.String(s.Status)))
+			oldestBy[s.Consumer] = max(oldestBy[s.Consumer], s.OldestAge)
+			if s.Status == store.InboxProcessing {
+				o.ObserveFloat64(processingAge, s.OldestAge.Seconds(), metric.WithAttributes(attrConsumer.String(s.Consumer)))
+			}
+		}
+		for consumer, age := range oldestBy {
+			o.ObserveFloat64(oldest, age.Seconds(), metric.WithAttributes(attrConsumer.String(consumer)))
+		}
+		return nil
+	}, rows, oldest, processingAge)
+	return &m, err
+}

@@ -1,0 +1,591 @@
+package messaging_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// The delivery wrapper, tested with a handler whose effect is a row in a
+// table of the test's own: how many rows a message left is how many times
+// its effect was applied.
+
+const testConsumer = "tester"
+
+type consumerBundle struct {
+	*relayBundle // database, vhost, channel, metrics
+	handler      *effectHandler
+}
+
+func setupConsumer(t *testing.T) *consumerBundle {
+	t.Helper()
+	b := &consumerBundle{relayBundle: setupRelay(t), handler: &effectHandler{failures: map[string]int{}}}
+	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// effectHandler inserts one test_effect row per application, and emits
+// order.fulfilled. It can be told to fail a message a number of times
+// (transiently or permanently), to fail after its effect, or to wait.
+type effectHandler struct {
+	mu          sync.Mutex
+	failures    map[string]int // message id -> transient failures left (-1: forever)
+	permanent   map[string]bool
+	failAfter   map[string]bool // fail after writing the effect (the rollback must remove it)
+	hold        chan struct{}   // when set, each Handle waits on it
+	delay       time.Duration
+	calls       atomic.Int64
+	attemptsSaw []int
+}
+
+func (h *effectHandler) Handle(ctx context.Context, tx pgx.Tx, d *messaging.Delivery) (messaging.Outcome, error) {
+	h.calls.Add(1)
+	if h.hold != nil {
+		select {
+		case <-h.hold:
+		case <-ctx.Done():
+			return messaging.Outcome{}, ctx.Err()
+		}
+	}
+	if h.delay > 0 {
+		time.Sleep(h.delay)
+	}
+	h.mu.Lock()
+	h.attemptsSaw = append(h.attemptsSaw, d.Attempt)
+	left := h.failures[d.MessageID]
+	if left > 0 {
+		h.failures[d.MessageID] = left - 1
+	}
+	permanent, failAfter := h.permanent[d.MessageID], h.failAfter[d.MessageID]
+	h.mu.Unlock()
+	if permanent {
+		return messaging.Outcome{}, messaging.Permanent("test_permanent", errors.New("this message can never work"))
+	}
+	if left != 0 {
+		return messaging.Outcome{}, messaging.Transient("test_transient", errors.New("the downstream is down"))
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO test_effect (message_id) VALUES ($1)", d.MessageID); err != nil {
+		return messaging.Outcome{}, err
+	}
+	if failAfter {
+		return messaging.Outcome{}, errors.New("failed after the effect")
+	}
+	return messaging.Applied(domain.OrderFulfilledV1{ID: d.Message.OrderID()}), nil
+}
+
+func (h *effectHandler) set(f func(h *effectHandler)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f(h)
+}
+
+func testConsumerConfig() messaging.ConsumerConfig {
+	return messaging.ConsumerConfig{
+		Prefetch: 8, Workers: 4, MaxAttempts: 3,
+		RetryDelays:   []time.Duration{100 * time.Millisecond, 200 * time.Millisecond},
+		DeliveryLimit: 5, ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
+	}
+}
+
+type runningConsumers struct {
+	*messaging.Consumers
+	stop func()
+}
+
+// start runs the test consumer (and any other specs) until the test ends.
+func (b *consumerBundle) start(cfg messaging.ConsumerConfig, amqpURL string, hook func(*messaging.Consumers), specs ...messaging.ConsumerSpec) *runningConsumers {
+	b.t.Helper()
+	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: b.dbURL, AppName: "consumer-under-test"})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(pool.Close)
+	if len(specs) == 0 {
+		specs = []messaging.ConsumerSpec{{Name: testConsumer, Types: []string{domain.TypeOrderCancelled}, Handler: b.handler}}
+	}
+	cs, err := messaging.NewConsumers(cfg, messaging.ConsumerDeps{
+		Pool: pool, AMQPURL: amqpURL, Logger: testLogger(), MeterProvider: b.meters,
+	}, specs...)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if hook != nil {
+		hook(cs)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = cs.Run(ctx)
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	b.t.Cleanup(stop)
+	waitFor(b.t, 10*time.Second, "the consumers to be ready", func() bool { return cs.Ready(b.ctx) == nil })
+	return &runningConsumers{Consumers: cs, stop: stop}
+}
+
+// message is a valid order.cancelled delivery with a fresh id.
+func message() amqp.Publishing {
+	body := fmt.Sprintf(`{"order_id":%q}`, uuid.NewString())
+	return amqp.Publishing{
+		MessageId: uuid.NewString(), Type: domain.TypeOrderCancelled, ContentType: messaging.ContentTypeJSON,
+		DeliveryMode: amqp.Persistent, CorrelationId: "corr-" + uuid.NewString()[:8],
+		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(1)}, Body: []byte(body),
+	}
+}
+
+// publish sends msg through the exchange (routed by its type) and waits
+// for the broker's confirm.
+func (b *consumerBundle) publish(msg amqp.Publishing) {
+	b.t.Helper()
+	b.publishTo(domain.EventsExchange, msg.Type, msg)
+}
+
+func (b *consumerBundle) publishTo(exchange, key string, msg amqp.Publishing) {
+	b.t.Helper()
+	conn, err := amqp.Dial(b.amqpURL)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		b.t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(b.ctx, exchange, key, true, false, msg)
+	if err != nil || !dc.Wait() {
+		b.t.Fatalf("publish: %v", err)
+	}
+}
+
+func (b *consumerBundle) effects(messageID string) int {
+	b.t.Helper()
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM test_effect WHERE message_id = $1", messageID).Scan(&n); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
+func (b *consumerBundle) inbox(messageID string) store.InboxRow {
+	b.t.Helper()
+	row, err := store.GetInbox(b.ctx, b.pool, testConsumer, messageID)
+	if err != nil && !errors.Is(err, domain.ErrNotFound) {
+		b.t.Fatal(err)
+	}
+	return row
+}
+
+func (b *consumerBundle) waitInbox(messageID, status string) store.InboxRow {
+	b.t.Helper()
+	var row store.InboxRow
+	waitFor(b.t, 15*time.Second, fmt.Sprintf("message %s to be %s", messageID, status), func() bool {
+		row = b.inbox(messageID)
+		return row.Status == status
+	})
+	return row
+}
+
+// parked takes every message out of the parking lot.
+func (b *consumerBundle) parked(want int) []amqp.Delivery {
+	b.t.Helper()
+	queue := messaging.ParkingLotName(messaging.QueueName(testConsumer))
+	var got []amqp.Delivery
+	waitFor(b.t, 15*time.Second, fmt.Sprintf("%d parked messages", want), func() bool {
+		for {
+			d, ok, err := b.ch.Get(queue, true)
+			if err != nil {
+				b.t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			got = append(got, d)
+		}
+		return len(got) >= want
+	})
+	return got
+}
+
+func (b *consumerBundle) ready(queue string) int {
+	b.t.Helper()
+	q, err := b.ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return q.Messages
+}
+
+// A first delivery inserts the inbox row and applies the effect and the
+// follow-up outbox row, in one transaction; a duplicate after PROCESSED
+// applies nothing and is acknowledged.
+func TestFirstDeliveryAppliesAndDuplicateIsAcknowledged(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	rc := b.start(testConsumerConfig(), b.amqpURL, nil)
+	msg := message()
+	b.publish(msg)
+	row := b.waitInbox(msg.MessageId, store.InboxProcessed)
+	if row.Outcome != store.OutcomeApplied || row.Attempts != 1 || b.effects(msg.MessageId) != 1 {
+		t.Fatalf("after the first delivery: %+v, %d effects", row, b.effects(msg.MessageId))
+	}
+	var causation, correlation, producer string
+	err := b.pool.QueryRow(b.ctx, `SELECT headers->>'causation_id', headers->>'correlation_id', headers->>'app_id'
+		FROM message_outbox WHERE message_type = 'order.fulfilled'`).Scan(&causation, &correlation, &producer)
+	if err != nil || causation != msg.MessageId || correlation != msg.CorrelationId || producer != "order-consumer" {
+		t.Fatalf("follow-up outbox row: causation %q correlation %q producer %q: %v", causation, correlation, producer, err)
+	}
+
+	b.publish(msg) // the same message again
+	waitFor(t, 10*time.Second, "the duplicate to be counted", func() bool { return b.counter("consumer.messages.duplicates") == 1 })
+	rc.stop()
+	if n := b.effects(msg.MessageId); n != 1 {
+		t.Fatalf("%d effects after a duplicate", n)
+	}
+	if n := b.ready(messaging.QueueName(testConsumer)); n != 0 {
+		t.Fatalf("%d messages left in the queue: the duplicate was not acknowledged", n)
+	}
+	var outbox int
+	_ = b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox").Scan(&outbox)
+	if outbox != 1 {
+		t.Fatalf("%d outbox rows, want 1", outbox)
+	}
+}
+
+// A handler failure does not mark the message PROCESSED: its transaction
+// rolls back the inbox row's progress and the effect together. The retry,
+// after a delay, applies the effect once.
+func TestHandlerFailureRollsBackThenRetrySucceeds(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	msg := message()
+	b.handler.set(func(h *effectHandler) { h.failAfter = map[string]bool{msg.MessageId: true} })
+	cfg := testConsumerConfig()
+	cfg.RetryDelays = []time.Duration{time.Second}
+	b.start(cfg, b.amqpURL, nil)
+	b.publish(msg)
+
+	row := b.waitInbox(msg.MessageId, store.InboxRetryableFailed)
+	if n := b.effects(msg.MessageId); n != 0 || row.LastErrorCode != "handler_error" || row.Attempts != 1 {
+		t.Fatalf("after the failure: %d effects, row %+v", n, row)
+	}
+	var outbox int
+	_ = b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox").Scan(&outbox)
+	if outbox != 0 {
+		t.Fatal("the failed attempt's outbox row survived its rollback")
+	}
+	b.handler.set(func(h *effectHandler) { h.failAfter = nil })
+	row = b.waitInbox(msg.MessageId, store.InboxProcessed)
+	if n := b.effects(msg.MessageId); n != 1 || row.Attempts != 2 {
+		t.Fatalf("after the retry: %d effects, row %+v", n, row)
+	}
+	if got := b.counter("consumer.messages.retried"); got != 1 {
+		t.Fatalf("consumer.messages.retried = %d", got)
+	}
+}
+
+// Transient failures go round the retry queues with growing delays; the
+// message carries its attempt; the next success applies it once.
+func TestTransientFailuresThenSuccess(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	msg := message()
+	b.handler.set(func(h *effectHandler) { h.failures[msg.MessageId] = 2 })
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	b.publish(msg)
+	row := b.waitInbox(msg.MessageId, store.InboxProcessed)
+	if n := b.effects(msg.MessageId); n != 1 || row.Attempts != 3 {
+		t.Fatalf("%d effects, row %+v", n, row)
+	}
+	b.handler.mu.Lock()
+	defer b.handler.mu.Unlock()
+	if fmt.Sprint(b.handler.attemptsSaw) != "[1 2 3]" {
+		t.Fatalf("attempts seen by the handler: %v", b.handler.attemptsSaw)
+	}
+}
+
+// When the attempts run out the message is POISONED and parked with the
+// reason, and nothing was applied.
+func TestAttemptsExhaustedPoisonsAndParks(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	msg := message()
+	b.handler.set(func(h *effectHandler) { h.failures[msg.MessageId] = -1 })
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	b.publish(msg)
+	row := b.waitInbox(msg.MessageId, store.InboxPoisoned)
+	parked := b.parked(1)[0]
+	if parked.MessageId != msg.MessageId || parked.Headers[messaging.HeaderParkedCode] != "test_transient" ||
+		parked.Headers[messaging.HeaderParkedAttempts] != int32(3) || parked.Headers[messaging.HeaderParkedConsumer] != testConsumer ||
+		string(parked.Body) != string(msg.Body) {
+		t.Fatalf("parked: %+v", parked.Headers)
+	}
+	if n := b.effects(msg.MessageId); n != 0 || row.Attempts != 3 || row.LastErrorCode != "test_transient" {
+		t.Fatalf("%d effects, row %+v", n, row)
+	}
+	if got := b.counter("consumer.messages.poisoned"); got != 1 {
+		t.Fatalf("consumer.messages.poisoned = %d", got)
+	}
+}
+
+// Poison messages are parked with their reason at once, and the messages
+// around them flow.
+func TestPoisonMessagesAreParkedAndTheQueueFlows(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	queue := messaging.QueueName(testConsumer)
+
+	badJSON := message()
+	badJSON.Body = []byte(`{"order_id":`)
+	unknownType := message()
+	unknownType.Type = "order.exploded"
+	badVersion := message()
+	badVersion.Headers = amqp.Table{messaging.HeaderMessageVersion: int32(9)}
+	noVersion := message()
+	noVersion.Headers = nil
+	noID := message()
+	noID.MessageId = ""
+	noOrder := message()
+	noOrder.Body = []byte(`{}`)
+	xml := message()
+	xml.ContentType = "application/xml"
+	permanent := message()
+	b.handler.set(func(h *effectHandler) { h.permanent = map[string]bool{permanent.MessageId: true} })
+
+	poison := []amqp.Publishing{badJSON, unknownType, badVersion, noVersion, noID, noOrder, xml, permanent}
+	var good []amqp.Publishing
+	for _, p := range poison {
+		g := message()
+		good = append(good, g)
+		b.publish(g)
+		b.publishTo("", queue, p) // straight into the queue, whatever its type
+	}
+	for _, g := range good {
+		b.waitInbox(g.MessageId, store.InboxProcessed)
+	}
+	parked := b.parked(len(poison))
+	codes := map[string]int{}
+	for _, p := range parked {
+		code, _ := p.Headers[messaging.HeaderParkedCode].(string)
+		codes[code]++
+		if reason, _ := p.Headers[messaging.HeaderParkedReason].(string); reason == "" {
+			t.Errorf("parked %s without a reason", p.MessageId)
+		}
+		if p.MessageId != "" {
+			if row := b.inbox(p.MessageId); row.Status != store.InboxPermanentFailed || row.LastErrorCode != code {
+				t.Errorf("inbox of parked %s: %+v", p.MessageId, row)
+			}
+		}
+	}
+	want := map[string]int{"malformed_message": 3, "unknown_type": 1, "unsupported_version": 1, "missing_version": 1,
+		"missing_message_id": 1, "test_permanent": 1}
+	if fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Fatalf("parked codes %v, want %v", codes, want)
+	}
+	if got := b.counter("consumer.messages.parked"); got != int64(len(poison)) {
+		t.Fatalf("consumer.messages.parked = %d", got)
+	}
+}
+
+// The same message delivered three times at once, to three workers, is
+// applied once: the inbox row's primary key makes two of them wait and
+// then find it PROCESSED.
+func TestSameMessageThreeTimesConcurrently(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	b.handler.delay = 200 * time.Millisecond // hold the first transaction open while the others arrive
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	msg := message()
+	for range 3 {
+		b.publish(msg)
+	}
+	waitFor(t, 15*time.Second, "three deliveries to be done", func() bool {
+		return b.counter("consumer.messages.duplicates") == 2 && b.counter("consumer.messages.processed") == 1
+	})
+	if n := b.effects(msg.MessageId); n != 1 {
+		t.Fatalf("%d effects", n)
+	}
+}
+
+// The crash window: the transaction committed, the ack never reached the
+// broker (the connection is cut right there). The broker delivers the
+// message again, and the inbox makes the redelivery a duplicate.
+func TestCrashAfterCommitBeforeAck(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	var cut atomic.Bool
+	b.start(testConsumerConfig(), proxy.Rewrite(b.amqpURL), func(cs *messaging.Consumers) {
+		messaging.SetAfterCommit(cs, func(*messaging.Delivery) {
+			if cut.CompareAndSwap(false, true) {
+				proxy.Cut()
+				go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
+			}
+		})
+	})
+	msg := message()
+	b.publish(msg)
+	waitFor(t, 20*time.Second, "the redelivery to be recognised", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
+	if n := b.effects(msg.MessageId); n != 1 {
+		t.Fatalf("%d effects", n)
+	}
+	if got := b.counter("consumer.messages.redelivered"); got < 1 {
+		t.Fatalf("consumer.messages.redelivered = %d", got)
+	}
+}
+
+// Replaying from the parking lot: a message PROCESSED before is ignored by
+// policy (acknowledged as a duplicate); a message that failed is processed
+// again, now that its cause is fixed.
+func TestReplayFromTheParkingLot(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	done, broken := message(), message()
+	b.handler.set(func(h *effectHandler) { h.permanent = map[string]bool{broken.MessageId: true} })
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	b.publish(done)
+	b.publish(broken)
+	b.waitInbox(done.MessageId, store.InboxProcessed)
+	b.waitInbox(broken.MessageId, store.InboxPermanentFailed)
+	// The processed message lands in the parking lot too (as it would after
+	// an ack lost to a crash and a delivery limit reached).
+	b.publishTo("", messaging.ParkingLotName(messaging.QueueName(testConsumer)), done)
+	waitFor(t, 10*time.Second, "two messages in the parking lot", func() bool {
+		return b.ready(messaging.ParkingLotName(messaging.QueueName(testConsumer))) == 2
+	})
+
+	b.handler.set(func(h *effectHandler) { h.permanent = nil }) // the fix
+	moved, err := messaging.Replay(b.ctx, b.amqpURL, testConsumer, 10)
+	if err != nil || moved != 2 {
+		t.Fatalf("replayed %d: %v", moved, err)
+	}
+	row := b.waitInbox(broken.MessageId, store.InboxProcessed)
+	waitFor(t, 10*time.Second, "the replayed duplicate", func() bool { return b.counter("consumer.messages.duplicates") == 1 })
+	if b.effects(done.MessageId) != 1 || b.effects(broken.MessageId) != 1 || row.Attempts != 2 {
+		t.Fatalf("effects %d and %d, row %+v", b.effects(done.MessageId), b.effects(broken.MessageId), row)
+	}
+	if n := b.ready(messaging.ParkingLotName(messaging.QueueName(testConsumer))); n != 0 {
+		t.Fatalf("%d left in the parking lot", n)
+	}
+}
+
+// If parking itself fails (the parking lot is gone), the delivery is not
+// acknowledged: the broker keeps it, and it is parked once parking works.
+func TestParkingFailureDoesNotAcknowledge(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	cfg := testConsumerConfig()
+	cfg.DeliveryLimit = 50
+	b.start(cfg, b.amqpURL, nil)
+	dlq := messaging.ParkingLotName(messaging.QueueName(testConsumer))
+	if _, err := b.ch.QueueDelete(dlq, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	bad := message()
+	bad.Body = []byte("not json")
+	b.publish(bad)
+	waitFor(t, 15*time.Second, "the delivery to be given back", func() bool { return b.counter("consumer.messages.requeued") >= 1 })
+	if row := b.inbox(bad.MessageId); row.Status != store.InboxPermanentFailed {
+		t.Fatalf("inbox %+v", row)
+	}
+	topo := messaging.Topology{Consumer: testConsumer, Types: []string{domain.TypeOrderCancelled}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	if err := topo.Declare(b.ch); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.parked(1); got[0].MessageId != bad.MessageId {
+		t.Fatalf("parked %s", got[0].MessageId)
+	}
+}
+
+// On shutdown the consumer finishes the delivery in progress and leaves
+// the ones it has not started unacknowledged, for redelivery.
+func TestShutdownFinishesInProgressAndLeavesTheRest(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	b.handler.hold = make(chan struct{})
+	cfg := testConsumerConfig()
+	cfg.Workers = 1
+	rc := b.start(cfg, b.amqpURL, nil)
+	msgs := []amqp.Publishing{message(), message(), message()}
+	for _, m := range msgs {
+		b.publish(m)
+	}
+	waitFor(t, 10*time.Second, "the first delivery to be in progress", func() bool { return b.handler.calls.Load() == 1 })
+
+	stopped := make(chan struct{})
+	go func() { rc.stop(); close(stopped) }()
+	time.Sleep(200 * time.Millisecond) // shutdown has begun
+	close(b.handler.hold)              // the delivery in progress completes
+	<-stopped
+
+	var applied []string
+	for _, m := range msgs {
+		if b.effects(m.MessageId) == 1 {
+			applied = append(applied, m.MessageId)
+		}
+	}
+	if len(applied) != 1 || b.handler.calls.Load() != 1 {
+		t.Fatalf("applied %d messages (%d handler calls), want exactly the one in progress", len(applied), b.handler.calls.Load())
+	}
+	// The broker requeues what the closed channel left unacknowledged.
+	waitFor(t, 10*time.Second, "the 2 unstarted deliveries back in the queue", func() bool {
+		return b.ready(messaging.QueueName(testConsumer)) == 2
+	})
+}
+
+// A consumer takes over a message left PROCESSING by a worker that died
+// between the two steps of an external side effect, once the lease ends.
+func TestStaleProcessingIsTakenOverAfterTheLease(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	msg := message()
+	var calls atomic.Int64
+	spec := messaging.ConsumerSpec{Name: testConsumer, Types: []string{domain.TypeOrderCancelled}, Handler: messaging.HandlerFunc(
+		func(ctx context.Context, tx pgx.Tx, d *messaging.Delivery) (messaging.Outcome, error) {
+			return messaging.Outcome{External: &messaging.External{
+				Call: func(context.Context) error { calls.Add(1); return nil },
+				Record: func(ctx context.Context, tx pgx.Tx, _ error) error {
+					_, err := tx.Exec(ctx, "INSERT INTO test_effect (message_id) VALUES ($1)", d.MessageID)
+					return err
+				},
+			}}, nil
+		})}
+	// A dead worker's first step: the row committed PROCESSING.
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := store.BeginInbox(b.ctx, tx, store.InboxEntry{Consumer: testConsumer, MessageID: msg.MessageId, Type: msg.Type, Version: 1, PayloadHash: "x"}, time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start(testConsumerConfig(), b.amqpURL, nil, spec)
+	b.publish(msg) // the redelivery
+	row := b.waitInbox(msg.MessageId, store.InboxProcessed)
+	if calls.Load() != 1 || b.effects(msg.MessageId) != 1 || row.Attempts != 2 {
+		t.Fatalf("calls %d, effects %d, row %+v", calls.Load(), b.effects(msg.MessageId), row)
+	}
+	if got := b.counter("consumer.messages.retried"); got != 0 {
+		t.Fatalf("retried = %d: finding the message busy is not a failed attempt", got)
+	}
+}

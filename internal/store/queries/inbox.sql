@@ -1,0 +1,84 @@
+-- name: InsertInbox :one
+-- The deduplication guard: the first delivery of a message to a consumer
+-- inserts its row; any other finds it (and, while the first one's
+-- transaction is open, waits for it on the primary key).
+INSERT INTO message_inbox (
+    consumer_name, message_id, message_type, message_version, aggregate_id, status,
+    attempt_count, payload_hash, processing_started_at, correlation_id, causation_id, trace_id
+) VALUES (
+    @consumer_name, @message_id, @message_type, @message_version, @aggregate_id, 'PROCESSING',
+    1, @payload_hash, now(), @correlation_id, @causation_id, @trace_id
+)
+ON CONFLICT (consumer_name, message_id) DO NOTHING
+RETURNING attempt_count;
+
+-- name: LockInbox :one
+-- The row of a message seen before, locked for this transaction.
+SELECT status, attempt_count, payload_hash,
+       coalesce(processing_started_at < now() - make_interval(secs => @lease_seconds::float8), true)::boolean AS stale
+FROM message_inbox
+WHERE consumer_name = @consumer_name AND message_id = @message_id
+FOR UPDATE;
+
+-- name: RestartInbox :one
+-- Processing a message again (a retry, a replay, or a takeover).
+UPDATE message_inbox
+SET status = 'PROCESSING', attempt_count = attempt_count + 1, processing_started_at = now(),
+    last_received_at = now(), trace_id = coalesce(@trace_id, trace_id)
+WHERE consumer_name = @consumer_name AND message_id = @message_id
+RETURNING attempt_count;
+
+-- name: TouchInbox :exec
+-- A duplicate delivery: remember when it was last seen.
+UPDATE message_inbox SET last_received_at = now()
+WHERE consumer_name = @consumer_name AND message_id = @message_id;
+
+-- name: MarkInboxProcessed :exec
+UPDATE message_inbox
+SET status = 'PROCESSED', outcome = @outcome, outcome_reason = @outcome_reason, processed_at = now()
+WHERE consumer_name = @consumer_name AND message_id = @message_id;
+
+-- name: RecordInboxFailure :one
+-- Records a failed attempt after its transaction rolled back, in a
+-- transaction of its own, so that the failure is remembered. It never
+-- touches a PROCESSED row: what committed stays committed.
+INSERT INTO message_inbox (
+    consumer_name, message_id, message_type, message_version, aggregate_id, status,
+    attempt_count, payload_hash, processing_started_at, last_error_code, last_error_message,
+    correlation_id, causation_id, trace_id
+) VALUES (
+    @consumer_name, @message_id, @message_type, @message_version, @aggregate_id, @status,
+    1, @payload_hash, now(), @last_error_code, @last_error_message,
+    @correlation_id, @causation_id, @trace_id
+)
+ON CONFLICT (consumer_name, message_id) DO UPDATE
+SET status = excluded.status,
+    attempt_count = message_inbox.attempt_count + CASE WHEN message_inbox.status = 'PROCESSING' THEN 0 ELSE 1 END,
+    last_error_code = excluded.last_error_code,
+    last_error_message = excluded.last_error_message,
+    last_received_at = now()
+WHERE message_inbox.status <> 'PROCESSED'
+RETURNING status, attempt_count;
+
+-- name: DeleteProcessedInbox :execrows
+-- Retention: PROCESSED rows older than the window (never shorter than the
+-- longest replay you may do), a batch at a time.
+DELETE FROM message_inbox
+WHERE (consumer_name, message_id) IN (
+    SELECT consumer_name, message_id FROM message_inbox
+    WHERE status = 'PROCESSED' AND processed_at < now() - make_interval(secs => @retention_seconds::float8)
+    LIMIT @max_rows
+);
+
+-- name: InboxStats :many
+-- Rows not PROCESSED, by consumer and status, with the oldest's age.
+SELECT consumer_name, status, count(*)::bigint AS row_count,
+       extract(epoch FROM now() - min(first_received_at))::float8 AS oldest_age_seconds
+FROM message_inbox
+WHERE status <> 'PROCESSED'
+GROUP BY consumer_name, status;
+
+-- name: GetInbox :one
+SELECT status, outcome, outcome_reason, last_error_code, last_error_message, attempt_count
+FROM message_inbox
+WHERE consumer_name = @consumer_name AND message_id = @message_id;
