@@ -48,6 +48,10 @@ run: ## run order-api against DATABASE_URL, migrating first
 run/relay: ## run outbox-relay against DATABASE_URL and AMQP_URL
 	$(GO) run ./cmd/outbox-relay
 
+.PHONY: run/consumer
+run/consumer: ## run order-consumer against DATABASE_URL and AMQP_URL
+	$(GO) run ./cmd/order-consumer
+
 .PHONY: db/reset
 db/reset: ## roll every migration back and apply them again (drops all data!)
 	$(GO) run ./cmd/order-api migrate reset

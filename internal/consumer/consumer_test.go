@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 // flow is the order service in one process: the three consumers, and, when
 // asked, a relay and the HTTP API, on the test's database and vhost.
 type flow struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	pool    *pgxpool.Pool
 	dbURL   string
@@ -64,7 +64,7 @@ type options struct {
 	webhook string
 }
 
-func setup(t *testing.T, o options) *flow {
+func setup(t testing.TB, o options) *flow {
 	t.Helper()
 	db := testenv.NewDatabase(t)
 	f := &flow{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t)}
@@ -120,7 +120,7 @@ func (f *flow) run(build func(context.Context, *pgxpool.Pool) (run, ready func(c
 	waitFor(f.t, 10*time.Second, "a component to be ready", func() bool { return ready(f.ctx) == nil })
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

@@ -26,51 +26,42 @@ func Fulfillment() messaging.ConsumerSpec {
 func handleFulfillment(ctx context.Context, tx pgx.Tx, d *messaging.Delivery) (messaging.Outcome, error) {
 	switch m := d.Message.(type) {
 	case domain.OrderSubmittedV1:
-		return transition(ctx, tx, d, domain.TriggerSubmitted, func(o *domain.Order) domain.Message {
-			return domain.FulfillmentRequestedV1{ID: o.ID(), Items: domain.SubmittedMessage(o).Items}
-		})
+		// The request carries the lines of the submitted order: its payload
+		// is the order as it was accepted, and lines never change.
+		return transition(ctx, tx, d, domain.TriggerSubmitted, domain.FulfillmentRequestedV1{ID: m.ID, Items: m.Items})
 	case domain.FulfillmentCompletedV1:
-		return transition(ctx, tx, d, domain.TriggerFulfillmentCompleted, func(o *domain.Order) domain.Message {
-			return domain.OrderFulfilledV1{ID: o.ID()}
-		})
+		return transition(ctx, tx, d, domain.TriggerFulfillmentCompleted, domain.OrderFulfilledV1{ID: m.ID})
 	case domain.FulfillmentRejectedV1:
-		return transition(ctx, tx, d, domain.TriggerFulfillmentRejected, func(o *domain.Order) domain.Message {
-			return domain.OrderRejectedV1{ID: o.ID(), Reason: m.Reason}
-		})
+		return transition(ctx, tx, d, domain.TriggerFulfillmentRejected, domain.OrderRejectedV1{ID: m.ID, Reason: m.Reason})
 	}
 	return messaging.Outcome{}, messaging.Permanent("unexpected_type", fmt.Errorf("fulfillment does not handle %s", d.Type))
 }
 
-// transition moves the order of d by trigger, guarded (the order is locked,
-// and the update checks status and version), records it with d's
-// message_id, and emits the follow-up. A message that finds the order past
-// it is acknowledged and ignored; one the order is not ready for, or about
-// an order that does not exist, is parked: no message is published before
-// its order commits, so waiting would not help.
-func transition(ctx context.Context, tx pgx.Tx, d *messaging.Delivery, trigger domain.Trigger, followUp func(*domain.Order) domain.Message) (messaging.Outcome, error) {
-	order, err := store.GetOrderForUpdate(ctx, tx, d.Message.OrderID())
-	if errors.Is(err, domain.ErrNotFound) {
-		return messaging.Outcome{}, messaging.Permanent("order_not_found", fmt.Errorf("order %s does not exist", d.Message.OrderID()))
-	}
-	if err != nil {
-		return messaging.Outcome{}, err
-	}
-	moved, _, err := store.TransitionOrder(ctx, tx, order, trigger, store.Cause{MessageID: d.MessageID, CorrelationID: d.CorrelationID})
+// transition moves the order of d by trigger (one guarded statement that
+// also records the move with d's message_id) and emits followUp. A message
+// that finds the order past it is acknowledged and ignored; one the order
+// is not ready for, or about an order that does not exist, is parked: no
+// message is published before its order commits, so waiting would not help.
+func transition(ctx context.Context, tx pgx.Tx, d *messaging.Delivery, trigger domain.Trigger, followUp domain.Message) (messaging.Outcome, error) {
+	id := d.Message.OrderID()
+	_, current, err := store.MoveOrder(ctx, tx, id, trigger, store.Cause{MessageID: d.MessageID, CorrelationID: d.CorrelationID})
 	switch {
+	case err == nil:
+		return messaging.Applied(followUp), nil
+	case errors.Is(err, domain.ErrNotFound):
+		return messaging.Outcome{}, messaging.Permanent("order_not_found", fmt.Errorf("order %s does not exist", id))
 	case errors.Is(err, domain.ErrStaleTransition):
-		again, err := store.TransitionRecorded(ctx, tx, order.ID(), d.MessageID)
+		again, err := store.TransitionRecorded(ctx, tx, id, d.MessageID)
 		if err != nil {
 			return messaging.Outcome{}, err
 		}
 		if again {
 			return messaging.Ignore("this message already moved the order"), nil
 		}
-		return messaging.Ignore(fmt.Sprintf("the order is %s, past %s", order.Status(), trigger)), nil
+		return messaging.Ignore(fmt.Sprintf("the order is %s, past %s", current, trigger)), nil
 	case errors.Is(err, domain.ErrInvalidTransition):
 		return messaging.Outcome{}, messaging.Permanent("invalid_transition",
-			fmt.Errorf("order %s is %s: %s cannot apply to it", order.ID(), order.Status(), trigger))
-	case err != nil:
-		return messaging.Outcome{}, err
+			fmt.Errorf("order %s is %s: %s cannot apply to it", id, current, trigger))
 	}
-	return messaging.Applied(followUp(moved)), nil
+	return messaging.Outcome{}, err
 }

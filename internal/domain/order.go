@@ -120,16 +120,3 @@ func (o *Order) TotalCents() int64 {
 	}
 	return total
 }
-
-// Apply moves the order by trigger t, following the state machine, and bumps
-// its version. On error the order is unchanged; see Next for the errors.
-func (o *Order) Apply(t Trigger) (from Status, err error) {
-	to, err := Next(o.status, t)
-	if err != nil {
-		return o.status, err
-	}
-	from = o.status
-	o.status = to
-	o.version++
-	return from, nil
-}

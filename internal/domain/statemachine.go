@@ -104,3 +104,19 @@ func Next(from Status, t Trigger) (Status, error) {
 	}
 	return "", fmt.Errorf("%w: %q from %s", ErrInvalidTransition, t, from)
 }
+
+// Target returns where trigger t leads and every status it may start
+// from. Each trigger has one target in the table (TestTransitionsTableIsConsistent),
+// so a store can apply it as one guarded update.
+func Target(t Trigger) (to Status, from []Status, err error) {
+	for _, tr := range Transitions {
+		if tr.On == t {
+			to = tr.To
+			from = append(from, tr.From)
+		}
+	}
+	if len(from) == 0 {
+		return "", nil, fmt.Errorf("%w: no transition on %q", ErrInvalidTransition, t)
+	}
+	return to, from, nil
+}

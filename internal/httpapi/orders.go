@@ -273,10 +273,10 @@ func (s *Server) listOrders(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// cancelOrder: POST /v1/orders/{order_id}/cancel. The guarded transition to
-// CANCELLED and the order.cancelled outbox row commit together. The order
-// row is locked first, so of two concurrent cancels one moves the order and
-// the other finds it CANCELLED (a 200 no-op).
+// cancelOrder: POST /v1/orders/{order_id}/cancel. The guarded transition
+// to CANCELLED and the order.cancelled outbox row commit together. The
+// transition locks the order, so of two concurrent cancels one moves it and
+// the other finds it CANCELLED (a 200 that changes nothing).
 func (s *Server) cancelOrder(c echo.Context) error {
 	id, err := orderIDParam(c)
 	if err != nil {
@@ -289,23 +289,24 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		cancelled bool
 	)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		order, err := store.GetOrderForUpdate(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if status := order.Status(); status != domain.StatusCancelled {
-			order, _, err = store.TransitionOrder(ctx, tx, order, domain.TriggerCancel, store.Cause{CorrelationID: cid})
-			if errors.Is(err, domain.ErrStaleTransition) {
-				return newError(http.StatusConflict, "order_final",
-					fmt.Sprintf("The order is %s and can no longer be cancelled.", status))
-			}
-			if err != nil {
-				return err
-			}
+		_, current, err := store.MoveOrder(ctx, tx, id, domain.TriggerCancel, store.Cause{CorrelationID: cid})
+		switch {
+		case err == nil:
+			cancelled = true
 			if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid, Producer: Producer}, domain.OrderCancelledV1{ID: id}); err != nil {
 				return err
 			}
-			cancelled = true
+		case errors.Is(err, domain.ErrStaleTransition) && current == domain.StatusCancelled:
+			// Cancelled already: nothing to do.
+		case errors.Is(err, domain.ErrStaleTransition):
+			return newError(http.StatusConflict, "order_final",
+				fmt.Sprintf("The order is %s and can no longer be cancelled.", current))
+		default:
+			return err
+		}
+		order, err := store.GetOrder(ctx, tx, id)
+		if err != nil {
+			return err
 		}
 		history, err := store.History(ctx, tx, id)
 		out = newOrderDetailJSON(order, history)

@@ -413,17 +413,17 @@ func (c *consumer) firstStep(ctx context.Context, d *Delivery) (result, *Externa
 				return err
 			}
 		}
-		if out.External != nil {
+		switch {
+		case out.External != nil:
 			external = out.External
 			res = result{outcome: "processed"}
-			return nil // the row stays PROCESSING until the second step
-		}
-		if out.Ignored != "" {
+			return store.HoldInbox(ctx, tx, c.spec.Name, d.MessageID) // PROCESSING until the second step
+		case out.Ignored != "":
 			res = result{outcome: "ignored", reason: out.Ignored}
 			return store.MarkInboxProcessed(ctx, tx, c.spec.Name, d.MessageID, store.OutcomeIgnored, out.Ignored)
 		}
 		res = result{outcome: "processed"}
-		return store.MarkInboxProcessed(ctx, tx, c.spec.Name, d.MessageID, store.OutcomeApplied, "")
+		return nil // BeginInbox wrote the row PROCESSED (APPLIED): true as of the commit
 	})
 	return res, external, err
 }
@@ -522,6 +522,7 @@ func (c *consumer) retryLater(ctx context.Context, pub *confirmPublisher, raw am
 		c.log.WarnContext(ctx, "ack failed after scheduling the retry; the redelivery will be retried too", slog.String("error", err.Error()))
 		return
 	}
+	c.metrics.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(c.spec.Name), attrOutcome.String("retried")))
 	c.log.WarnContext(ctx, "retry scheduled", slog.String("outcome", "retried"), slog.String("reason_code", code),
 		slog.String("reason", reason), slog.Int("next_attempt", attempt), slog.String("retry_queue", queue),
 		slog.Duration("took", time.Since(start)))
@@ -548,6 +549,7 @@ func (c *consumer) park(ctx context.Context, pub *confirmPublisher, raw amqp.Del
 		return
 	}
 	c.metrics.parked.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.spec.Name), attrCode.String(code)))
+	c.metrics.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(c.spec.Name), attrOutcome.String("parked")))
 	c.log.ErrorContext(ctx, "message parked", slog.String("outcome", "parked"), slog.String("reason_code", code),
 		slog.String("reason", reason), slog.String("parking_lot", ParkingLotName(queue)), slog.Duration("took", time.Since(start)))
 }

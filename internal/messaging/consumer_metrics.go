@@ -52,7 +52,7 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 	}
 	buckets := metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 	if m.duration, err = meter.Float64Histogram("consumer.processing.duration", metric.WithUnit("s"), buckets,
-		metric.WithDescription("From receiving a delivery to acknowledging it, by consumer and outcome.")); err != nil {
+		metric.WithDescription("From receiving a delivery to acknowledging it, by consumer and outcome (processed, ignored, duplicate, retried, parked).")); err != nil {
 		return nil, err
 	}
 	if m.txDuration, err = meter.Float64Histogram("consumer.db.transaction.duration", metric.WithUnit("s"), buckets,

@@ -573,8 +573,10 @@ func TestStaleProcessingIsTakenOverAfterTheLease(t *testing.T) {
 		})}
 	// A dead worker's first step: the row committed PROCESSING.
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := store.BeginInbox(b.ctx, tx, store.InboxEntry{Consumer: testConsumer, MessageID: msg.MessageId, Type: msg.Type, Version: 1, PayloadHash: "x"}, time.Second)
-		return err
+		if _, err := store.BeginInbox(b.ctx, tx, store.InboxEntry{Consumer: testConsumer, MessageID: msg.MessageId, Type: msg.Type, Version: 1, PayloadHash: "x"}, time.Second); err != nil {
+			return err
+		}
+		return store.HoldInbox(b.ctx, tx, testConsumer, msg.MessageId)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -41,8 +41,9 @@ type InboxEntry struct {
 // InboxDecision says what to do with a delivery.
 type InboxDecision struct {
 	// Process: this delivery owns the message now; apply it in this
-	// transaction. Attempt counts the processing attempts so far, this one
-	// included.
+	// transaction. The row already reads PROCESSED (APPLIED): that becomes
+	// true when, and only if, the transaction commits. Attempt counts the
+	// processing attempts so far, this one included.
 	Process bool
 	Attempt int
 	// Duplicate: the message was PROCESSED before; apply nothing.
@@ -57,14 +58,16 @@ type InboxDecision struct {
 
 // BeginInbox records the delivery of e in tx and decides, on the inbox row,
 // what the consumer does:
-//   - no row yet: insert it as PROCESSING and process (the first delivery);
+//   - no row yet: insert it and process (the first delivery);
 //   - PROCESSED: a duplicate, process nothing;
 //   - PROCESSING, started less than lease ago: busy elsewhere;
 //   - anything else (a failed attempt, a parked message replayed, a
 //     PROCESSING row whose worker died): process again.
 //
 // A concurrent delivery of the same message waits on the primary key until
-// this transaction ends, then sees what it committed.
+// this transaction ends, then sees what it committed. The row is written
+// as PROCESSED from the start: nothing outside this transaction sees it
+// before the commit, and a rollback removes it together with the effect.
 func BeginInbox(ctx context.Context, tx DBTX, e InboxEntry, lease time.Duration) (InboxDecision, error) {
 	attempt, err := queries.InsertInbox(ctx, tx, dbsqlc.InsertInboxParams{
 		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
@@ -98,14 +101,23 @@ func BeginInbox(ctx context.Context, tx DBTX, e InboxEntry, lease time.Duration)
 	return InboxDecision{Process: true, Attempt: int(attempt)}, nil
 }
 
-// MarkInboxProcessed records, in the transaction of the effect, that the
-// message is done: outcome APPLIED, or IGNORED with the reason.
+// MarkInboxProcessed records, in the transaction of the effect, how a
+// message ended: outcome APPLIED, or IGNORED with the reason.
 func MarkInboxProcessed(ctx context.Context, tx DBTX, consumer, messageID, outcome, reason string) error {
 	err := queries.MarkInboxProcessed(ctx, tx, dbsqlc.MarkInboxProcessedParams{
 		Outcome: &outcome, OutcomeReason: nullIfEmpty(reason), ConsumerName: consumer, MessageID: messageID,
 	})
 	if err != nil {
 		return fmt.Errorf("mark inbox row processed: %w", translate(err))
+	}
+	return nil
+}
+
+// HoldInbox leaves the row PROCESSING when the transaction commits: the
+// first step of a two-step side effect. MarkInboxProcessed ends it.
+func HoldInbox(ctx context.Context, tx DBTX, consumer, messageID string) error {
+	if err := queries.HoldInbox(ctx, tx, dbsqlc.HoldInboxParams{ConsumerName: consumer, MessageID: messageID}); err != nil {
+		return fmt.Errorf("hold inbox row: %w", translate(err))
 	}
 	return nil
 }

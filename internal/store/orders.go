@@ -71,16 +71,6 @@ func GetOrder(ctx context.Context, db DBTX, id uuid.UUID) (*domain.Order, error)
 	return withItems(ctx, db, row)
 }
 
-// GetOrderForUpdate reads an order and locks its row until the transaction
-// ends. Call it in a transaction, before deciding a transition.
-func GetOrderForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (*domain.Order, error) {
-	row, err := queries.GetOrderForUpdate(ctx, db, id)
-	if err != nil {
-		return nil, fmt.Errorf("lock order %s: %w", id, translate(err))
-	}
-	return withItems(ctx, db, row)
-}
-
 func withItems(ctx context.Context, db DBTX, row dbsqlc.Order) (*domain.Order, error) {
 	orders, err := attachItems(ctx, db, []dbsqlc.Order{row})
 	if err != nil {
@@ -113,38 +103,71 @@ func attachItems(ctx context.Context, db DBTX, rows []dbsqlc.Order) ([]*domain.O
 	return orders, nil
 }
 
-// TransitionOrder moves a locked order (read with GetOrderForUpdate in the
-// same transaction) by trigger t: the guarded UPDATE (WHERE status and
-// version are still what o says) and one history row. It returns the order
-// as it now stands and the status it left.
+// Move is a transition that happened.
+type Move struct {
+	From, To  domain.Status
+	Version   int
+	UpdatedAt time.Time
+}
+
+// MoveOrder applies trigger t to order id in one statement: it locks the
+// order, moves it only if its status is one t starts from (the guard, with
+// version + 1), and records the move in the order's history with cause.
+// It returns the move and the status the order had.
 //
-// The errors: domain.ErrStaleTransition or domain.ErrInvalidTransition
-// (from the state machine), domain.ErrConflict (the row changed under a
-// caller that did not lock it, or this message already moved this order).
-func TransitionOrder(ctx context.Context, db DBTX, o *domain.Order, t domain.Trigger, cause Cause) (*domain.Order, domain.Status, error) {
-	from := o.Status()
-	to, err := domain.Next(from, t)
+// When the order does not move, the error wraps domain.ErrStaleTransition
+// (the order is past t: a duplicate, a late message, a lost race) or
+// domain.ErrInvalidTransition (t is not possible yet); a missing order is
+// domain.ErrNotFound; cause.MessageID moving the same order twice is
+// domain.ErrConflict.
+func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cause Cause) (Move, domain.Status, error) {
+	to, from, err := domain.Target(t)
 	if err != nil {
-		return nil, from, fmt.Errorf("order %s: %w", o.ID(), err)
+		return Move{}, "", err
 	}
-	row, err := queries.UpdateOrderStatus(ctx, db, dbsqlc.UpdateOrderStatusParams{
-		OrderID:    o.ID(),
-		FromStatus: string(from),
-		ToStatus:   string(to),
-		Version:    int32(o.Version()),
+	if len(from) == 1 {
+		return moveFrom(ctx, db, id, t, from[0], to, cause)
+	}
+	froms := make([]string, len(from))
+	for i, f := range from {
+		froms[i] = string(f)
+	}
+	row, err := queries.MoveOrder(ctx, db, dbsqlc.MoveOrderParams{
+		OrderID: id, ToStatus: string(to), FromStatuses: froms,
+		MessageID: nullIfEmpty(cause.MessageID), CorrelationID: nullIfEmpty(cause.CorrelationID),
 	})
 	if err != nil {
-		err = translate(err)
-		if errors.Is(err, domain.ErrNotFound) {
-			return nil, from, fmt.Errorf("%w: order %s is no longer %s at version %d", domain.ErrConflict, o.ID(), from, o.Version())
-		}
-		return nil, from, fmt.Errorf("update order %s: %w", o.ID(), err)
+		return Move{}, "", fmt.Errorf("move order %s on %s: %w", id, t, translate(err))
 	}
-	if err := insertTransition(ctx, db, o.ID(), from, to, cause); err != nil {
-		return nil, from, err
+	current := domain.Status(row.CurrentStatus)
+	if row.FromStatus == nil {
+		_, err := domain.Next(current, t) // explains why it did not move
+		return Move{}, current, fmt.Errorf("order %s: %w", id, err)
 	}
-	return domain.OrderFromDatabase(o.ID(), o.CustomerID(), o.Currency(), to, int(row.Version),
-		o.Items(), o.CreatedAt(), row.UpdatedAt), from, nil
+	return Move{From: domain.Status(*row.FromStatus), To: to, Version: int(*row.Version), UpdatedAt: *row.UpdatedAt}, current, nil
+}
+
+// moveFrom is MoveOrder for a trigger with one starting status: a guarded
+// UPDATE (its row lock is the only one needed), and, only when it moved
+// nothing, a read of the status to say why.
+func moveFrom(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, from, to domain.Status, cause Cause) (Move, domain.Status, error) {
+	row, err := queries.MoveOrderFrom(ctx, db, dbsqlc.MoveOrderFromParams{
+		OrderID: id, FromStatus: string(from), ToStatus: string(to),
+		MessageID: nullIfEmpty(cause.MessageID), CorrelationID: nullIfEmpty(cause.CorrelationID),
+	})
+	if err == nil {
+		return Move{From: from, To: to, Version: int(row.Version), UpdatedAt: row.UpdatedAt}, from, nil
+	}
+	if err = translate(err); !errors.Is(err, domain.ErrNotFound) {
+		return Move{}, "", fmt.Errorf("move order %s on %s: %w", id, t, err)
+	}
+	status, err := queries.GetOrderStatus(ctx, db, id)
+	if err != nil {
+		return Move{}, "", fmt.Errorf("order %s: %w", id, translate(err))
+	}
+	current := domain.Status(status)
+	_, err = domain.Next(current, t) // explains why it did not move
+	return Move{}, current, fmt.Errorf("order %s: %w", id, err)
 }
 
 func insertTransition(ctx context.Context, db DBTX, id uuid.UUID, from, to domain.Status, cause Cause) error {

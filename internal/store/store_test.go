@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,31 +160,26 @@ func TestEnqueueMessagesOneStatementManyRows(t *testing.T) {
 	}
 }
 
-func TestTransitionOrderIsGuarded(t *testing.T) {
+func TestMoveOrderIsGuarded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	o := newOrder(t)
 	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	stale, err := store.GetOrder(b.ctx, b.pool, o.ID()) // read without a lock
-	if err != nil {
-		t.Fatal(err)
-	}
 
-	moved, from, err := store.TransitionOrder(b.ctx, b.pool, stale, domain.TriggerSubmitted, store.Cause{MessageID: "m-1", CorrelationID: "c"})
-	if err != nil || from != domain.StatusSubmitted || moved.Status() != domain.StatusFulfillmentRequested || moved.Version() != 2 {
-		t.Fatalf("TransitionOrder = %v, %s, %v", moved, from, err)
+	move, current, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerSubmitted, store.Cause{MessageID: "m-1", CorrelationID: "c"})
+	if err != nil || current != domain.StatusSubmitted || move.From != domain.StatusSubmitted || move.To != domain.StatusFulfillmentRequested || move.Version != 2 {
+		t.Fatalf("MoveOrder = %+v, %s, %v", move, current, err)
 	}
-	// The same stale read cannot move the order again: the guarded UPDATE
-	// finds neither the status nor the version it expects.
-	if _, _, err := store.TransitionOrder(b.ctx, b.pool, stale, domain.TriggerCancel, store.Cause{}); !errors.Is(err, domain.ErrConflict) {
-		t.Fatalf("second move from a stale read: %v, want ErrConflict", err)
+	// The same trigger again finds the order past it, and moves nothing.
+	if _, current, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerSubmitted, store.Cause{MessageID: "m-2"}); !errors.Is(err, domain.ErrStaleTransition) || current != domain.StatusFulfillmentRequested {
+		t.Fatalf("second move: %s, %v; want ErrStaleTransition", current, err)
 	}
 	// One message moves one order once: (order_id, message_id) is unique,
-	// and the transaction that tried rolls back its UPDATE too.
+	// and the transaction that tried rolls back its update too.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, _, err := store.TransitionOrder(b.ctx, tx, moved, domain.TriggerFulfillmentCompleted, store.Cause{MessageID: "m-1"})
+		_, _, err := store.MoveOrder(b.ctx, tx, o.ID(), domain.TriggerFulfillmentCompleted, store.Cause{MessageID: "m-1"})
 		return err
 	})
 	if !errors.Is(err, domain.ErrConflict) {
@@ -195,12 +191,57 @@ func TestTransitionOrderIsGuarded(t *testing.T) {
 	if ok, err := store.TransitionRecorded(b.ctx, b.pool, o.ID(), "m-2"); err != nil || ok {
 		t.Fatalf("TransitionRecorded(m-2) = %v, %v", ok, err)
 	}
-	// A move the state machine forbids never reaches the database.
-	if _, _, err := store.TransitionOrder(b.ctx, b.pool, newOrder(t), domain.TriggerFulfillmentCompleted, store.Cause{}); !errors.Is(err, domain.ErrInvalidTransition) {
-		t.Fatalf("impossible move: %v", err)
+	// A move the order is not ready for, and an order that does not exist.
+	fresh := newOrder(t)
+	if err := createWithOutbox(b.ctx, b.pool, fresh, store.MessageMeta{}, nil); err != nil {
+		t.Fatal(err)
 	}
-	if got, _ := store.GetOrder(b.ctx, b.pool, o.ID()); got.Status() != domain.StatusFulfillmentRequested || got.Version() != 2 {
+	if _, current, err := store.MoveOrder(b.ctx, b.pool, fresh.ID(), domain.TriggerFulfillmentCompleted, store.Cause{}); !errors.Is(err, domain.ErrInvalidTransition) || current != domain.StatusSubmitted {
+		t.Fatalf("impossible move: %s, %v", current, err)
+	}
+	if _, _, err := store.MoveOrder(b.ctx, b.pool, uuid.New(), domain.TriggerCancel, store.Cause{}); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("missing order: %v", err)
+	}
+	got, _ := store.GetOrder(b.ctx, b.pool, o.ID())
+	if got.Status() != domain.StatusFulfillmentRequested || got.Version() != 2 {
 		t.Fatalf("order is %s v%d", got.Status(), got.Version())
+	}
+	history, _ := store.History(b.ctx, b.pool, o.ID())
+	if len(history) != 2 || history[1].From != domain.StatusSubmitted || history[1].To != domain.StatusFulfillmentRequested || *history[1].MessageID != "m-1" {
+		t.Fatalf("history %+v", history)
+	}
+}
+
+// Concurrent moves of one order: exactly one wins.
+func TestMoveOrderConcurrently(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := newOrder(t)
+	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for i := range 10 {
+		wg.Go(func() {
+			trigger := domain.TriggerCancel
+			if i%2 == 0 {
+				trigger = domain.TriggerSubmitted
+			}
+			if _, _, err := store.MoveOrder(b.ctx, b.pool, o.ID(), trigger, store.Cause{MessageID: fmt.Sprint("m-", i)}); err == nil {
+				won.Add(1)
+			} else if !errors.Is(err, domain.ErrStaleTransition) {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	// Cancel can follow submitted (both from SUBMITTED or FULFILLMENT_REQUESTED),
+	// but every trigger moves the order at most once, and the history holds
+	// exactly the moves that won.
+	history, _ := store.History(b.ctx, b.pool, o.ID())
+	if int(won.Load()) != len(history)-1 || won.Load() < 1 || won.Load() > 2 {
+		t.Fatalf("%d moves won, history %+v", won.Load(), history)
 	}
 }
 
@@ -358,7 +399,7 @@ func TestListOrdersByStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
-			if _, _, err := store.TransitionOrder(b.ctx, b.pool, o, domain.TriggerCancel, store.Cause{}); err != nil {
+			if _, _, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerCancel, store.Cause{}); err != nil {
 				t.Fatal(err)
 			}
 			cancelled = append(cancelled, o.ID())

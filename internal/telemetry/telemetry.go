@@ -51,7 +51,7 @@ func Setup(service string, logCfg config.Log, w io.Writer) (*Telemetry, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	exporter, err := prometheus.New(prometheus.WithRegisterer(registry))
+	exporter, err := prometheus.New(prometheus.WithRegisterer(registry), prometheus.WithoutScopeInfo())
 	if err != nil {
 		return nil, err
 	}

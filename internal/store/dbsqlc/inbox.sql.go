@@ -67,6 +67,24 @@ func (q *Queries) GetInbox(ctx context.Context, db DBTX, arg GetInboxParams) (Ge
 	return i, err
 }
 
+const holdInbox = `-- name: HoldInbox :exec
+UPDATE message_inbox
+SET status = 'PROCESSING', outcome = NULL, processed_at = NULL
+WHERE consumer_name = $1 AND message_id = $2
+`
+
+type HoldInboxParams struct {
+	ConsumerName string
+	MessageID    string
+}
+
+// Between the two steps of an external side effect: the row commits as
+// PROCESSING, and only the second step marks it PROCESSED.
+func (q *Queries) HoldInbox(ctx context.Context, db DBTX, arg HoldInboxParams) error {
+	_, err := db.Exec(ctx, holdInbox, arg.ConsumerName, arg.MessageID)
+	return err
+}
+
 const inboxStats = `-- name: InboxStats :many
 SELECT consumer_name, status, count(*)::bigint AS row_count,
        extract(epoch FROM now() - min(first_received_at))::float8 AS oldest_age_seconds
@@ -110,11 +128,11 @@ func (q *Queries) InboxStats(ctx context.Context, db DBTX) ([]InboxStatsRow, err
 
 const insertInbox = `-- name: InsertInbox :one
 INSERT INTO message_inbox (
-    consumer_name, message_id, message_type, message_version, aggregate_id, status,
-    attempt_count, payload_hash, processing_started_at, correlation_id, causation_id, trace_id
+    consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
+    attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
 ) VALUES (
-    $1, $2, $3, $4, $5, 'PROCESSING',
-    1, $6, now(), $7, $8, $9
+    $1, $2, $3, $4, $5, 'PROCESSED', 'APPLIED',
+    1, $6, now(), now(), $7, $8, $9
 )
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING attempt_count
@@ -134,7 +152,9 @@ type InsertInboxParams struct {
 
 // The deduplication guard: the first delivery of a message to a consumer
 // inserts its row; any other finds it (and, while the first one's
-// transaction is open, waits for it on the primary key).
+// transaction is open, waits for it on the primary key). The row is written
+// as it will be when the transaction commits (PROCESSED, APPLIED): nobody
+// sees it before then, and a rollback takes it away with the effect.
 func (q *Queries) InsertInbox(ctx context.Context, db DBTX, arg InsertInboxParams) (int32, error) {
 	row := db.QueryRow(ctx, insertInbox,
 		arg.ConsumerName,
@@ -274,8 +294,9 @@ func (q *Queries) RecordInboxFailure(ctx context.Context, db DBTX, arg RecordInb
 
 const restartInbox = `-- name: RestartInbox :one
 UPDATE message_inbox
-SET status = 'PROCESSING', attempt_count = attempt_count + 1, processing_started_at = now(),
-    last_received_at = now(), trace_id = coalesce($1, trace_id)
+SET status = 'PROCESSED', outcome = 'APPLIED', outcome_reason = NULL, attempt_count = attempt_count + 1,
+    processing_started_at = now(), processed_at = now(), last_received_at = now(),
+    trace_id = coalesce($1, trace_id)
 WHERE consumer_name = $2 AND message_id = $3
 RETURNING attempt_count
 `
@@ -286,7 +307,8 @@ type RestartInboxParams struct {
 	MessageID    string
 }
 
-// Processing a message again (a retry, a replay, or a takeover).
+// Processing a message again (a retry, a replay, or a takeover), written,
+// like a first delivery, as it will be if the transaction commits.
 func (q *Queries) RestartInbox(ctx context.Context, db DBTX, arg RestartInboxParams) (int32, error) {
 	row := db.QueryRow(ctx, restartInbox, arg.TraceID, arg.ConsumerName, arg.MessageID)
 	var attempt_count int32

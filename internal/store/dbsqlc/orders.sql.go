@@ -34,29 +34,15 @@ func (q *Queries) GetOrder(ctx context.Context, db DBTX, orderID uuid.UUID) (Ord
 	return i, err
 }
 
-const getOrderForUpdate = `-- name: GetOrderForUpdate :one
-SELECT order_id, customer_id, currency, status, version, total_cents, created_at, updated_at
-FROM orders
-WHERE order_id = $1
-FOR UPDATE
+const getOrderStatus = `-- name: GetOrderStatus :one
+SELECT status FROM orders WHERE order_id = $1
 `
 
-// Locks the order until the transaction ends: the guard that keeps two
-// concurrent triggers (a cancel and a fulfillment, say) from both winning.
-func (q *Queries) GetOrderForUpdate(ctx context.Context, db DBTX, orderID uuid.UUID) (Order, error) {
-	row := db.QueryRow(ctx, getOrderForUpdate, orderID)
-	var i Order
-	err := row.Scan(
-		&i.OrderID,
-		&i.CustomerID,
-		&i.Currency,
-		&i.Status,
-		&i.Version,
-		&i.TotalCents,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return i, err
+func (q *Queries) GetOrderStatus(ctx context.Context, db DBTX, orderID uuid.UUID) (string, error) {
+	row := db.QueryRow(ctx, getOrderStatus, orderID)
+	var status string
+	err := row.Scan(&status)
+	return status, err
 }
 
 const insertOrder = `-- name: InsertOrder :one
@@ -316,6 +302,102 @@ func (q *Queries) ListTransitions(ctx context.Context, db DBTX, orderID uuid.UUI
 	return items, nil
 }
 
+const moveOrder = `-- name: MoveOrder :one
+WITH current_order AS (
+    SELECT orders.order_id, orders.status FROM orders WHERE orders.order_id = $1 FOR UPDATE
+), moved AS (
+    UPDATE orders o
+    SET status = $2, version = o.version + 1, updated_at = now()
+    FROM current_order c
+    WHERE o.order_id = c.order_id AND c.status = ANY ($3::text[])
+    RETURNING o.order_id, c.status AS from_status, o.version, o.updated_at
+), recorded AS (
+    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
+    SELECT m.order_id, m.from_status, $2, $4, $5 FROM moved m
+)
+SELECT c.status AS current_status, m.from_status, m.version, m.updated_at
+FROM current_order c LEFT JOIN moved m ON true
+`
+
+type MoveOrderParams struct {
+	OrderID       uuid.UUID
+	ToStatus      string
+	FromStatuses  []string
+	MessageID     *string
+	CorrelationID *string
+}
+
+type MoveOrderRow struct {
+	CurrentStatus string
+	FromStatus    *string
+	Version       *int32
+	UpdatedAt     *time.Time
+}
+
+// One transition in one statement: lock the order, move it if (and only
+// if) its status is one the trigger starts from, bump its version, and
+// record the move in its history. Always returns the status the order had
+// (to explain a refusal); from_status is NULL when it did not move.
+func (q *Queries) MoveOrder(ctx context.Context, db DBTX, arg MoveOrderParams) (MoveOrderRow, error) {
+	row := db.QueryRow(ctx, moveOrder,
+		arg.OrderID,
+		arg.ToStatus,
+		arg.FromStatuses,
+		arg.MessageID,
+		arg.CorrelationID,
+	)
+	var i MoveOrderRow
+	err := row.Scan(
+		&i.CurrentStatus,
+		&i.FromStatus,
+		&i.Version,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const moveOrderFrom = `-- name: MoveOrderFrom :one
+WITH moved AS (
+    UPDATE orders
+    SET status = $1, version = version + 1, updated_at = now()
+    WHERE orders.order_id = $2 AND orders.status = $3
+    RETURNING orders.order_id, orders.version, orders.updated_at
+), recorded AS (
+    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
+    SELECT m.order_id, $3, $1, $4, $5 FROM moved m
+)
+SELECT m.version, m.updated_at FROM moved m
+`
+
+type MoveOrderFromParams struct {
+	ToStatus      string
+	OrderID       uuid.UUID
+	FromStatus    string
+	MessageID     *string
+	CorrelationID *string
+}
+
+type MoveOrderFromRow struct {
+	Version   int32
+	UpdatedAt time.Time
+}
+
+// MoveOrder for a trigger with one starting status: the guarded UPDATE
+// needs no lock of its own, and the history row names that status. No row
+// back means the order did not move (or does not exist).
+func (q *Queries) MoveOrderFrom(ctx context.Context, db DBTX, arg MoveOrderFromParams) (MoveOrderFromRow, error) {
+	row := db.QueryRow(ctx, moveOrderFrom,
+		arg.ToStatus,
+		arg.OrderID,
+		arg.FromStatus,
+		arg.MessageID,
+		arg.CorrelationID,
+	)
+	var i MoveOrderFromRow
+	err := row.Scan(&i.Version, &i.UpdatedAt)
+	return i, err
+}
+
 const transitionExists = `-- name: TransitionExists :one
 SELECT EXISTS (
     SELECT 1 FROM order_state_transition WHERE order_id = $1 AND message_id = $2
@@ -332,37 +414,4 @@ func (q *Queries) TransitionExists(ctx context.Context, db DBTX, arg TransitionE
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
-}
-
-const updateOrderStatus = `-- name: UpdateOrderStatus :one
-UPDATE orders
-SET status = $1, version = version + 1, updated_at = now()
-WHERE order_id = $2 AND status = $3 AND version = $4
-RETURNING version, updated_at
-`
-
-type UpdateOrderStatusParams struct {
-	ToStatus   string
-	OrderID    uuid.UUID
-	FromStatus string
-	Version    int32
-}
-
-type UpdateOrderStatusRow struct {
-	Version   int32
-	UpdatedAt time.Time
-}
-
-// The guarded update: it moves the order only from the status and version
-// the caller saw, and reports no row when anything changed in between.
-func (q *Queries) UpdateOrderStatus(ctx context.Context, db DBTX, arg UpdateOrderStatusParams) (UpdateOrderStatusRow, error) {
-	row := db.QueryRow(ctx, updateOrderStatus,
-		arg.ToStatus,
-		arg.OrderID,
-		arg.FromStatus,
-		arg.Version,
-	)
-	var i UpdateOrderStatusRow
-	err := row.Scan(&i.Version, &i.UpdatedAt)
-	return i, err
 }

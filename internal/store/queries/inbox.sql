@@ -1,13 +1,15 @@
 -- name: InsertInbox :one
 -- The deduplication guard: the first delivery of a message to a consumer
 -- inserts its row; any other finds it (and, while the first one's
--- transaction is open, waits for it on the primary key).
+-- transaction is open, waits for it on the primary key). The row is written
+-- as it will be when the transaction commits (PROCESSED, APPLIED): nobody
+-- sees it before then, and a rollback takes it away with the effect.
 INSERT INTO message_inbox (
-    consumer_name, message_id, message_type, message_version, aggregate_id, status,
-    attempt_count, payload_hash, processing_started_at, correlation_id, causation_id, trace_id
+    consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
+    attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
 ) VALUES (
-    @consumer_name, @message_id, @message_type, @message_version, @aggregate_id, 'PROCESSING',
-    1, @payload_hash, now(), @correlation_id, @causation_id, @trace_id
+    @consumer_name, @message_id, @message_type, @message_version, @aggregate_id, 'PROCESSED', 'APPLIED',
+    1, @payload_hash, now(), now(), @correlation_id, @causation_id, @trace_id
 )
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING attempt_count;
@@ -21,10 +23,12 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id
 FOR UPDATE;
 
 -- name: RestartInbox :one
--- Processing a message again (a retry, a replay, or a takeover).
+-- Processing a message again (a retry, a replay, or a takeover), written,
+-- like a first delivery, as it will be if the transaction commits.
 UPDATE message_inbox
-SET status = 'PROCESSING', attempt_count = attempt_count + 1, processing_started_at = now(),
-    last_received_at = now(), trace_id = coalesce(@trace_id, trace_id)
+SET status = 'PROCESSED', outcome = 'APPLIED', outcome_reason = NULL, attempt_count = attempt_count + 1,
+    processing_started_at = now(), processed_at = now(), last_received_at = now(),
+    trace_id = coalesce(@trace_id, trace_id)
 WHERE consumer_name = @consumer_name AND message_id = @message_id
 RETURNING attempt_count;
 
@@ -36,6 +40,13 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id;
 -- name: MarkInboxProcessed :exec
 UPDATE message_inbox
 SET status = 'PROCESSED', outcome = @outcome, outcome_reason = @outcome_reason, processed_at = now()
+WHERE consumer_name = @consumer_name AND message_id = @message_id;
+
+-- name: HoldInbox :exec
+-- Between the two steps of an external side effect: the row commits as
+-- PROCESSING, and only the second step marks it PROCESSED.
+UPDATE message_inbox
+SET status = 'PROCESSING', outcome = NULL, processed_at = NULL
 WHERE consumer_name = @consumer_name AND message_id = @message_id;
 
 -- name: RecordInboxFailure :one

@@ -18,22 +18,6 @@ SELECT order_id, customer_id, currency, status, version, total_cents, created_at
 FROM orders
 WHERE order_id = @order_id;
 
--- name: GetOrderForUpdate :one
--- Locks the order until the transaction ends: the guard that keeps two
--- concurrent triggers (a cancel and a fulfillment, say) from both winning.
-SELECT order_id, customer_id, currency, status, version, total_cents, created_at, updated_at
-FROM orders
-WHERE order_id = @order_id
-FOR UPDATE;
-
--- name: UpdateOrderStatus :one
--- The guarded update: it moves the order only from the status and version
--- the caller saw, and reports no row when anything changed in between.
-UPDATE orders
-SET status = @to_status, version = version + 1, updated_at = now()
-WHERE order_id = @order_id AND status = @from_status AND version = @version
-RETURNING version, updated_at;
-
 -- name: ListOrderItems :many
 SELECT order_id, line_no, sku, quantity, unit_price_cents
 FROM order_items
@@ -71,3 +55,41 @@ WHERE status = @status
   AND (created_at, order_id) < (@after_created_at::timestamptz, @after_order_id::uuid)
 ORDER BY created_at DESC, order_id DESC
 LIMIT @max_rows;
+
+-- name: MoveOrder :one
+-- One transition in one statement: lock the order, move it if (and only
+-- if) its status is one the trigger starts from, bump its version, and
+-- record the move in its history. Always returns the status the order had
+-- (to explain a refusal); from_status is NULL when it did not move.
+WITH current_order AS (
+    SELECT orders.order_id, orders.status FROM orders WHERE orders.order_id = @order_id FOR UPDATE
+), moved AS (
+    UPDATE orders o
+    SET status = @to_status, version = o.version + 1, updated_at = now()
+    FROM current_order c
+    WHERE o.order_id = c.order_id AND c.status = ANY (@from_statuses::text[])
+    RETURNING o.order_id, c.status AS from_status, o.version, o.updated_at
+), recorded AS (
+    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
+    SELECT m.order_id, m.from_status, @to_status, @message_id, @correlation_id FROM moved m
+)
+SELECT c.status AS current_status, m.from_status, m.version, m.updated_at
+FROM current_order c LEFT JOIN moved m ON true;
+
+-- name: MoveOrderFrom :one
+-- MoveOrder for a trigger with one starting status: the guarded UPDATE
+-- needs no lock of its own, and the history row names that status. No row
+-- back means the order did not move (or does not exist).
+WITH moved AS (
+    UPDATE orders
+    SET status = @to_status, version = version + 1, updated_at = now()
+    WHERE orders.order_id = @order_id AND orders.status = @from_status
+    RETURNING orders.order_id, orders.version, orders.updated_at
+), recorded AS (
+    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
+    SELECT m.order_id, @from_status, @to_status, @message_id, @correlation_id FROM moved m
+)
+SELECT m.version, m.updated_at FROM moved m;
+
+-- name: GetOrderStatus :one
+SELECT status FROM orders WHERE order_id = @order_id;

@@ -102,3 +102,4 @@ FROM message_outbox WHERE status = 'PUBLISHING' GROUP BY status, message_type
 UNION ALL
 SELECT status, message_type, count(*)::bigint, 0::float8
 FROM message_outbox WHERE status = 'FAILED' GROUP BY status, message_type;
+

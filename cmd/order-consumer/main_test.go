@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// The process migrates, consumes, parks a poison message, reports its
+// metrics, stops cleanly, and `replay` moves the parked message back.
+func TestConsumerProcessAndReplay(t *testing.T) {
+	t.Parallel()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	dbURL, amqpURL, admin := testenv.ServerURL(t, name), testenv.NewVhost(t), testenv.FreeAddr(t)
+	environ := map[string]string{"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ADMIN_ADDR": admin, "CONSUMERS": "fulfillment"}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		wg     sync.WaitGroup
+		runErr error
+	)
+	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, io.Discard, io.Discard) })
+	waitOK(t, "http://"+admin+"/readyz")
+
+	// A poison message (its order does not exist) is parked.
+	id := uuid.NewString()
+	body, _ := json.Marshal(domain.OrderSubmittedV1{ID: uuid.New()})
+	publish(t, amqpURL, amqp.Publishing{MessageId: id, Type: domain.TypeOrderSubmitted, ContentType: "application/json",
+		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(1)}, Body: body})
+	db, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(t.Context())
+	waitFor(t, "the message to be parked", func() bool {
+		row, err := store.GetInbox(t.Context(), db, "fulfillment", id)
+		return err == nil && row.Status == store.InboxPermanentFailed && row.LastErrorCode == "order_not_found"
+	})
+	var metrics string
+	defer func() {
+		if t.Failed() {
+			t.Logf("metrics:\n%s", metrics)
+		}
+	}()
+	waitFor(t, "the parked counter", func() bool {
+		metrics = get(t, "http://"+admin+"/metrics")
+		return strings.Contains(metrics, `consumer_messages_parked_total{consumer_name="fulfillment",reason_code="order_not_found"`)
+	})
+	for _, want := range []string{"consumer_messages_received_total", "inbox_rows", "inbox_oldest_unprocessed_age_seconds", "consumer_processing_duration_seconds_bucket"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+
+	// replay moves it back to the work queue (where, with no consumer
+	// running, it stays).
+	if err := run(t.Context(), []string{"replay", "fulfillment", "10"}, environ, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if n := depth(t, amqpURL, "orders.fulfillment"); n != 1 {
+		t.Fatalf("%d messages in orders.fulfillment after replay", n)
+	}
+	if n := depth(t, amqpURL, "orders.fulfillment.dlq"); n != 0 {
+		t.Fatalf("%d messages left in the parking lot", n)
+	}
+	if err := run(t.Context(), []string{"replay", "nobody"}, environ, io.Discard, io.Discard); err == nil {
+		t.Fatal("replay of an unknown consumer: want an error")
+	}
+}
+
+func TestBadConfigurationFailsStartup(t *testing.T) {
+	t.Parallel()
+	err := run(t.Context(), nil, map[string]string{"CONSUMERS": "fulfillment,billing", "CONSUMER_RETRY_DELAYS": "5s,1s"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "billing") || !strings.Contains(err.Error(), "retry delays must grow") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// Every variable order-consumer reads is documented in the README.
+func TestREADMEDocumentsEveryVariable(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range config.Variables(&Config{}) {
+		if !bytes.Contains(readme, []byte("`"+v+"`")) {
+			t.Errorf("README.md does not document %s", v)
+		}
+	}
+}
+
+func publish(t *testing.T, url string, msg amqp.Publishing) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(t.Context(), domain.EventsExchange, msg.Type, true, false, msg)
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+func depth(t *testing.T, url, queue string) int {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q.Messages
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitOK(t *testing.T, url string) {
+	t.Helper()
+	waitFor(t, url+" to answer 200", func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}

@@ -1,0 +1,353 @@
+// Package e2e runs the three binaries as processes, the way they run in
+// production, against the test PostgreSQL and RabbitMQ, and drives orders
+// through them over HTTP.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// binaries builds the three commands once per test run.
+var binaries = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "orders-e2e-bin-")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "build", "-o", dir+"/", "../../cmd/order-api", "../../cmd/outbox-relay", "../../cmd/order-consumer")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return dir, nil
+})
+
+// process is one running binary.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	mu   *sync.Mutex
+	done chan error
+}
+
+type system struct {
+	t       *testing.T
+	bin     string
+	env     []string
+	apiURL  string
+	procs   map[string]*process
+	dbURL   string
+	amqpURL string
+}
+
+func newSystem(t *testing.T) *system {
+	t.Helper()
+	bin, err := binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	s := &system{t: t, bin: bin, procs: map[string]*process{}, dbURL: testenv.ServerURL(t, name), amqpURL: testenv.NewVhost(t)}
+	s.env = []string{"DATABASE_URL=" + s.dbURL, "AMQP_URL=" + s.amqpURL, "LOG_FORMAT=json",
+		"RELAY_POLL_INTERVAL=200ms", "RELAY_BACKOFF_BASE=50ms", "RELAY_BACKOFF_MAX=500ms",
+		"CONSUMER_RETRY_DELAYS=100ms,500ms", "CONSUMER_PROCESSING_LEASE=10s", "SHUTDOWN_TIMEOUT=5s"}
+	t.Cleanup(func() {
+		for _, p := range s.procs {
+			_ = p.cmd.Process.Kill()
+		}
+		if t.Failed() {
+			for name, p := range s.procs {
+				p.mu.Lock()
+				t.Logf("--- %s log (last 4 KiB):\n%s", name, tail(p.log.String(), 4096))
+				p.mu.Unlock()
+			}
+		}
+	})
+	return s
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// start runs binary as process name with extra environment, and waits
+// until its readiness endpoint answers 200.
+func (s *system) start(name, binary, readyURL string, args []string, env ...string) *process {
+	s.t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, binary), args...)
+	cmd.Env = append(append(os.Environ(), s.env...), env...)
+	p := &process{name: name, cmd: cmd, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
+	cmd.Stdout = lockedWriter{p.mu, p.log}
+	cmd.Stderr = lockedWriter{p.mu, p.log}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	s.procs[name] = p
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(readyURL)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case err := <-p.done:
+			s.t.Fatalf("%s exited: %v\n%s", name, err, p.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s never became ready", name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *system) startAPI() {
+	addr := testenv.FreeAddr(s.t)
+	s.apiURL = "http://" + addr
+	s.start("order-api", "order-api", s.apiURL+"/readyz", []string{"-migrate"}, "HTTP_ADDR="+addr)
+}
+
+func (s *system) startRelay(name string) {
+	addr := testenv.FreeAddr(s.t)
+	s.start(name, "outbox-relay", "http://"+addr+"/readyz", nil, "ADMIN_ADDR="+addr, "RELAY_ID="+name)
+}
+
+func (s *system) startConsumer(name string) {
+	addr := testenv.FreeAddr(s.t)
+	s.start(name, "order-consumer", "http://"+addr+"/readyz", nil, "ADMIN_ADDR="+addr)
+}
+
+// kill ends a process at once (SIGKILL): no shutdown, no acks, no marks.
+func (s *system) kill(name string) {
+	s.t.Helper()
+	p := s.procs[name]
+	_ = p.cmd.Process.Kill()
+	s.t.Logf("%s: %v", name, <-p.done) // "signal: killed"
+	delete(s.procs, name)
+}
+
+// stop ends a process gracefully (SIGTERM) and checks it exits cleanly.
+func (s *system) stop(name string) {
+	s.t.Helper()
+	p := s.procs[name]
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			s.t.Errorf("%s exited with %v after SIGTERM\n%s", name, err, tail(p.log.String(), 2048))
+		}
+	case <-time.After(20 * time.Second):
+		s.t.Errorf("%s did not stop within 20s of SIGTERM", name)
+	}
+	delete(s.procs, name)
+}
+
+func (s *system) post(path string, body any) (int, map[string]any) {
+	s.t.Helper()
+	var r io.Reader = http.NoBody
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.apiURL+path, r)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Error(err)
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+type placed struct {
+	id         string
+	oos        bool
+	cancel     bool
+	cancelCode int
+}
+
+// 200 orders through the three binaries as processes and the API: some
+// with out-of-stock skus, some cancelled on the way, while a consumer and
+// a relay are killed (SIGKILL) and restarted mid-run. Every order ends in
+// the status its story calls for, with exactly one transition per step.
+func TestTwoHundredOrdersThroughTheProcesses(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.startAPI()
+	s.startConsumer("consumer-1")
+	s.startRelay("relay-1")
+	s.startRelay("relay-2")
+
+	const n = 200
+	orders := make([]*placed, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		o := &placed{oos: i%5 == 1, cancel: i%5 == 2 || i%10 == 3}
+		orders[i] = o
+		if i == n/2 {
+			wg.Wait()
+			// Halfway: kill a consumer and a relay without warning, start
+			// them again. Claims, unacked deliveries and PROCESSING rows must
+			// all come back.
+			s.kill("consumer-1")
+			s.kill("relay-1")
+			s.startConsumer("consumer-2")
+			s.startRelay("relay-3")
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			sku := "A-1"
+			if o.oos {
+				sku = "OOS-1"
+			}
+			code, body := s.post("/v1/orders", map[string]any{"customer_id": fmt.Sprint("c-", i), "currency": "EUR",
+				"items": []map[string]any{{"sku": sku, "quantity": 1, "unit_price_cents": 500}}})
+			if code != http.StatusCreated {
+				t.Errorf("create: %d", code)
+				return
+			}
+			o.id = body["order_id"].(string)
+			if o.cancel {
+				// Early cancels race the first hops; late ones mostly find the
+				// order final (409).
+				delay := time.Duration(rand.IntN(30)) * time.Millisecond
+				if i%10 == 3 {
+					delay = time.Duration(150+rand.IntN(300)) * time.Millisecond
+				}
+				time.Sleep(delay)
+				o.cancelCode, _ = s.post("/v1/orders/"+o.id+"/cancel", nil)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	conn, err := pgx.Connect(context.Background(), s.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	status := func(id string) string {
+		var st string
+		_ = conn.QueryRow(context.Background(), "SELECT status FROM orders WHERE order_id = $1", id).Scan(&st)
+		return st
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for _, o := range orders {
+		for st := status(o.id); st != "FULFILLED" && st != "REJECTED" && st != "CANCELLED"; st = status(o.id) {
+			if time.Now().After(deadline) {
+				t.Fatalf("order %s stuck in %s", o.id, st)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	tally := map[string]int{}
+	for _, o := range orders {
+		final := status(o.id)
+		tally[final]++
+		want := "FULFILLED"
+		if o.oos {
+			want = "REJECTED"
+		}
+		if o.cancel && o.cancelCode == http.StatusOK {
+			want = "CANCELLED"
+		} else if o.cancel && o.cancelCode != http.StatusConflict {
+			t.Errorf("order %s: cancel answered %d", o.id, o.cancelCode)
+		}
+		if final != want {
+			t.Errorf("order %s (oos %v, cancel %v -> %d) is %s, want %s", o.id, o.oos, o.cancel, o.cancelCode, final, want)
+		}
+		rows, err := conn.Query(context.Background(), "SELECT coalesce(from_status, '') || '>' || to_status FROM order_state_transition WHERE order_id = $1 ORDER BY transition_id", o.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		history, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !validHistory(history, final) {
+			t.Errorf("order %s (%s): history %v", o.id, final, history)
+		}
+	}
+
+	// The ledger is clean: every outbox row published, every inbox row processed.
+	var unpublished, unprocessed, duplicates int
+	_ = conn.QueryRow(context.Background(), "SELECT count(*) FROM message_outbox WHERE status <> 'PUBLISHED'").Scan(&unpublished)
+	deadline = time.Now().Add(30 * time.Second)
+	for unpublished > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		_ = conn.QueryRow(context.Background(), "SELECT count(*) FROM message_outbox WHERE status <> 'PUBLISHED'").Scan(&unpublished)
+	}
+	_ = conn.QueryRow(context.Background(), "SELECT count(*) FROM message_inbox WHERE status <> 'PROCESSED'").Scan(&unprocessed)
+	_ = conn.QueryRow(context.Background(), "SELECT count(*) FROM message_inbox WHERE last_received_at > first_received_at + interval '1 millisecond'").Scan(&duplicates)
+	if unpublished != 0 || unprocessed != 0 {
+		t.Errorf("%d outbox rows not PUBLISHED, %d inbox rows not PROCESSED", unpublished, unprocessed)
+	}
+	t.Logf("final statuses %v; inbox rows seen more than once (redeliveries absorbed): %d", tally, duplicates)
+
+	for _, name := range []string{"relay-2", "relay-3", "consumer-2", "order-api"} {
+		s.stop(name)
+	}
+}
+
+// validHistory checks that a history is a path of the state machine, one
+// transition per step, ending in final.
+func validHistory(history []string, final string) bool {
+	paths := map[string][]string{
+		"FULFILLED": {">SUBMITTED", "SUBMITTED>FULFILLMENT_REQUESTED", "FULFILLMENT_REQUESTED>FULFILLED"},
+		"REJECTED":  {">SUBMITTED", "SUBMITTED>FULFILLMENT_REQUESTED", "FULFILLMENT_REQUESTED>REJECTED"},
+	}
+	if want, ok := paths[final]; ok {
+		return strings.Join(history, " ") == strings.Join(want, " ")
+	}
+	// CANCELLED: from SUBMITTED, or after the fulfillment request.
+	h := strings.Join(history, " ")
+	return h == ">SUBMITTED SUBMITTED>CANCELLED" ||
+		h == ">SUBMITTED SUBMITTED>FULFILLMENT_REQUESTED FULFILLMENT_REQUESTED>CANCELLED"
+}
