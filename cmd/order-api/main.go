@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
@@ -34,6 +33,7 @@ const service = "order-api"
 type Config struct {
 	config.Database
 	config.Log
+	config.Telemetry
 	// HTTPAddr is where the API (and its /metrics) listens.
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080"`
 	// IdempotencyKeyTTL is how long an Idempotency-Key is remembered.
@@ -47,6 +47,7 @@ func (c *Config) Validate() error {
 	return errors.Join(
 		c.Database.Validate(),
 		c.Log.Validate(),
+		c.Telemetry.Validate(),
 		config.Positive("IDEMPOTENCY_KEY_TTL", c.IdempotencyKeyTTL),
 		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
 	)
@@ -76,8 +77,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return err
 	}
 
-	// Telemetry: logs and metrics.
-	tel, err := telemetry.Setup(service, cfg.Log, stdout)
+	// Telemetry: logs, traces and metrics.
+	tel, err := telemetry.Setup(ctx, service, cfg.Telemetry, cfg.Log, stdout)
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
@@ -89,11 +90,14 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
 
 	// Database.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, Tracer: telemetry.DBTracer(tel.TracerProvider)}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := telemetry.RecordPoolStats(pool, tel.MeterProvider); err != nil {
+		return fmt.Errorf("pool metrics: %w", err)
+	}
 
 	// Background: forget expired idempotency keys.
 	go sweepIdempotencyKeys(ctx, pool, cfg.IdempotencyKeyTTL, log)
@@ -102,7 +106,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: cfg.IdempotencyKeyTTL}, httpapi.Deps{
 		Pool:           pool,
 		Logger:         log,
-		TracerProvider: noop.NewTracerProvider(),
+		TracerProvider: tel.TracerProvider,
 		MeterProvider:  tel.MeterProvider,
 		MetricsHandler: tel.MetricsHandler,
 	})

@@ -40,6 +40,7 @@ const service = "order-consumer"
 type Config struct {
 	config.Database
 	config.Log
+	config.Telemetry
 	// AMQPURL is the RabbitMQ broker.
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
@@ -63,6 +64,7 @@ func (c *Config) Validate() error {
 	errs := []error{
 		c.Database.Validate(),
 		c.Log.Validate(),
+		c.Telemetry.Validate(),
 		config.Positive("CONSUMER_PREFETCH", c.Prefetch),
 		config.Positive("CONSUMER_WORKERS", c.Workers),
 		config.Positive("CONSUMER_MAX_ATTEMPTS", c.MaxAttempts),
@@ -121,8 +123,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return err
 	}
 
-	// Telemetry: logs and metrics.
-	tel, err := telemetry.Setup(service, cfg.Log, stdout)
+	// Telemetry: logs, traces and metrics.
+	tel, err := telemetry.Setup(ctx, service, cfg.Telemetry, cfg.Log, stdout)
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
@@ -139,16 +141,21 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
 
 	// Database.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, Tracer: telemetry.DBTracer(tel.TracerProvider)}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := telemetry.RecordPoolStats(pool, tel.MeterProvider); err != nil {
+		return fmt.Errorf("pool metrics: %w", err)
+	}
 
 	// The consumers, and their admin endpoints beside them.
 	consumers, err := messaging.NewConsumers(cfg.consumerConfig(), messaging.ConsumerDeps{
-		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider,
-	}, consumer.Specs(cfg.Consumers, consumer.NotifierConfig{WebhookURL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout})...)
+		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
+	}, consumer.Specs(cfg.Consumers, consumer.NotifierConfig{
+		WebhookURL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: tel.TracerProvider,
+	})...)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ const service = "outbox-relay"
 type Config struct {
 	config.Database
 	config.Log
+	config.Telemetry
 	// AMQPURL is the RabbitMQ broker.
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
@@ -58,6 +59,7 @@ func (c *Config) Validate() error {
 	return errors.Join(
 		c.Database.Validate(),
 		c.Log.Validate(),
+		c.Telemetry.Validate(),
 		config.Positive("RELAY_BATCH_SIZE", c.BatchSize),
 		config.Positive("RELAY_MAX_IN_FLIGHT", c.MaxInFlight),
 		config.Positive("RELAY_POLL_INTERVAL", c.PollInterval),
@@ -109,8 +111,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return err
 	}
 
-	// Telemetry: logs and metrics.
-	tel, err := telemetry.Setup(service, cfg.Log, stdout)
+	// Telemetry: logs, traces and metrics.
+	tel, err := telemetry.Setup(ctx, service, cfg.Telemetry, cfg.Log, stdout)
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
@@ -124,15 +126,18 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	// Database. The relay's own writes (claims, marks) commit asynchronously:
 	// losing the last of them in a database crash only means publishing a
 	// message again, which the consumers' inbox absorbs.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, AsyncCommit: true}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, AsyncCommit: true, Tracer: telemetry.DBTracer(tel.TracerProvider)}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := telemetry.RecordPoolStats(pool, tel.MeterProvider); err != nil {
+		return fmt.Errorf("pool metrics: %w", err)
+	}
 
 	// The relay, and its admin endpoints beside it.
 	relay, err := messaging.NewRelay(cfg.relayConfig(), messaging.RelayDeps{
-		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider,
+		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
 	})
 	if err != nil {
 		return err

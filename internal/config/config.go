@@ -115,6 +115,45 @@ func (l Log) SlogLevel() slog.Level {
 	return level
 }
 
+// Telemetry is the OpenTelemetry block every binary has: OpenTelemetry's
+// own variables. The OTLP exporters also read the rest of theirs
+// (OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, ...) and
+// the SDK reads OTEL_TRACES_SAMPLER and OTEL_RESOURCE_ATTRIBUTES.
+type Telemetry struct {
+	// ServiceName names the process in traces; default: the binary's name.
+	ServiceName string `env:"OTEL_SERVICE_NAME"`
+	// TracesExporter is otlp, console (JSON lines on stdout) or none.
+	TracesExporter string `env:"OTEL_TRACES_EXPORTER" envDefault:"none"`
+	// LogsExporter is otlp or none; logs always go to stdout as well.
+	LogsExporter string `env:"OTEL_LOGS_EXPORTER" envDefault:"none"`
+	// OTLPEndpoint is the collector (Jaeger, an OpenTelemetry Collector):
+	// http://host:4318 for http/protobuf, http://host:4317 for grpc.
+	OTLPEndpoint string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
+	// OTLPProtocol is http/protobuf or grpc.
+	OTLPProtocol string `env:"OTEL_EXPORTER_OTLP_PROTOCOL" envDefault:"http/protobuf"`
+}
+
+// Validate checks the telemetry block.
+func (t Telemetry) Validate() error {
+	var errs []error
+	switch t.TracesExporter {
+	case "otlp", "console", "none":
+	default:
+		errs = append(errs, fmt.Errorf("OTEL_TRACES_EXPORTER %q: want otlp, console or none", t.TracesExporter))
+	}
+	switch t.LogsExporter {
+	case "otlp", "none":
+	default:
+		errs = append(errs, fmt.Errorf("OTEL_LOGS_EXPORTER %q: want otlp or none", t.LogsExporter))
+	}
+	switch t.OTLPProtocol {
+	case "http/protobuf", "grpc":
+	default:
+		errs = append(errs, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want http/protobuf or grpc", t.OTLPProtocol))
+	}
+	return errors.Join(errs...)
+}
+
 // Positive reports an error naming variable when d is not above zero.
 func Positive[T int | int32 | int64 | float64 | time.Duration](variable string, v T) error {
 	if v <= 0 {

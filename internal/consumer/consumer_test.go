@@ -19,7 +19,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
 
@@ -28,10 +31,13 @@ import (
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/telemetry"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
+	// As telemetry.Setup does in each binary: W3C trace context and baggage.
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
@@ -49,6 +55,7 @@ type flow struct {
 	dbURL   string
 	amqpURL string
 	api     *httptest.Server
+	tracer  trace.TracerProvider
 }
 
 func testLogger() *slog.Logger {
@@ -62,19 +69,22 @@ type options struct {
 	relay   bool
 	api     bool
 	webhook string
+	// tracer, when set, traces every component (the API, the relay, the
+	// consumers, their database queries and webhook calls).
+	tracer trace.TracerProvider
 }
 
 func setup(t testing.TB, o options) *flow {
 	t.Helper()
 	db := testenv.NewDatabase(t)
-	f := &flow{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t)}
+	f := &flow{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t), tracer: o.tracer}
 	f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 		cs, err := messaging.NewConsumers(messaging.ConsumerConfig{
 			Prefetch: 16, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-		}, messaging.ConsumerDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()},
-			consumer.Specs(consumer.Names, consumer.NotifierConfig{WebhookURL: o.webhook, Timeout: time.Second})...)
+		}, messaging.ConsumerDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
+			consumer.Specs(consumer.Names, consumer.NotifierConfig{WebhookURL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()})...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +93,7 @@ func setup(t testing.TB, o options) *flow {
 	if o.relay {
 		f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 			r, err := messaging.NewRelay(messaging.RelayConfig{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-				messaging.RelayDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()})
+				messaging.RelayDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,8 +101,13 @@ func setup(t testing.TB, o options) *flow {
 		})
 	}
 	if o.api {
+		apiPool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, Tracer: f.dbTracer()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(apiPool.Close)
 		handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
-			Pool: f.pool, Logger: testLogger(), TracerProvider: tracenoop.NewTracerProvider(),
+			Pool: apiPool, Logger: testLogger(), TracerProvider: f.tracerProvider(),
 			MeterProvider: metricnoop.NewMeterProvider(), MetricsHandler: http.NotFoundHandler(),
 		})
 		if err != nil {
@@ -104,11 +119,25 @@ func setup(t testing.TB, o options) *flow {
 	return f
 }
 
+func (f *flow) tracerProvider() trace.TracerProvider {
+	if f.tracer == nil {
+		return tracenoop.NewTracerProvider()
+	}
+	return f.tracer
+}
+
+func (f *flow) dbTracer() pgx.QueryTracer {
+	if f.tracer == nil {
+		return nil
+	}
+	return telemetry.DBTracer(f.tracer)
+}
+
 // run starts a component on a pool of its own, waits until it is ready,
 // and stops it when the test ends.
 func (f *flow) run(build func(context.Context, *pgxpool.Pool) (run, ready func(context.Context) error)) {
 	f.t.Helper()
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL})
+	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, Tracer: f.dbTracer()})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
@@ -25,8 +27,13 @@ type NotifierConfig struct {
 	WebhookURL string
 	// Timeout bounds one webhook call. Default 5s.
 	Timeout time.Duration
-	// Client makes the calls. Default: an http.Client with Timeout.
+	// Client makes the calls. Default: an http.Client with Timeout whose
+	// calls are client spans of the processing trace (and carry its
+	// traceparent to the receiver).
 	Client *http.Client
+	// TracerProvider traces the calls of the default client; default: the
+	// global one.
+	TracerProvider trace.TracerProvider
 }
 
 // HeaderIdempotencyKey is sent with every webhook call: the notification's
@@ -70,7 +77,11 @@ func Notification(cfg NotifierConfig) messaging.ConsumerSpec {
 		cfg.Timeout = 5 * time.Second
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: cfg.Timeout}
+		var opts []otelhttp.Option
+		if cfg.TracerProvider != nil {
+			opts = append(opts, otelhttp.WithTracerProvider(cfg.TracerProvider))
+		}
+		cfg.Client = &http.Client{Timeout: cfg.Timeout, Transport: otelhttp.NewTransport(http.DefaultTransport, opts...)}
 	}
 	n := &notifier{cfg: cfg}
 	return messaging.ConsumerSpec{

@@ -16,7 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store"
@@ -101,10 +103,11 @@ type ConsumerSpec struct {
 
 // ConsumerDeps is what the consumers run on.
 type ConsumerDeps struct {
-	Pool          *pgxpool.Pool
-	AMQPURL       string
-	Logger        *slog.Logger
-	MeterProvider metric.MeterProvider
+	Pool           *pgxpool.Pool
+	AMQPURL        string
+	Logger         *slog.Logger
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider // default: the global one
 }
 
 // Consumers runs the consumers of a process, each on its own connection,
@@ -114,6 +117,7 @@ type Consumers struct {
 	deps      ConsumerDeps
 	consumers []*consumer
 	metrics   *consumerMetrics
+	tracer    trace.Tracer
 
 	// afterCommit, when set (tests only), runs after a delivery's
 	// transaction committed and before its ack: the crash window.
@@ -135,7 +139,7 @@ func NewConsumers(cfg ConsumerConfig, deps ConsumerDeps, specs ...ConsumerSpec) 
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer config: %w", err)
 	}
-	cs := &Consumers{cfg: cfg, deps: deps}
+	cs := &Consumers{cfg: cfg, deps: deps, tracer: tracerOf(deps.TracerProvider)}
 	m, err := newConsumerMetrics(deps.MeterProvider.Meter("github.com/yourorg/orders/internal/messaging"), cs)
 	if err != nil {
 		return nil, err
@@ -289,7 +293,12 @@ type result struct {
 // safely somewhere else.
 func (c *consumer) handle(ctx context.Context, pub *confirmPublisher, raw amqp.Delivery) {
 	start := time.Now()
+	ctx, span := processSpan(ctx, c.tracer, raw, QueueName(c.spec.Name), c.spec.Name)
+	defer span.End()
 	d, err := parseDelivery(raw)
+	if sc := span.SpanContext(); sc.IsValid() {
+		d.TraceID = sc.TraceID().String() // every inbox row names its trace
+	}
 	attrs := metric.WithAttributes(attrConsumer.String(c.spec.Name), attrType.String(d.Type))
 	c.metrics.received.Add(ctx, 1, attrs)
 	if raw.Redelivered {
@@ -324,6 +333,7 @@ func (c *consumer) handle(ctx context.Context, pub *confirmPublisher, raw amqp.D
 	}
 	took := time.Since(start)
 	c.metrics.duration.Record(ctx, took.Seconds(), metric.WithAttributes(attrConsumer.String(c.spec.Name), attrOutcome.String(res.outcome)))
+	span.SetAttributes(attrOutcome.String(res.outcome))
 	logAttrs := []any{slog.String("outcome", res.outcome), slog.Duration("took", took)}
 	if res.reason != "" {
 		logAttrs = append(logAttrs, slog.String("reason", res.reason))
@@ -467,6 +477,10 @@ func (c *consumer) fail(ctx context.Context, pub *confirmPublisher, raw amqp.Del
 		return
 	}
 	code, permanent := Classify(cause)
+	span := trace.SpanFromContext(ctx)
+	span.RecordError(cause)
+	span.SetStatus(codes.Error, code)
+	span.SetAttributes(attrCode.String(code))
 	status := store.InboxRetryableFailed
 	switch {
 	case permanent:

@@ -1,9 +1,12 @@
 package messaging_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,10 +15,15 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/telemetry"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -28,6 +36,25 @@ const testConsumer = "tester"
 type consumerBundle struct {
 	*relayBundle // database, vhost, channel, metrics
 	handler      *effectHandler
+	tracer       trace.TracerProvider // optional
+	logs         *syncBuffer          // optional: capture the JSON logs
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func setupConsumer(t *testing.T) *consumerBundle {
@@ -119,8 +146,12 @@ func (b *consumerBundle) start(cfg messaging.ConsumerConfig, amqpURL string, hoo
 	if len(specs) == 0 {
 		specs = []messaging.ConsumerSpec{{Name: testConsumer, Types: []string{domain.TypeOrderCancelled}, Handler: b.handler}}
 	}
+	logger := testLogger()
+	if b.logs != nil { // the real JSON logger of the binaries
+		logger = telemetry.NewLogger("order-consumer", config.Log{Level: "info", Format: "json"}, b.logs)
+	}
 	cs, err := messaging.NewConsumers(cfg, messaging.ConsumerDeps{
-		Pool: pool, AMQPURL: amqpURL, Logger: testLogger(), MeterProvider: b.meters,
+		Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: b.meters, TracerProvider: b.tracer,
 	}, specs...)
 	if err != nil {
 		b.t.Fatal(err)
@@ -589,5 +620,82 @@ func TestStaleProcessingIsTakenOverAfterTheLease(t *testing.T) {
 	}
 	if got := b.counter("consumer.messages.retried"); got != 0 {
 		t.Fatalf("retried = %d: finding the message busy is not a failed attempt", got)
+	}
+}
+
+// The log line of a parked message names the message and the reason, and
+// carries no payload.
+func TestParkedMessageLogLine(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	b.logs = &syncBuffer{}
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	msg := message()
+	msg.Headers = amqp.Table{messaging.HeaderMessageVersion: int32(7)}
+	msg.Body = []byte(`{"order_id":"` + uuid.NewString() + `","customer_email":"jane@example.com"}`)
+	b.publish(msg)
+	b.waitInbox(msg.MessageId, store.InboxPermanentFailed)
+	b.parked(1)
+
+	var parked map[string]any
+	waitFor(t, 5*time.Second, "the parked log line", func() bool {
+		for _, line := range strings.Split(b.logs.String(), "\n") {
+			var entry map[string]any
+			if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == "message parked" && entry["message_id"] == msg.MessageId {
+				parked = entry
+				return true
+			}
+		}
+		return false
+	})
+	if parked["reason_code"] != "unsupported_version" || !strings.Contains(fmt.Sprint(parked["reason"]), "version 7") ||
+		parked["consumer_name"] != testConsumer || parked["correlation_id"] != msg.CorrelationId || parked["outcome"] != "parked" {
+		t.Fatalf("parked log line: %v", parked)
+	}
+	if strings.Contains(b.logs.String(), "jane@example.com") || strings.Contains(b.logs.String(), "customer_email") {
+		t.Fatalf("the payload leaked into the logs:\n%s", b.logs.String())
+	}
+}
+
+// A message replayed from the parking lot is processed in a trace of its
+// own, linked to the trace it came from.
+func TestReplayedMessageLinksItsOriginalTrace(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	recorder := tracetest.NewSpanRecorder()
+	b.tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	msg := message()
+	original := "4bf92f3577b34da6a3ce929d0e0e4736"
+	msg.Headers["traceparent"] = "00-" + original + "-00f067aa0ba902b7-01"
+	b.handler.set(func(h *effectHandler) { h.permanent = map[string]bool{msg.MessageId: true} })
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	b.publish(msg)
+	b.waitInbox(msg.MessageId, store.InboxPermanentFailed)
+	b.handler.set(func(h *effectHandler) { h.permanent = nil })
+	if _, err := messaging.Replay(b.ctx, b.amqpURL, testConsumer, 1); err != nil {
+		t.Fatal(err)
+	}
+	b.waitInbox(msg.MessageId, store.InboxProcessed)
+
+	var spans []sdktrace.ReadOnlySpan
+	waitFor(t, 5*time.Second, "two process spans", func() bool {
+		spans = nil
+		for _, s := range recorder.Ended() {
+			if strings.HasPrefix(s.Name(), "process ") {
+				spans = append(spans, s)
+			}
+		}
+		return len(spans) == 2
+	})
+	first, replay := spans[0], spans[1]
+	if first.SpanContext().TraceID().String() != original || first.Parent().TraceID().String() != original {
+		t.Fatalf("the first delivery is not in the original trace: %v", first.SpanContext())
+	}
+	if replay.SpanContext().TraceID().String() == original || len(replay.Links()) != 1 ||
+		replay.Links()[0].SpanContext.TraceID().String() != original {
+		t.Fatalf("the replay: trace %s, links %v", replay.SpanContext().TraceID(), replay.Links())
+	}
+	if first.Status().Code.String() != "Error" {
+		t.Fatalf("the parked delivery's span: status %v", first.Status())
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -24,7 +23,7 @@ type Delivery struct {
 	Version       int
 	CorrelationID string
 	CausationID   string
-	TraceID       string // from traceparent, when the message carries one
+	TraceID       string // of the span processing the delivery
 	Message       domain.Message
 	// Attempt is this delivery's attempt (1 for the first, then one more
 	// for each trip through a retry queue).
@@ -163,7 +162,6 @@ func parseDelivery(raw amqp.Delivery) (*Delivery, error) {
 		Type:          raw.Type,
 		CorrelationID: raw.CorrelationId,
 		CausationID:   headerString(raw.Headers, HeaderCausationID),
-		TraceID:       traceID(headerString(raw.Headers, HeaderTraceparent)),
 		Attempt:       max(headerInt(raw.Headers, HeaderRetryAttempt), 1),
 		Redelivered:   raw.Redelivered,
 		Body:          raw.Body,
@@ -232,13 +230,4 @@ func toInt(v any) int {
 		return i
 	}
 	return 0
-}
-
-// traceID is the trace id of a W3C traceparent ("00-<trace id>-<span id>-<flags>").
-func traceID(traceparent string) string {
-	parts := strings.Split(traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 {
-		return ""
-	}
-	return parts[1]
 }

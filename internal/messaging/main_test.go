@@ -3,11 +3,15 @@ package messaging_test
 import (
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/goleak"
 )
 
 // Every goroutine a relay or consumer starts ends when it stops.
 func TestMain(m *testing.M) {
+	// As telemetry.Setup does in each binary: W3C trace context and baggage.
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	goleak.VerifyTestMain(m,
 		// pgx's background pool health check and toxiproxy's accept loops
 		// end shortly after their owners close; these are not ours.

@@ -13,7 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/yourorg/orders/internal/store"
@@ -106,10 +110,11 @@ func cmpOr[T comparable](v, def T) T {
 
 // RelayDeps is what a relay runs on.
 type RelayDeps struct {
-	Pool          *pgxpool.Pool
-	AMQPURL       string
-	Logger        *slog.Logger
-	MeterProvider metric.MeterProvider
+	Pool           *pgxpool.Pool
+	AMQPURL        string
+	Logger         *slog.Logger
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider // default: the global one
 }
 
 // Relay publishes committed outbox rows. Run several at once if you like:
@@ -121,6 +126,7 @@ type Relay struct {
 	url     string
 	log     *slog.Logger
 	metrics *relayMetrics
+	tracer  trace.Tracer
 
 	wake      chan struct{} // a rows-may-be-due signal; holds at most one
 	connected atomic.Bool   // a confirm channel is open
@@ -142,11 +148,12 @@ func NewRelay(cfg RelayConfig, deps RelayDeps) (*Relay, error) {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
 	r := &Relay{
-		cfg:  cfg,
-		pool: deps.Pool,
-		url:  deps.AMQPURL,
-		log:  deps.Logger.With(slog.String("relay_id", cfg.ID)),
-		wake: make(chan struct{}, 1),
+		cfg:    cfg,
+		pool:   deps.Pool,
+		url:    deps.AMQPURL,
+		log:    deps.Logger.With(slog.String("relay_id", cfg.ID)),
+		wake:   make(chan struct{}, 1),
+		tracer: tracerOf(deps.TracerProvider),
 	}
 	m, err := newRelayMetrics(deps.MeterProvider.Meter("github.com/yourorg/orders/internal/messaging"), r)
 	if err != nil {
@@ -217,10 +224,14 @@ func (r *Relay) signal() {
 	}
 }
 
-// batch is one claim: its rows, published in order, and their confirms.
+// batch is one claim: its rows, published in order, their confirms, and
+// the spans of the publishes (each in the trace of its row) and of the
+// batch (linked to every row's trace).
 type batch struct {
 	rows        []store.OutboxRow
 	confirms    []*amqp.DeferredConfirmation // one per published row, in order
+	spans       []trace.Span                 // one per published row, in order
+	batchSpan   trace.Span
 	publishedAt time.Time
 }
 
@@ -370,13 +381,26 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []store.OutboxRo
 func (s *session) publishLoop(ctx context.Context, claimed <-chan []store.OutboxRow) {
 	defer close(s.inflight)
 	for rows := range claimed {
-		b := &batch{rows: rows, confirms: make([]*amqp.DeferredConfirmation, 0, len(rows)), publishedAt: time.Now()}
-		for _, row := range rows {
+		b := &batch{rows: rows, confirms: make([]*amqp.DeferredConfirmation, 0, len(rows)), spans: make([]trace.Span, 0, len(rows))}
+		parents := make([]context.Context, len(rows))
+		links := make([]trace.Link, len(rows))
+		for i, row := range rows {
+			parents[i] = extract(context.Background(), propagation.MapCarrier(row.Headers))
+			links[i] = trace.Link{SpanContext: trace.SpanContextFromContext(parents[i])}
+		}
+		_, b.batchSpan = s.tracer.Start(context.Background(), "publish batch", trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithLinks(links...), trace.WithAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend,
+				semconv.MessagingBatchMessageCount(len(rows))))
+		b.publishedAt = time.Now()
+		for i, row := range rows {
 			if ctx.Err() != nil {
 				break
 			}
-			dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, row.Exchange, row.RoutingKey, true, false, Publishing(row))
+			msg := Publishing(row)
+			span := publishSpan(s.tracer, parents[i], &msg, row.Exchange, row.RoutingKey)
+			dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, row.Exchange, row.RoutingKey, true, false, msg)
 			if err != nil {
+				span.End()
 				if ctx.Err() == nil {
 					s.log.WarnContext(ctx, "publish failed; ending the session", slog.String("error", err.Error()))
 				}
@@ -384,6 +408,7 @@ func (s *session) publishLoop(ctx context.Context, claimed <-chan []store.Outbox
 				break
 			}
 			b.confirms = append(b.confirms, dc)
+			b.spans = append(b.spans, span)
 		}
 		select {
 		case s.inflight <- b:
@@ -423,6 +448,7 @@ func (s *session) confirmLoop(ctx context.Context, stop context.CancelCauseFunc)
 	var fatal error
 	for b := range s.inflight {
 		outcomes := s.awaitConfirms(ctx, b)
+		endSpans(b, outcomes)
 		err := s.mark(outcomes)
 		s.window.Release(int64(len(b.rows)))
 		s.inFlight.Add(-int64(len(b.rows)))
@@ -498,6 +524,23 @@ func (s *session) awaitConfirms(ctx context.Context, b *batch) []outcome {
 		}
 	}
 	return outcomes
+}
+
+// endSpans ends the publish spans of a batch with what the broker said.
+func endSpans(b *batch, outcomes []outcome) {
+	failed := 0
+	for i, span := range b.spans {
+		span.SetAttributes(attrOutcome.String(outcomes[i].result))
+		if outcomes[i].result != outcomeConfirmed {
+			failed++
+			span.SetStatus(codes.Error, outcomes[i].reason)
+		}
+		span.End()
+	}
+	if failed > 0 {
+		b.batchSpan.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages not confirmed", failed, len(outcomes)))
+	}
+	b.batchSpan.End()
 }
 
 func (s *session) drainReturns() {

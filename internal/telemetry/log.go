@@ -3,6 +3,8 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 type logAttrsKey struct{}
@@ -19,10 +21,14 @@ func WithLogAttrs(ctx context.Context, attrs ...slog.Attr) context.Context {
 	return context.WithValue(ctx, logAttrsKey{}, merged)
 }
 
-// contextHandler adds the attributes of WithLogAttrs to each record.
+// contextHandler adds to each record the trace and span ids of the span in
+// its context, and the attributes of WithLogAttrs.
 type contextHandler struct{ slog.Handler }
 
 func (h contextHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
 	if attrs, ok := ctx.Value(logAttrsKey{}).([]slog.Attr); ok {
 		r.AddAttrs(attrs...)
 	}
