@@ -112,6 +112,7 @@ func OpenDatabase(ctx context.Context, pc store.PoolConfig, db config.Database, 
 		}
 	}
 	pc.URL, pc.MaxConns = db.URL, db.MaxConns
+	pc.StatementTimeout, pc.LockTimeout = db.StatementTimeout, db.LockTimeout
 	return store.NewPool(ctx, pc)
 }
 

@@ -73,6 +73,10 @@ type Database struct {
 	MaxConns int32 `env:"DB_MAX_CONNS" envDefault:"10"`
 	// MigrateOnStart applies pending migrations before serving.
 	MigrateOnStart bool `env:"MIGRATE_ON_START" envDefault:"false"`
+	// StatementTimeout cancels a statement that runs longer (0: never).
+	StatementTimeout time.Duration `env:"DB_STATEMENT_TIMEOUT" envDefault:"30s"`
+	// LockTimeout cancels a statement that waits longer for a lock (0: never).
+	LockTimeout time.Duration `env:"DB_LOCK_TIMEOUT" envDefault:"10s"`
 }
 
 // Validate checks the database block.
@@ -83,6 +87,9 @@ func (d Database) Validate() error {
 	}
 	if d.MaxConns < 1 {
 		errs = append(errs, errors.New("DB_MAX_CONNS must be at least 1"))
+	}
+	if d.StatementTimeout < 0 || d.LockTimeout < 0 {
+		errs = append(errs, errors.New("DB_STATEMENT_TIMEOUT and DB_LOCK_TIMEOUT must not be negative"))
 	}
 	return errors.Join(errs...)
 }

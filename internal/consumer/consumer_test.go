@@ -137,7 +137,8 @@ func (f *flow) dbTracer() pgx.QueryTracer {
 // and stops it when the test ends.
 func (f *flow) run(build func(context.Context, *pgxpool.Pool) (run, ready func(context.Context) error)) {
 	f.t.Helper()
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, Tracer: f.dbTracer()})
+	// Short timeouts, so that a test can make a statement wait out its lock.
+	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, Tracer: f.dbTracer(), LockTimeout: 300 * time.Millisecond, StatementTimeout: 5 * time.Second})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -561,5 +562,36 @@ func TestWebhookRejectionParks(t *testing.T) {
 	}
 	if s := f.one("SELECT status FROM customer_notification WHERE order_id = $1", o.ID()); s != "FAILED" {
 		t.Fatalf("notification %s", s)
+	}
+}
+
+// A lock wait longer than DB_LOCK_TIMEOUT is a transient failure: recorded
+// RETRYABLE_FAILED with its code, retried after a delay, applied once when
+// the lock is gone.
+func TestLockTimeoutIsRetried(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{})
+	o := f.createOrder("c")
+	holder, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(f.ctx, "SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE", o.ID()); err != nil {
+		t.Fatal(err)
+	}
+	id := f.send(domain.SubmittedMessage(o), "c")
+	waitFor(t, 10*time.Second, "the lock timeout to be recorded", func() bool {
+		row, err := store.GetInbox(f.ctx, f.pool, consumer.NameFulfillment, id)
+		return err == nil && row.Status == store.InboxRetryableFailed && row.LastErrorCode == "lock_timeout"
+	})
+	if err := holder.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	row := f.inbox(consumer.NameFulfillment, id)
+	if row.Status != store.InboxProcessed || row.Attempts < 2 || f.status(o.ID()) != domain.StatusFulfillmentRequested {
+		t.Fatalf("after the lock: %+v, order %s", row, f.status(o.ID()))
+	}
+	if n := f.one("SELECT count(*)::text FROM order_state_transition WHERE order_id = $1", o.ID()); n != "2" {
+		t.Fatalf("%s transitions", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 )
@@ -128,6 +129,18 @@ var readers = map[messageKey]func([]byte) (Message, error){
 	{TypeOrderCancelled, 1}:       decodeAs[OrderCancelledV1],
 	{TypeOrderFulfilled, 1}:       decodeAs[OrderFulfilledV1],
 	{TypeOrderRejected, 1}:        decodeAs[OrderRejectedV1],
+}
+
+// MessageTypes lists every message type of this service, sorted.
+func MessageTypes() []string {
+	var types []string
+	for k := range readers {
+		if !slices.Contains(types, k.typ) {
+			types = append(types, k.typ)
+		}
+	}
+	slices.Sort(types)
+	return types
 }
 
 // KnownMessageType reports whether typ is a message type of this service.

@@ -93,10 +93,16 @@ func newAPIMetrics(meter metric.Meter) (apiMetrics, error) {
 		metric.WithUnit("{order}")); err != nil {
 		return m, err
 	}
-	m.replays, err = meter.Int64Counter("orders.idempotent_replays",
+	if m.replays, err = meter.Int64Counter("orders.idempotent_replays",
 		metric.WithDescription("POST /v1/orders answered from a stored response (Idempotency-Key replay)."),
-		metric.WithUnit("{request}"))
-	return m, err
+		metric.WithUnit("{request}")); err != nil {
+		return m, err
+	}
+	// Start at zero, so that rate() and alerts see a series from the start.
+	for _, c := range []metric.Int64Counter{m.created, m.cancelled, m.replays} {
+		c.Add(context.Background(), 0)
+	}
+	return m, nil
 }
 
 // healthz: the process is alive.

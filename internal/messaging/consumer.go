@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -146,6 +147,7 @@ func NewConsumers(cfg ConsumerConfig, deps ConsumerDeps, specs ...ConsumerSpec) 
 	}
 	cs.metrics = m
 	for _, s := range specs {
+		m.zero(s)
 		cs.consumers = append(cs.consumers, &consumer{
 			Consumers: cs,
 			spec:      s,
@@ -351,12 +353,18 @@ func (c *consumer) handle(ctx context.Context, pub *confirmPublisher, raw amqp.D
 // apply runs the transaction(s) of one delivery. A transaction that loses a
 // serialization failure or a deadlock is run again at once, a few times,
 // before the failure counts.
-func (c *consumer) apply(ctx context.Context, d *Delivery) (result, error) {
-	var (
-		res      result
-		external *External
-	)
-	err := retryTx(ctx, func() error {
+func (c *consumer) apply(ctx context.Context, d *Delivery) (res result, err error) {
+	// A handler that panics is a bug no retry fixes: park the message (the
+	// transaction has rolled back) and keep the process and its other
+	// deliveries running.
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.ErrorContext(ctx, "handler panicked", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			err = Permanent("handler_panic", fmt.Errorf("the handler panicked: %v", r))
+		}
+	}()
+	var external *External
+	err = retryTx(ctx, func() error {
 		var err error
 		res, external, err = c.firstStep(ctx, d)
 		return err
@@ -569,14 +577,28 @@ func (c *consumer) park(ctx context.Context, pub *confirmPublisher, raw amqp.Del
 }
 
 // requeue gives a delivery back to the broker when it could not be made
-// safe elsewhere. A short pause first keeps a database outage from turning
-// into a hot loop; the work queue's delivery limit bounds the rest.
+// safe elsewhere. It first waits, holding the delivery, until the database
+// answers again (at most requeueWait): a database outage then costs each
+// held message one redelivery per requeueWait instead of a hot loop, and
+// the work queue's delivery limit (20 by default: ten minutes of outage)
+// bounds the rest.
 func (c *consumer) requeue(ctx context.Context, raw amqp.Delivery, why string) {
 	c.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))
 	c.metrics.requeued.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.spec.Name)))
-	sleep(ctx, time.Second)
+	deadline := time.Now().Add(requeueWait)
+	for sleep(ctx, time.Second) && time.Now().Before(deadline) {
+		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.deps.Pool.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
 	_ = raw.Nack(false, true)
 }
+
+// requeueWait bounds how long requeue waits for the database.
+const requeueWait = 30 * time.Second
 
 // republish copies a delivery into a new publishing: the same message id,
 // properties, headers and body.

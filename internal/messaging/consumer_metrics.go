@@ -24,6 +24,26 @@ type consumerMetrics struct {
 	attempt                                                metric.Int64Histogram
 }
 
+// zero starts the counters of a consumer at zero for every label value
+// known in advance, so that rate() and alerts see a series before the
+// first event. (Reason codes are not known in advance.)
+func (m *consumerMetrics) zero(spec ConsumerSpec) {
+	ctx := context.Background()
+	consumer := attrConsumer.String(spec.Name)
+	for _, typ := range spec.Types {
+		attrs := metric.WithAttributes(consumer, attrType.String(typ))
+		m.received.Add(ctx, 0, attrs)
+		m.redelivered.Add(ctx, 0, attrs)
+		m.duplicates.Add(ctx, 0, attrs)
+		for _, outcome := range []string{"processed", "ignored"} {
+			m.processed.Add(ctx, 0, metric.WithAttributes(consumer, attrType.String(typ), attrOutcome.String(outcome)))
+		}
+	}
+	for _, c := range []metric.Int64Counter{m.poisoned, m.requeued, m.payloadMismatch} {
+		c.Add(ctx, 0, metric.WithAttributes(consumer))
+	}
+}
+
 func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, error) {
 	var (
 		m   consumerMetrics
@@ -86,19 +106,30 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 		if err != nil {
 			return err
 		}
-		oldestBy := map[string]time.Duration{}
+		// Every consumer of this process and every status not PROCESSED is
+		// reported, at zero when it has no rows.
+		type key struct{ consumer, status string }
+		counts := map[key]int64{}
+		oldestBy, processingBy := map[string]time.Duration{}, map[string]time.Duration{}
 		for _, c := range cs.consumers {
-			oldestBy[c.spec.Name] = 0
+			oldestBy[c.spec.Name], processingBy[c.spec.Name] = 0, 0
+			for _, status := range []string{store.InboxProcessing, store.InboxRetryableFailed, store.InboxPermanentFailed, store.InboxPoisoned} {
+				counts[key{c.spec.Name, status}] = 0
+			}
 		}
 		for _, s := range stats {
-			o.ObserveInt64(rows, s.Rows, metric.WithAttributes(attrConsumer.String(s.Consumer), attrStatus.String(s.Status)))
+			counts[key{s.Consumer, s.Status}] = s.Rows
 			oldestBy[s.Consumer] = max(oldestBy[s.Consumer], s.OldestAge)
 			if s.Status == store.InboxProcessing {
-				o.ObserveFloat64(processingAge, s.OldestAge.Seconds(), metric.WithAttributes(attrConsumer.String(s.Consumer)))
+				processingBy[s.Consumer] = s.OldestAge
 			}
+		}
+		for k, n := range counts {
+			o.ObserveInt64(rows, n, metric.WithAttributes(attrConsumer.String(k.consumer), attrStatus.String(k.status)))
 		}
 		for consumer, age := range oldestBy {
 			o.ObserveFloat64(oldest, age.Seconds(), metric.WithAttributes(attrConsumer.String(consumer)))
+			o.ObserveFloat64(processingAge, processingBy[consumer].Seconds(), metric.WithAttributes(attrConsumer.String(consumer)))
 		}
 		return nil
 	}, rows, oldest, processingAge)

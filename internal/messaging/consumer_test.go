@@ -74,6 +74,7 @@ type effectHandler struct {
 	mu          sync.Mutex
 	failures    map[string]int // message id -> transient failures left (-1: forever)
 	permanent   map[string]bool
+	panics      map[string]bool // a bug: the handler panics on this message
 	failAfter   map[string]bool // fail after writing the effect (the rollback must remove it)
 	hold        chan struct{}   // when set, each Handle waits on it
 	delay       time.Duration
@@ -99,8 +100,15 @@ func (h *effectHandler) Handle(ctx context.Context, tx pgx.Tx, d *messaging.Deli
 	if left > 0 {
 		h.failures[d.MessageID] = left - 1
 	}
-	permanent, failAfter := h.permanent[d.MessageID], h.failAfter[d.MessageID]
+	permanent, failAfter, panics := h.permanent[d.MessageID], h.failAfter[d.MessageID], h.panics[d.MessageID]
 	h.mu.Unlock()
+	if panics {
+		if _, err := tx.Exec(ctx, "INSERT INTO test_effect (message_id) VALUES ($1)", d.MessageID); err != nil {
+			return messaging.Outcome{}, err
+		}
+		var order *domain.Order
+		_ = order.Status() // a nil dereference: the kind of bug no retry fixes
+	}
 	if permanent {
 		return messaging.Outcome{}, messaging.Permanent("test_permanent", errors.New("this message can never work"))
 	}
@@ -697,5 +705,41 @@ func TestReplayedMessageLinksItsOriginalTrace(t *testing.T) {
 	}
 	if first.Status().Code.String() != "Error" {
 		t.Fatalf("the parked delivery's span: status %v", first.Status())
+	}
+}
+
+// A handler that panics does not take the process down: its transaction
+// rolls back, the message is parked with the reason, the rest flows.
+func TestHandlerPanicParksTheMessage(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	bad, good := message(), message()
+	b.handler.set(func(h *effectHandler) { h.panics = map[string]bool{bad.MessageId: true} })
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	b.publish(bad)
+	b.publish(good)
+	row := b.waitInbox(bad.MessageId, store.InboxPermanentFailed)
+	b.waitInbox(good.MessageId, store.InboxProcessed)
+	parked := b.parked(1)[0]
+	if row.LastErrorCode != "handler_panic" || parked.Headers[messaging.HeaderParkedCode] != "handler_panic" || b.effects(bad.MessageId) != 0 {
+		t.Fatalf("inbox %+v, parked %v, %d effects", row, parked.Headers, b.effects(bad.MessageId))
+	}
+}
+
+// A message id reused for a different body is a producer bug: the second
+// body is not applied (its id says it was), but it is counted and logged.
+func TestReusedMessageIDWithAnotherBodyIsCounted(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	b.start(testConsumerConfig(), b.amqpURL, nil)
+	first := message()
+	b.publish(first)
+	b.waitInbox(first.MessageId, store.InboxProcessed)
+	second := message()
+	second.MessageId = first.MessageId
+	b.publish(second)
+	waitFor(t, 10*time.Second, "the mismatch to be counted", func() bool { return b.counter("consumer.inbox.payload_mismatch") == 1 })
+	if n := b.effects(first.MessageId); n != 1 {
+		t.Fatalf("%d effects", n)
 	}
 }

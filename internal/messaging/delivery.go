@@ -128,9 +128,9 @@ func Transient(code string, err error) error { return &failure{code: code, err: 
 
 // Classify names a processing error and says whether a retry can help.
 // Invalid messages and impossible transitions are permanent; database
-// trouble (a serialization failure, a deadlock, a lock or statement
-// timeout, a lost connection) and errors nobody classified are transient:
-// retried with growing delays, then parked as poison.
+// trouble (lock_timeout, statement_timeout, serialization_failure,
+// deadlock, database_unavailable) and errors nobody classified are
+// transient: retried with growing delays, then parked as poison.
 func Classify(err error) (code string, permanent bool) {
 	var f *failure
 	switch {
@@ -147,7 +147,7 @@ func Classify(err error) (code string, permanent bool) {
 	case errors.Is(err, domain.ErrNotFound):
 		return "not_found", true
 	case store.Transient(err):
-		return "database_unavailable", false
+		return store.TransientCode(err), false
 	case errors.Is(err, domain.ErrConflict):
 		return "conflict", false
 	}

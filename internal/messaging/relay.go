@@ -246,6 +246,7 @@ type session struct {
 	inflight    chan *batch            // published batches, oldest first
 	confirmDone chan struct{}          // closed when the confirm loop has exited
 	stop        context.CancelCauseFunc
+	blocked     atomic.Bool // the broker blocks publishers (a memory or disk alarm)
 }
 
 // session runs one broker connection until ctx ends or the channel fails.
@@ -290,10 +291,12 @@ func (r *Relay) session(ctx context.Context) error {
 	}()
 	go func() {
 		for b := range blocked {
+			s.blocked.Store(b.Active)
 			if b.Active {
-				r.log.WarnContext(ctx, "RabbitMQ blocked publishing (resource alarm)", slog.String("reason", b.Reason))
+				r.log.WarnContext(ctx, "RabbitMQ blocked publishing (resource alarm); claiming paused", slog.String("reason", b.Reason))
 			} else {
-				r.log.InfoContext(ctx, "RabbitMQ unblocked publishing")
+				r.log.InfoContext(ctx, "RabbitMQ unblocked publishing; claiming again")
+				r.signal()
 			}
 		}
 	}()
@@ -343,6 +346,13 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []store.OutboxRo
 	size := int64(s.cfg.BatchSize)
 	dbFailures := 0
 	for {
+		// While the broker blocks publishers, claim nothing: the rows would
+		// only wait for confirms that cannot come, and spend attempts.
+		for s.blocked.Load() {
+			if !sleep(ctx, 200*time.Millisecond) {
+				return
+			}
+		}
 		if err := s.window.Acquire(ctx, size); err != nil {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -50,6 +51,16 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Counters start at zero for every label value known in advance, so
+	// that rate() and alerts see a series before the first event.
+	ctx := context.Background()
+	for _, typ := range domain.MessageTypes() {
+		attrs := metric.WithAttributes(attrType.String(typ))
+		m.published.Add(ctx, 0, attrs)
+		m.unroutable.Add(ctx, 0, attrs)
+	}
+	m.failed.Add(ctx, 0)
+	m.recovered.Add(ctx, 0)
 	latencyBuckets := metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 	if m.confirmLatency, err = meter.Float64Histogram("outbox.confirm.latency", metric.WithUnit("s"), latencyBuckets,
 		metric.WithDescription("From publish to the broker's confirm.")); err != nil {
@@ -112,17 +123,23 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		if err != nil {
 			return err
 		}
+		// Every known type is reported, at zero when it has no rows.
+		counts := map[string]map[string]int64{"PENDING": {}, "PUBLISHING": {}, "FAILED": {}}
+		for _, typ := range domain.MessageTypes() {
+			for status := range counts {
+				counts[status][typ] = 0
+			}
+		}
 		var oldestAge time.Duration
 		for _, s := range stats {
-			attrs := metric.WithAttributes(attrType.String(s.MessageType))
-			switch s.Status {
-			case "PENDING":
-				o.ObserveInt64(pending, s.Rows, attrs)
+			counts[s.Status][s.MessageType] = s.Rows
+			if s.Status == "PENDING" {
 				oldestAge = max(oldestAge, s.OldestAge)
-			case "PUBLISHING":
-				o.ObserveInt64(publishing, s.Rows, attrs)
-			case "FAILED":
-				o.ObserveInt64(failedRows, s.Rows, attrs)
+			}
+		}
+		for status, gauge := range map[string]metric.Int64ObservableGauge{"PENDING": pending, "PUBLISHING": publishing, "FAILED": failedRows} {
+			for typ, n := range counts[status] {
+				o.ObserveInt64(gauge, n, metric.WithAttributes(attrType.String(typ)))
 			}
 		}
 		o.ObserveFloat64(oldest, oldestAge.Seconds())

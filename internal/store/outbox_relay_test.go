@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -150,5 +151,31 @@ func TestDeletePublishedOutboxKeepsTheWindow(t *testing.T) {
 	stats, err := store.OutboxStats(b.ctx, b.pool)
 	if err != nil || len(stats) != 1 || stats[0].Status != "PUBLISHING" || stats[0].Rows != 1 {
 		t.Fatalf("stats: %+v, %v", stats, err)
+	}
+}
+
+func TestDeleteProcessedInboxKeepsTheWindowAndTheFailures(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i, status := range []string{"PROCESSED", "PROCESSED", "PROCESSED", "POISONED"} {
+		entry := store.InboxEntry{Consumer: "c", MessageID: fmt.Sprint("m-", i), Type: "t", Version: 1, PayloadHash: "h"}
+		if _, err := store.BeginInbox(b.ctx, b.pool, entry, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if status != "PROCESSED" {
+			if _, err := b.pool.Exec(b.ctx, "UPDATE message_inbox SET status = $1, outcome = NULL, processed_at = NULL WHERE message_id = $2", status, entry.MessageID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Two were processed long ago; the poisoned one is old too.
+	if _, err := b.pool.Exec(b.ctx, "UPDATE message_inbox SET processed_at = now() - interval '40 days', first_received_at = now() - interval '40 days' WHERE message_id IN ('m-0', 'm-1', 'm-3')"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := store.DeleteProcessedInbox(b.ctx, b.pool, 30*24*time.Hour, 1000); err != nil || n != 2 {
+		t.Fatalf("deleted %d, %v", n, err)
+	}
+	if got := count(t, b.pool, "message_inbox"); got != 2 {
+		t.Fatalf("%d rows left, want the recent PROCESSED one and the POISONED one", got)
 	}
 }

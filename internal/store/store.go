@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,10 @@ type PoolConfig struct {
 	ConnectTimeout time.Duration
 	// Tracer, when set, instruments every query (see internal/telemetry).
 	Tracer pgx.QueryTracer
+	// StatementTimeout and LockTimeout bound every statement of the pool's
+	// sessions, and its waits for locks (0: no limit). A statement cut
+	// short fails with SQLSTATE 57014 or 55P03, both transient.
+	StatementTimeout, LockTimeout time.Duration
 	// AsyncCommit turns synchronous_commit off for the pool's sessions: a
 	// commit returns before its WAL is flushed, and a database crash may
 	// forget the last few hundred milliseconds of commits. Only for work
@@ -59,6 +64,12 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	}
 	if cfg.Tracer != nil {
 		pcfg.ConnConfig.Tracer = cfg.Tracer
+	}
+	if cfg.StatementTimeout > 0 {
+		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	}
+	if cfg.LockTimeout > 0 {
+		pcfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10)
 	}
 	if cfg.AsyncCommit {
 		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -114,6 +125,29 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %s: %w", domain.ErrConflict, pgErr.ConstraintName, err)
 	}
 	return err
+}
+
+// TransientCode names a transient database failure with a short code
+// (lock_timeout, statement_timeout, serialization_failure, deadlock,
+// database_unavailable), or returns "" when err is not transient.
+func TransientCode(err error) string {
+	if !Transient(err) {
+		return ""
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "55P03":
+			return "lock_timeout"
+		case "57014":
+			return "statement_timeout"
+		case "40001":
+			return "serialization_failure"
+		case "40P01":
+			return "deadlock"
+		}
+	}
+	return "database_unavailable"
 }
 
 // Transient reports whether err is worth retrying later as it is: the
