@@ -151,11 +151,16 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	}
 
 	// The consumers, and their admin endpoints beside them.
+	specs, err := consumer.Specs(cfg.Consumers, consumer.Config{
+		Notifier:      consumer.NotifierConfig{WebhookURL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: tel.TracerProvider},
+		MeterProvider: tel.MeterProvider,
+	})
+	if err != nil {
+		return err
+	}
 	consumers, err := messaging.NewConsumers(cfg.consumerConfig(), messaging.ConsumerDeps{
 		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
-	}, consumer.Specs(cfg.Consumers, consumer.NotifierConfig{
-		WebhookURL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: tel.TracerProvider,
-	})...)
+	}, specs...)
 	if err != nil {
 		return err
 	}

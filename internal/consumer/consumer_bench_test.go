@@ -139,7 +139,7 @@ func (f *benchFlow) consumeQueue(b *testing.B, msgs []domain.Message) float64 {
 	}
 	defer pool.Close()
 	cs, err := messaging.NewConsumers(messaging.ConsumerConfig{Workers: benchWorkers, Prefetch: 64},
-		messaging.ConsumerDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()}, consumer.Fulfillment())
+		messaging.ConsumerDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()}, fulfillmentSpec(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func (f *benchFlow) fillQueue(b *testing.B, msgs []domain.Message) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := consumer.Fulfillment()
+	spec := fulfillmentSpec(b)
 	topo := messaging.Topology{Consumer: spec.Name, Types: spec.Types, RetryDelays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, DeliveryLimit: 20}
 	if err := topo.Declare(ch); err != nil {
 		b.Fatal(err)
@@ -300,4 +300,13 @@ func rates(xs []float64) []string {
 		out[i] = fmt.Sprintf("%.0f", x)
 	}
 	return out
+}
+
+func fulfillmentSpec(b *testing.B) messaging.ConsumerSpec {
+	b.Helper()
+	spec, err := consumer.Fulfillment(metricnoop.NewMeterProvider())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return spec
 }

@@ -79,12 +79,19 @@ func setup(t testing.TB, o options) *flow {
 	db := testenv.NewDatabase(t)
 	f := &flow{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t), tracer: o.tracer}
 	f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
+		specs, err := consumer.Specs(consumer.Names, consumer.Config{
+			Notifier:      consumer.NotifierConfig{WebhookURL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
+			MeterProvider: metricnoop.NewMeterProvider(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		cs, err := messaging.NewConsumers(messaging.ConsumerConfig{
 			Prefetch: 16, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
 		}, messaging.ConsumerDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
-			consumer.Specs(consumer.Names, consumer.NotifierConfig{WebhookURL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()})...)
+			specs...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,13 @@
 // the transaction they are given and say what they did.
 package consumer
 
-import "github.com/yourorg/orders/internal/messaging"
+import (
+	"fmt"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/yourorg/orders/internal/messaging"
+)
 
 // Names of the consumers (their consumer_name and queue suffix).
 const (
@@ -25,19 +31,33 @@ const (
 // Names lists every consumer, in the order of the flow.
 var Names = []string{NameFulfillment, NameWarehouse, NameNotification}
 
-// Specs returns the consumers named in names; notify configures the
-// notification webhook.
-func Specs(names []string, notify NotifierConfig) []messaging.ConsumerSpec {
+// Config configures the consumers.
+type Config struct {
+	// Notifier configures the notification webhook.
+	Notifier NotifierConfig
+	// MeterProvider receives the consumers' business metrics (default: the
+	// global one).
+	MeterProvider metric.MeterProvider
+}
+
+// Specs returns the consumers named in names.
+func Specs(names []string, cfg Config) ([]messaging.ConsumerSpec, error) {
 	var specs []messaging.ConsumerSpec
 	for _, name := range names {
 		switch name {
 		case NameFulfillment:
-			specs = append(specs, Fulfillment())
+			f, err := Fulfillment(cfg.MeterProvider)
+			if err != nil {
+				return nil, err
+			}
+			specs = append(specs, f)
 		case NameWarehouse:
 			specs = append(specs, Warehouse())
 		case NameNotification:
-			specs = append(specs, Notification(notify))
+			specs = append(specs, Notification(cfg.Notifier))
+		default:
+			return nil, fmt.Errorf("unknown consumer %q", name)
 		}
 	}
-	return specs
+	return specs, nil
 }

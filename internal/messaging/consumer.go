@@ -399,8 +399,9 @@ func (c *consumer) apply(ctx context.Context, d *Delivery) (res result, err erro
 // PROCESSED.
 func (c *consumer) firstStep(ctx context.Context, d *Delivery) (result, *External, error) {
 	var (
-		res      result
-		external *External
+		res         result
+		external    *External
+		afterCommit func(context.Context)
 	)
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
 		decision, err := store.BeginInbox(ctx, tx, d.inboxEntry(c.spec.Name), c.cfg.ProcessingLease)
@@ -425,6 +426,7 @@ func (c *consumer) firstStep(ctx context.Context, d *Delivery) (result, *Externa
 		if err != nil {
 			return err
 		}
+		afterCommit = out.AfterCommit
 		if len(out.Publish) > 0 {
 			meta := store.MessageMeta{CorrelationID: d.CorrelationID, CausationID: d.MessageID, Producer: c.cfg.Producer}
 			if _, err := store.EnqueueMessages(ctx, tx, meta, out.Publish...); err != nil {
@@ -443,6 +445,9 @@ func (c *consumer) firstStep(ctx context.Context, d *Delivery) (result, *Externa
 		res = result{outcome: "processed"}
 		return nil // BeginInbox wrote the row PROCESSED (APPLIED): true as of the commit
 	})
+	if err == nil && afterCommit != nil {
+		afterCommit(ctx)
+	}
 	return res, external, err
 }
 

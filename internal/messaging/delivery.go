@@ -71,6 +71,10 @@ type Outcome struct {
 	// External, when set, is a side effect outside the database: see
 	// External.
 	External *External
+	// AfterCommit, when set, runs once the transaction has committed (and
+	// before the ack): for what must only count a committed effect, such
+	// as a business metric.
+	AfterCommit func(ctx context.Context)
 }
 
 // Applied is the outcome of a handler that made its change.

@@ -107,7 +107,8 @@ func attachItems(ctx context.Context, db DBTX, rows []dbsqlc.Order) ([]*domain.O
 type Move struct {
 	From, To  domain.Status
 	Version   int
-	UpdatedAt time.Time
+	CreatedAt time.Time // of the order
+	UpdatedAt time.Time // the time of the move
 }
 
 // MoveOrder applies trigger t to order id in one statement: it locks the
@@ -144,7 +145,7 @@ func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cau
 		_, err := domain.Next(current, t) // explains why it did not move
 		return Move{}, current, fmt.Errorf("order %s: %w", id, err)
 	}
-	return Move{From: domain.Status(*row.FromStatus), To: to, Version: int(*row.Version), UpdatedAt: *row.UpdatedAt}, current, nil
+	return Move{From: domain.Status(*row.FromStatus), To: to, Version: int(*row.Version), CreatedAt: *row.CreatedAt, UpdatedAt: *row.UpdatedAt}, current, nil
 }
 
 // moveFrom is MoveOrder for a trigger with one starting status: a guarded
@@ -156,7 +157,7 @@ func moveFrom(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, from
 		MessageID: nullIfEmpty(cause.MessageID), CorrelationID: nullIfEmpty(cause.CorrelationID),
 	})
 	if err == nil {
-		return Move{From: from, To: to, Version: int(row.Version), UpdatedAt: row.UpdatedAt}, from, nil
+		return Move{From: from, To: to, Version: int(row.Version), CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt}, from, nil
 	}
 	if err = translate(err); !errors.Is(err, domain.ErrNotFound) {
 		return Move{}, "", fmt.Errorf("move order %s on %s: %w", id, t, err)

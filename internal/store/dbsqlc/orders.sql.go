@@ -310,12 +310,12 @@ WITH current_order AS (
     SET status = $2, version = o.version + 1, updated_at = now()
     FROM current_order c
     WHERE o.order_id = c.order_id AND c.status = ANY ($3::text[])
-    RETURNING o.order_id, c.status AS from_status, o.version, o.updated_at
+    RETURNING o.order_id, c.status AS from_status, o.version, o.created_at, o.updated_at
 ), recorded AS (
     INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
     SELECT m.order_id, m.from_status, $2, $4, $5 FROM moved m
 )
-SELECT c.status AS current_status, m.from_status, m.version, m.updated_at
+SELECT c.status AS current_status, m.from_status, m.version, m.created_at, m.updated_at
 FROM current_order c LEFT JOIN moved m ON true
 `
 
@@ -331,6 +331,7 @@ type MoveOrderRow struct {
 	CurrentStatus string
 	FromStatus    *string
 	Version       *int32
+	CreatedAt     *time.Time
 	UpdatedAt     *time.Time
 }
 
@@ -351,6 +352,7 @@ func (q *Queries) MoveOrder(ctx context.Context, db DBTX, arg MoveOrderParams) (
 		&i.CurrentStatus,
 		&i.FromStatus,
 		&i.Version,
+		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
 	return i, err
@@ -361,12 +363,12 @@ WITH moved AS (
     UPDATE orders
     SET status = $1, version = version + 1, updated_at = now()
     WHERE orders.order_id = $2 AND orders.status = $3
-    RETURNING orders.order_id, orders.version, orders.updated_at
+    RETURNING orders.order_id, orders.version, orders.created_at, orders.updated_at
 ), recorded AS (
     INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
     SELECT m.order_id, $3, $1, $4, $5 FROM moved m
 )
-SELECT m.version, m.updated_at FROM moved m
+SELECT m.version, m.created_at, m.updated_at FROM moved m
 `
 
 type MoveOrderFromParams struct {
@@ -379,6 +381,7 @@ type MoveOrderFromParams struct {
 
 type MoveOrderFromRow struct {
 	Version   int32
+	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
@@ -394,7 +397,7 @@ func (q *Queries) MoveOrderFrom(ctx context.Context, db DBTX, arg MoveOrderFromP
 		arg.CorrelationID,
 	)
 	var i MoveOrderFromRow
-	err := row.Scan(&i.Version, &i.UpdatedAt)
+	err := row.Scan(&i.Version, &i.CreatedAt, &i.UpdatedAt)
 	return i, err
 }
 

@@ -68,12 +68,12 @@ WITH current_order AS (
     SET status = @to_status, version = o.version + 1, updated_at = now()
     FROM current_order c
     WHERE o.order_id = c.order_id AND c.status = ANY (@from_statuses::text[])
-    RETURNING o.order_id, c.status AS from_status, o.version, o.updated_at
+    RETURNING o.order_id, c.status AS from_status, o.version, o.created_at, o.updated_at
 ), recorded AS (
     INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
     SELECT m.order_id, m.from_status, @to_status, @message_id, @correlation_id FROM moved m
 )
-SELECT c.status AS current_status, m.from_status, m.version, m.updated_at
+SELECT c.status AS current_status, m.from_status, m.version, m.created_at, m.updated_at
 FROM current_order c LEFT JOIN moved m ON true;
 
 -- name: MoveOrderFrom :one
@@ -84,12 +84,12 @@ WITH moved AS (
     UPDATE orders
     SET status = @to_status, version = version + 1, updated_at = now()
     WHERE orders.order_id = @order_id AND orders.status = @from_status
-    RETURNING orders.order_id, orders.version, orders.updated_at
+    RETURNING orders.order_id, orders.version, orders.created_at, orders.updated_at
 ), recorded AS (
     INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
     SELECT m.order_id, @from_status, @to_status, @message_id, @correlation_id FROM moved m
 )
-SELECT m.version, m.updated_at FROM moved m;
+SELECT m.version, m.created_at, m.updated_at FROM moved m;
 
 -- name: GetOrderStatus :one
 SELECT status FROM orders WHERE order_id = @order_id;
