@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -143,14 +144,73 @@ func (s *system) startAPI() {
 	s.start("order-api", "order-api", s.apiURL+"/readyz", []string{"-migrate"}, "HTTP_ADDR="+addr)
 }
 
-func (s *system) startRelay(name string) {
+// startRelay starts an outbox-relay and returns its admin address.
+func (s *system) startRelay(name string) string {
 	addr := testenv.FreeAddr(s.t)
 	s.start(name, "outbox-relay", "http://"+addr+"/readyz", nil, "ADMIN_ADDR="+addr, "RELAY_ID="+name)
+	return "http://" + addr
 }
 
-func (s *system) startConsumer(name string) {
+// startConsumer starts an order-consumer and returns its admin address.
+func (s *system) startConsumer(name string) string {
 	addr := testenv.FreeAddr(s.t)
 	s.start(name, "order-consumer", "http://"+addr+"/readyz", nil, "ADMIN_ADDR="+addr)
+	return "http://" + addr
+}
+
+// output is what process name has printed so far.
+func (s *system) output(name string) string {
+	p := s.procs[name]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// waitStatus waits until order id has status.
+func (s *system) waitStatus(id, status string) {
+	s.t.Helper()
+	conn, err := pgx.Connect(context.Background(), s.dbURL)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	waitFor(s.t, 30*time.Second, "order "+id+" to be "+status, func() bool {
+		var got string
+		_ = conn.QueryRow(context.Background(), "SELECT status FROM orders WHERE order_id = $1", id).Scan(&got)
+		return got == status
+	})
+}
+
+// publishRaw publishes msg to the events exchange, routed by its type.
+func (s *system) publishRaw(msg amqp.Publishing) {
+	s.t.Helper()
+	conn, err := amqp.Dial(s.amqpURL)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		s.t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "orders.events", msg.Type, false, false, msg)
+	if err != nil || !dc.Wait() {
+		s.t.Fatalf("publish: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // kill ends a process at once (SIGKILL): no shutdown, no acks, no marks.
@@ -182,6 +242,12 @@ func (s *system) stop(name string) {
 
 func (s *system) post(path string, body any) (int, map[string]any) {
 	s.t.Helper()
+	return s.postWithKey(path, "", body)
+}
+
+// postWithKey posts body as JSON, with an Idempotency-Key when key is set.
+func (s *system) postWithKey(path, key string, body any) (int, map[string]any) {
+	s.t.Helper()
 	var r io.Reader = http.NoBody
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -189,6 +255,9 @@ func (s *system) post(path string, body any) (int, map[string]any) {
 	}
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.apiURL+path, r)
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Error(err)
