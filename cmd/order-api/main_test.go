@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -141,4 +142,22 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// docker-compose.yml gives order-api only variables it reads: a variable it
+// does not read is a setting that silently does nothing.
+func TestComposeSetsOnlyVariablesItReads(t *testing.T) {
+	t.Parallel()
+	services := testenv.ComposeServicesOf(testenv.Compose(t), "order-api")
+	if len(services) == 0 {
+		t.Fatal("no service of docker-compose.yml runs order-api")
+	}
+	known := config.Variables(&Config{})
+	for _, svc := range services {
+		for name := range svc.Environment {
+			if !slices.Contains(known, name) {
+				t.Errorf("service %s sets %s, which order-api does not read", svc.Name, name)
+			}
+		}
+	}
 }

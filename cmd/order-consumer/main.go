@@ -12,11 +12,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -29,6 +31,7 @@ import (
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
@@ -56,7 +59,10 @@ type Config struct {
 	InboxRetention  time.Duration   `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
 	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL"`
 	WebhookTimeout  time.Duration   `env:"NOTIFY_WEBHOOK_TIMEOUT" envDefault:"5s"`
-	ShutdownTimeout time.Duration   `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	// FaultsEndpoint serves POST /faults/crash-after-commit on the admin
+	// address, for the walkthrough and drills. Never in production.
+	FaultsEndpoint  bool          `env:"CONSUMER_FAULTS_ENDPOINT" envDefault:"false"`
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
 }
 
 // Validate checks every setting and reports all the bad ones.
@@ -164,7 +170,12 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	if err != nil {
 		return err
 	}
-	admin := app.NewHTTPServer(cfg.AdminAddr, app.AdminHandler(consumers.Ready, tel.MetricsHandler), log)
+	adminMux := app.AdminHandler(consumers.Ready, tel.MetricsHandler)
+	if cfg.FaultsEndpoint {
+		log.WarnContext(ctx, "fault injection endpoint enabled: POST /faults/crash-after-commit")
+		adminMux.HandleFunc("POST /faults/crash-after-commit", crashAfterCommit(consumers, log))
+	}
+	admin := app.NewHTTPServer(cfg.AdminAddr, adminMux, log)
 
 	// Consume until SIGINT/SIGTERM: then stop taking deliveries, finish the
 	// ones in progress (SHUTDOWN_TIMEOUT) and leave the rest for redelivery.
@@ -174,6 +185,24 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	err = g.Wait()
 	log.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
+}
+
+// crashAfterCommit arms the one-shot crash of the next delivery of a
+// message type, between its commit and its ack: POST {"message_type": "..."}.
+func crashAfterCommit(consumers *messaging.Consumers, log *slog.Logger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			MessageType string `json:"message_type"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || !domain.KnownMessageType(body.MessageType) {
+			http.Error(w, `want {"message_type": "<a message type of this service>"}`, http.StatusBadRequest)
+			return
+		}
+		consumers.CrashAfterCommit(body.MessageType)
+		log.WarnContext(r.Context(), "fault armed: the next delivery of this type exits after its commit, before its ack",
+			slog.String("message_type", body.MessageType))
+		w.WriteHeader(http.StatusAccepted)
+	}
 }
 
 // replay is the replay sub-command: replay <consumer> [limit].

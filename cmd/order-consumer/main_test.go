@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -183,4 +184,22 @@ func get(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// docker-compose.yml gives order-consumer only variables it reads: a variable it
+// does not read is a setting that silently does nothing.
+func TestComposeSetsOnlyVariablesItReads(t *testing.T) {
+	t.Parallel()
+	services := testenv.ComposeServicesOf(testenv.Compose(t), "order-consumer")
+	if len(services) == 0 {
+		t.Fatal("no service of docker-compose.yml runs order-consumer")
+	}
+	known := config.Variables(&Config{})
+	for _, svc := range services {
+		for name := range svc.Environment {
+			if !slices.Contains(known, name) {
+				t.Errorf("service %s sets %s, which order-consumer does not read", svc.Name, name)
+			}
+		}
+	}
 }

@@ -13,7 +13,9 @@ import (
 //	GET /healthz  200 while the process runs
 //	GET /readyz   200 when ready says so, else 503 with the reason
 //	GET /metrics  the Prometheus metrics
-func AdminHandler(ready func(context.Context) error, metrics http.Handler) http.Handler {
+//
+// It returns the mux, for a process to add routes of its own.
+func AdminHandler(ready func(context.Context) error, metrics http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -123,6 +123,21 @@ type Consumers struct {
 	// afterCommit, when set (tests only), runs after a delivery's
 	// transaction committed and before its ack: the crash window.
 	afterCommit func(*Delivery)
+	// crashAfterCommit, when set, names a message type: the next delivery of
+	// that type exits the process between its commit and its ack (see
+	// CrashAfterCommit). exit is os.Exit, or a stand-in in tests.
+	crashAfterCommit atomic.Pointer[string]
+	exit             func(code int)
+}
+
+// CrashAfterCommit arms a one-shot fault, for demonstrations (the
+// walkthrough) and drills: the next delivery of messageType that commits
+// makes the process exit at once, before its ack, as a crash in the worst
+// place would. The broker then delivers the message again, and the inbox
+// turns the redelivery into a duplicate. Off unless asked for; the admin
+// endpoint that arms it exists only with CONSUMER_FAULTS_ENDPOINT=true.
+func (cs *Consumers) CrashAfterCommit(messageType string) {
+	cs.crashAfterCommit.Store(&messageType)
 }
 
 // consumer is one consumer's loop.
@@ -140,7 +155,7 @@ func NewConsumers(cfg ConsumerConfig, deps ConsumerDeps, specs ...ConsumerSpec) 
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer config: %w", err)
 	}
-	cs := &Consumers{cfg: cfg, deps: deps, tracer: tracerOf(deps.TracerProvider)}
+	cs := &Consumers{cfg: cfg, deps: deps, tracer: tracerOf(deps.TracerProvider), exit: os.Exit}
 	m, err := newConsumerMetrics(deps.MeterProvider.Meter("github.com/yourorg/orders/internal/messaging"), cs)
 	if err != nil {
 		return nil, err
@@ -326,6 +341,11 @@ func (c *consumer) handle(ctx context.Context, pub *confirmPublisher, raw amqp.D
 	}
 	if c.afterCommit != nil {
 		c.afterCommit(d)
+	}
+	if armed := c.crashAfterCommit.Load(); armed != nil && *armed == d.Type && c.crashAfterCommit.CompareAndSwap(armed, nil) {
+		c.log.ErrorContext(ctx, "fault injection: exiting after the commit, before the ack")
+		c.exit(3)
+		return
 	}
 	if err := raw.Ack(false); err != nil {
 		// The channel is gone; the broker delivers the message again, and

@@ -743,3 +743,39 @@ func TestReusedMessageIDWithAnotherBodyIsCounted(t *testing.T) {
 		t.Fatalf("%d effects", n)
 	}
 }
+
+// The crash-after-commit fault exits (here: calls the stand-in) right after
+// the commit of the next delivery of its type, once, without the ack; the
+// redelivery is a duplicate.
+func TestCrashAfterCommitFault(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	exited := make(chan int, 1)
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	rc := b.start(testConsumerConfig(), proxy.Rewrite(b.amqpURL), func(cs *messaging.Consumers) {
+		messaging.SetExit(cs, func(code int) {
+			exited <- code
+			// What the process's death does to its connection:
+			proxy.Cut()
+			go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
+		})
+	})
+	rc.CrashAfterCommit(domain.TypeOrderCancelled)
+	msg := message()
+	b.publish(msg)
+	if code := <-exited; code != 3 {
+		t.Fatalf("exit code %d", code)
+	}
+	waitFor(t, 20*time.Second, "the redelivery to be a duplicate", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
+	if n := b.effects(msg.MessageId); n != 1 {
+		t.Fatalf("%d effects", n)
+	}
+	other := message() // disarmed: the next one is acked normally
+	b.publish(other)
+	b.waitInbox(other.MessageId, store.InboxProcessed)
+	select {
+	case <-exited:
+		t.Fatal("the fault fired twice")
+	case <-time.After(300 * time.Millisecond):
+	}
+}
