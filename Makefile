@@ -52,6 +52,14 @@ run/relay: ## run outbox-relay against DATABASE_URL and AMQP_URL
 run/consumer: ## run order-consumer against DATABASE_URL and AMQP_URL
 	$(GO) run ./cmd/order-consumer
 
+.PHONY: dev
+dev: ## the whole system on this machine without Docker (migrations, api, 2 relays, consumer, webhook receiver); Ctrl-C stops it
+	./scripts/dev.sh
+
+.PHONY: walkthrough
+walkthrough: ## a guided tour of the running system (make dev or docker compose); ARGS=-yes runs it unattended
+	$(GO) run ./cmd/walkthrough $(ARGS)
+
 .PHONY: db/reset
 db/reset: ## roll every migration back and apply them again (drops all data!)
 	$(GO) run ./cmd/order-api migrate reset

@@ -13,6 +13,11 @@
 # compose's restart policy would (the walkthrough crashes the consumer on
 # purpose).
 # Ctrl-C stops them all: each gets SIGTERM and shuts down gracefully.
+#
+# The addresses above can be moved (the end-to-end test of the walkthrough
+# does, to run beside other tests): DEV_API_ADDR, DEV_RELAY1_ADDR,
+# DEV_RELAY2_ADDR, DEV_CONSUMER_ADDR, DEV_WEBHOOK_ADDR; DEV_BIN is where the
+# binaries are built (bin/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,11 +25,18 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/orders?s
 export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 export LOG_FORMAT="${LOG_FORMAT:-text}"
 
-echo "[dev] building"
-mkdir -p bin
-go build -o bin/ ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cmd/webhook-receiver
+api_addr="${DEV_API_ADDR:-127.0.0.1:8080}"
+relay1_addr="${DEV_RELAY1_ADDR:-127.0.0.1:9101}"
+relay2_addr="${DEV_RELAY2_ADDR:-127.0.0.1:9103}"
+consumer_addr="${DEV_CONSUMER_ADDR:-127.0.0.1:9102}"
+webhook_addr="${DEV_WEBHOOK_ADDR:-127.0.0.1:8090}"
+bin="${DEV_BIN:-bin}"
+
+echo "[dev] building into $bin/"
+mkdir -p "$bin"
+go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cmd/webhook-receiver
 echo "[dev] migrating ${DATABASE_URL%%\?*}"
-bin/order-api migrate up 2>&1 | sed -u 's/^/[migrate] /'
+"$bin/order-api" migrate up 2>&1 | sed -u 's/^/[migrate] /'
 
 trap 'echo "[dev] stopping"; kill -TERM $(jobs -p) 2>/dev/null || true; wait; echo "[dev] stopped"' INT TERM
 
@@ -44,7 +56,9 @@ supervise() {
 		stop=""
 		trap 'stop=1; kill -TERM $child 2>/dev/null' INT TERM
 		while [[ -z $stop ]]; do
-			env "${env[@]}" "$@" > >(sed -u "s/^/[$name] /") 2>&1 &
+			# The prefixing sed ignores Ctrl-C: it must outlive the process
+			# to pass on its last lines (a dead pipe would kill it mid-shutdown).
+			env "${env[@]}" "$@" > >(trap '' INT && exec sed -u "s/^/[$name] /") 2>&1 &
 			child=$!
 			set +e
 			wait $child
@@ -58,12 +72,12 @@ supervise() {
 	) &
 }
 
-supervise webhook  WEBHOOK_ADDR=127.0.0.1:8090 FAIL_FIRST=1 -- bin/webhook-receiver
-supervise api      HTTP_ADDR=127.0.0.1:8080 OTEL_SERVICE_NAME=order-api -- bin/order-api
-supervise relay-1  ADMIN_ADDR=127.0.0.1:9101 RELAY_ID=relay-1 -- bin/outbox-relay
-supervise relay-2  ADMIN_ADDR=127.0.0.1:9103 RELAY_ID=relay-2 -- bin/outbox-relay
-supervise consumer ADMIN_ADDR=127.0.0.1:9102 NOTIFY_WEBHOOK_URL=http://127.0.0.1:8090/notifications \
-	CONSUMER_FAULTS_ENDPOINT=true -- bin/order-consumer
+supervise webhook  WEBHOOK_ADDR="$webhook_addr" FAIL_FIRST=1 -- "$bin/webhook-receiver"
+supervise api      HTTP_ADDR="$api_addr" -- "$bin/order-api"
+supervise relay-1  ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 -- "$bin/outbox-relay"
+supervise relay-2  ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 -- "$bin/outbox-relay"
+supervise consumer ADMIN_ADDR="$consumer_addr" NOTIFY_WEBHOOK_URL="http://$webhook_addr/notifications" \
+	CONSUMER_FAULTS_ENDPOINT=true -- "$bin/order-consumer"
 
 echo "[dev] running; Ctrl-C stops everything. Try: make walkthrough"
 wait

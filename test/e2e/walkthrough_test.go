@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// The guided walkthrough, unattended, against the system as make dev runs
+// it (scripts/dev.sh: its supervisor restarts the consumer the walkthrough
+// crashes), on this test's own database, virtual host and ports. Every
+// step of the walkthrough checks its own evidence and exits 1 when the
+// system does not behave as it says; then Ctrl-C (SIGINT to the process
+// group, as a terminal sends it) must stop every process.
+func TestWalkthroughAgainstMakeDev(t *testing.T) {
+	t.Parallel()
+	root := testenv.RepoRoot(t)
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/walkthrough")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	dbURL, amqpURL := testenv.ServerURL(t, name), testenv.NewVhost(t)
+	addr := map[string]string{}
+	for _, k := range []string{"DEV_API_ADDR", "DEV_RELAY1_ADDR", "DEV_RELAY2_ADDR", "DEV_CONSUMER_ADDR", "DEV_WEBHOOK_ADDR"} {
+		addr[k] = testenv.FreeAddr(t)
+	}
+
+	dev := exec.Command("./scripts/dev.sh")
+	dev.Dir = root
+	dev.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "DEV_BIN="+bin, "LOG_FORMAT=json")
+	for k, v := range addr {
+		dev.Env = append(dev.Env, k+"="+v)
+	}
+	dev.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var mu sync.Mutex
+	var devOut bytes.Buffer
+	dev.Stdout = lockedWriter{&mu, &devOut}
+	dev.Stderr = lockedWriter{&mu, &devOut}
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	devDone := make(chan error, 1)
+	go func() { devDone <- dev.Wait() }()
+	pgid := dev.Process.Pid
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL) // whatever is left after a failure
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("--- make dev output (last 8 KiB):\n%s", tail(devOut.String(), 8192))
+			mu.Unlock()
+		}
+	})
+	devOutput := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return devOut.String()
+	}
+	waitFor(t, 2*time.Minute, "make dev to be ready", func() bool {
+		select {
+		case err := <-devDone:
+			t.Fatalf("make dev exited: %v", err)
+		default:
+		}
+		return strings.Contains(devOutput(), "[dev] running") &&
+			isReady("http://"+addr["DEV_API_ADDR"]+"/readyz") && isReady("http://"+addr["DEV_CONSUMER_ADDR"]+"/readyz") &&
+			isReady("http://"+addr["DEV_RELAY1_ADDR"]+"/readyz") && isReady("http://"+addr["DEV_RELAY2_ADDR"]+"/readyz") &&
+			isReady("http://"+addr["DEV_WEBHOOK_ADDR"]+"/healthz")
+	})
+
+	walk := exec.Command(filepath.Join(bin, "walkthrough"), "-yes", "-timeout", "60s")
+	walk.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL,
+		"API_URL=http://"+addr["DEV_API_ADDR"], "CONSUMER_ADMIN_URL=http://"+addr["DEV_CONSUMER_ADDR"],
+		"WEBHOOK_RECEIVER_URL=http://"+addr["DEV_WEBHOOK_ADDR"])
+	out, err := walk.CombinedOutput()
+	if err != nil {
+		t.Fatalf("walkthrough -yes: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Step 5 of 5", "Done: every step behaved", "order-consumer went down and came back"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("the walkthrough's output lacks %q:\n%s", want, out)
+		}
+	}
+	// The crash was real: the supervisor saw the consumer exit with code 3.
+	if !strings.Contains(devOutput(), "[dev] consumer exited (3)") {
+		t.Errorf("make dev never restarted the consumer after an exit with code 3")
+	}
+
+	// Ctrl-C: every process shuts down gracefully and make dev exits.
+	if err := syscall.Kill(-pgid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-devDone:
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("make dev: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("make dev did not stop within 30s of Ctrl-C")
+	}
+	if !strings.Contains(devOutput(), "[dev] stopped") {
+		t.Errorf("make dev did not report that it stopped")
+	}
+	// Nothing of the group runs on: kill(-pgid, 0) finds no process.
+	waitFor(t, 10*time.Second, "every process of make dev to exit", func() bool {
+		return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+	})
+	for _, proc := range []string{"api", "relay-1", "relay-2", "consumer", "webhook"} {
+		if !loggedStopped(devOutput(), proc) {
+			t.Errorf("%s did not log a graceful stop", proc)
+		}
+	}
+}
+
+// loggedStopped reports whether process proc logged its "stopped" line.
+func loggedStopped(out, proc string) bool {
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, "["+proc+"] ") && strings.Contains(line, `"msg":"stopped"`) {
+			return true
+		}
+	}
+	return false
+}
+
+func isReady(url string) bool {
+	resp, err := readyClient.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+var readyClient = &http.Client{Timeout: 2 * time.Second}
