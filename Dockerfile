@@ -4,6 +4,7 @@
 #   /usr/local/bin/outbox-relay     outbox publisher (admin :9101)
 #   /usr/local/bin/order-consumer   consumers (admin :9102)
 #   /usr/local/bin/webhook-receiver demo notification receiver (:8090)
+#   /usr/local/bin/walkthrough      guided tour and smoke test of a running stack
 # docker compose picks the binary per service with `entrypoint:`, e.g.
 #   entrypoint: ["/usr/local/bin/outbox-relay"]
 # and arguments with `command:`, e.g. command: ["migrate", "up"].
@@ -27,10 +28,10 @@ RUN go mod download
 COPY . .
 # Static binaries (no cgo: the final image has no libc), without local paths
 # or debug symbols. The build cache mount speeds up rebuilds (BuildKit).
+# ./cmd/... so that a new command is in the image without editing this file.
 RUN --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/ \
-        ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cmd/webhook-receiver
+    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/...
 
 # ---- run --------------------------------------------------------------------
 # Distroless static: CA certificates, tzdata and /etc/passwd, no shell, no

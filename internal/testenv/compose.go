@@ -15,7 +15,9 @@ import (
 func Compose(t testing.TB) *types.Project {
 	t.Helper()
 	path := filepath.Join(RepoRoot(t), "docker-compose.yml")
-	opts, err := cli.NewProjectOptions([]string{path}, cli.WithName("orders"), cli.WithWorkingDirectory(RepoRoot(t)))
+	opts, err := cli.NewProjectOptions([]string{path}, cli.WithName("orders"), cli.WithWorkingDirectory(RepoRoot(t)),
+		// Every service, those of optional profiles ("tools") too.
+		cli.WithProfiles([]string{"*"}))
 	if err != nil {
 		t.Fatal(err)
 	}

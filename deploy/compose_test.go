@@ -1,0 +1,719 @@
+package deploy
+
+import (
+	"cmp"
+	"fmt"
+	"go/parser"
+	"go/token"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// There is no Docker engine where these tests run, so docker-compose.yml is
+// checked the way docker compose would read it (testenv.Compose) and then
+// against the mistakes that only show up at `docker compose up`: a check is
+// a function from the project to a list of problems, run on the real file by
+// one test and on small inline documents by TestComposeChecks, which proves
+// that each check can fail.
+
+// schemaBinaries are the commands that need the schema, and so also have
+// the `migrate` sub-command (SPEC section 2).
+var schemaBinaries = []string{"order-api", "outbox-relay", "order-consumer"}
+
+func TestComposeImagesArePinned(t *testing.T) {
+	t.Parallel()
+	reportProblems(t, unpinnedImages(testenv.Compose(t)))
+}
+
+func TestComposeDependenciesCanBeMet(t *testing.T) {
+	t.Parallel()
+	reportProblems(t, dependencyProblems(testenv.Compose(t)))
+}
+
+func TestComposeHostPathsExist(t *testing.T) {
+	t.Parallel()
+	reportProblems(t, missingHostPaths(testenv.Compose(t)))
+}
+
+func TestComposeHostPortsAreUnique(t *testing.T) {
+	t.Parallel()
+	reportProblems(t, hostPortProblems(testenv.Compose(t)))
+}
+
+func TestComposeRunsTheWholeStack(t *testing.T) {
+	t.Parallel()
+	reportProblems(t, missingServices(testenv.Compose(t)))
+}
+
+func TestComposeBuiltServicesRunRepositoryBinaries(t *testing.T) {
+	t.Parallel()
+	reportProblems(t, builtServiceProblems(testenv.Compose(t), cmdBinaries(t)))
+}
+
+func reportProblems(t *testing.T, problems []string) {
+	t.Helper()
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// serviceNames returns the services in name order: Project.Services is a
+// map, and the same file should fail with the same messages every run.
+func serviceNames(p *types.Project) []string {
+	return slices.Sorted(maps.Keys(p.Services))
+}
+
+// imageParts splits an image reference into repository, tag and digest. The
+// tag's colon is the last one after the last slash, since a registry may
+// carry a port (localhost:5000/orders has no tag).
+func imageParts(image string) (repo, tag, digest string) {
+	repo, digest, _ = strings.Cut(image, "@")
+	slash := strings.LastIndex(repo, "/")
+	if i := strings.LastIndex(repo, ":"); i > slash {
+		repo, tag = repo[:i], repo[i+1:]
+	}
+	return repo, tag, digest
+}
+
+// versionedTag matches a tag that names a release: a number at its start or
+// after a dash (15.8-alpine, v2.55.1, 3.13-management). alpine3.20 does not:
+// that versions the base distribution, not the software.
+var versionedTag = regexp.MustCompile(`(^|[-_])v?[0-9]`)
+
+// unpinnedImages lists the services whose pulled image can change under the
+// walkthrough: no tag (latest), latest, or a moving tag such as alpine or
+// management brings another server version the next time someone pulls. A
+// service with a build section names the image it builds, not one it pulls.
+func unpinnedImages(p *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		if svc.Build != nil {
+			continue
+		}
+		_, tag, digest := imageParts(svc.Image)
+		switch {
+		case digest != "":
+		case tag == "":
+			problems = append(problems, fmt.Sprintf("service %s: image %q has no tag, which means latest: pin a version", name, svc.Image))
+		case tag == "latest":
+			problems = append(problems, fmt.Sprintf("service %s: image %q: latest moves, pin a version", name, svc.Image))
+		case !versionedTag.MatchString(tag):
+			problems = append(problems, fmt.Sprintf("service %s: image %q: tag %q names no version, so it moves", name, svc.Image, tag))
+		}
+	}
+	return problems
+}
+
+// hasHealthcheck tells whether compose itself defines a health test for
+// the service. An image may bring a HEALTHCHECK of its own, but the file
+// cannot show it, and the official postgres and rabbitmq images have none.
+func hasHealthcheck(svc types.ServiceConfig) bool {
+	hc := svc.HealthCheck
+	return hc != nil && !hc.Disable && len(hc.Test) > 0 && hc.Test[0] != "NONE"
+}
+
+// restartPolicy is the policy the service's container runs with: `restart`,
+// or else deploy.restart_policy, whose condition defaults to any.
+func restartPolicy(svc types.ServiceConfig) string {
+	switch {
+	case svc.Restart != "":
+		return svc.Restart
+	case svc.Deploy != nil && svc.Deploy.RestartPolicy != nil:
+		if c := svc.Deploy.RestartPolicy.Condition; c != "" {
+			return "deploy.restart_policy " + c
+		}
+		return "deploy.restart_policy any"
+	}
+	return types.RestartPolicyNo
+}
+
+// oneShot tells whether the service runs once and stays exited.
+func oneShot(svc types.ServiceConfig) bool {
+	switch restartPolicy(svc) {
+	case types.RestartPolicyNo, "deploy.restart_policy none":
+		return true
+	}
+	return false
+}
+
+// dependencyProblems lists the depends_on conditions that cannot be met.
+// docker compose refuses to start a service waiting for a dependency to be
+// healthy when that dependency has no healthcheck; and a dependency meant to
+// complete that restarts after exiting (unless-stopped, the app default)
+// runs again and again, a migration in a loop.
+func dependencyProblems(p *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(p) {
+		deps := p.Services[name].DependsOn
+		for _, dep := range slices.Sorted(maps.Keys(deps)) {
+			cond := deps[dep].Condition
+			svc, ok := p.Services[dep]
+			if _, disabled := p.DisabledServices[dep]; !ok && disabled && !deps[dep].Required {
+				continue // an optional dependency in a profile that is off
+			}
+			switch {
+			case !ok:
+				problems = append(problems, fmt.Sprintf("service %s depends on %s, which is not a service", name, dep))
+			case cond == types.ServiceConditionHealthy && !hasHealthcheck(svc):
+				problems = append(problems, fmt.Sprintf("service %s waits for %s to be healthy, but %s has no healthcheck (or it is disabled)", name, dep, dep))
+			case cond == types.ServiceConditionCompletedSuccessfully && !oneShot(svc):
+				problems = append(problems, fmt.Sprintf("service %s waits for %s to complete, but %s restarts (%s): it must be one-shot (restart \"no\" or unset)", name, dep, dep, restartPolicy(svc)))
+			}
+		}
+	}
+	return problems
+}
+
+// dockerfileOf is the absolute path of the Dockerfile a build section uses,
+// or "" for an inline Dockerfile or a remote context.
+func dockerfileOf(b *types.BuildConfig) string {
+	if b.DockerfileInline != "" || !filepath.IsAbs(b.Context) {
+		return ""
+	}
+	if filepath.IsAbs(b.Dockerfile) {
+		return b.Dockerfile
+	}
+	return filepath.Join(b.Context, cmp.Or(b.Dockerfile, "Dockerfile"))
+}
+
+// missingHostPaths lists the host paths compose reads that a fresh clone of
+// the repository does not have. Docker creates a missing bind-mount source
+// as an empty directory, so Prometheus or Grafana would start with no
+// configuration and say nothing; a path outside the repository exists on
+// one machine only. The loader has already resolved every path against the
+// repository root (and rejected a missing env_file it had to read).
+func missingHostPaths(p *types.Project) []string {
+	var problems []string
+	check := func(what, hostPath string) {
+		rel, err := filepath.Rel(p.WorkingDir, hostPath)
+		switch {
+		case err != nil || !filepath.IsLocal(rel):
+			problems = append(problems, fmt.Sprintf("%s: %s is outside the repository", what, hostPath))
+		default:
+			if _, err := os.Stat(hostPath); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %s does not exist in the repository", what, rel))
+			}
+		}
+	}
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		for _, v := range svc.Volumes {
+			if v.Type == types.VolumeTypeBind {
+				check(fmt.Sprintf("service %s: bind mount on %s", name, v.Target), v.Source)
+			}
+		}
+		for _, f := range svc.EnvFiles {
+			// `required: false` says the file is optional (a developer's
+			// local, git-ignored overrides).
+			if f.Required {
+				check(fmt.Sprintf("service %s: env_file", name), f.Path)
+			}
+		}
+		if svc.Build != nil && filepath.IsAbs(svc.Build.Context) {
+			check(fmt.Sprintf("service %s: build context", name), svc.Build.Context)
+			if df := dockerfileOf(svc.Build); df != "" {
+				check(fmt.Sprintf("service %s: build dockerfile", name), df)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Configs)) {
+		if file := p.Configs[name].File; file != "" {
+			check(fmt.Sprintf("configs.%s", name), file)
+		}
+	}
+	return problems
+}
+
+// hostBinding is one host port a service asks for.
+type hostBinding struct {
+	service, ip string
+}
+
+// anyAddress tells whether a host IP binds every address, and so conflicts
+// with a binding of the same port on any one address.
+func anyAddress(ip string) bool {
+	return ip == "" || ip == "0.0.0.0" || ip == "::"
+}
+
+// portRange parses a published port, "8080" or "8000-8001".
+func portRange(published string) (lo, hi int, err error) {
+	first, last, isRange := strings.Cut(published, "-")
+	if lo, err = strconv.Atoi(first); err != nil {
+		return 0, 0, err
+	}
+	hi = lo
+	if isRange {
+		if hi, err = strconv.Atoi(last); err != nil {
+			return 0, 0, err
+		}
+	}
+	return lo, hi, nil
+}
+
+// hostPortProblems lists host ports that more than one container would
+// bind: `docker compose up` then stops half way with "port is already
+// allocated". A service with replicas gets one container per replica, so a
+// fixed host port (or a range shorter than the replicas) conflicts with
+// itself; such a service publishes no host port, or an ephemeral one.
+func hostPortProblems(p *types.Project) []string {
+	var problems []string
+	bound := map[string][]hostBinding{} // "8080/tcp" -> bindings
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		replicas := svc.GetScale()
+		for _, port := range svc.Ports {
+			if port.Published == "" {
+				continue // an ephemeral host port: never a conflict
+			}
+			lo, hi, err := portRange(port.Published)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("service %s: published port %q: %v", name, port.Published, err))
+				continue
+			}
+			if replicas > 1 && hi-lo+1 < replicas {
+				problems = append(problems, fmt.Sprintf("service %s has %d replicas but publishes host port %s: only one container can bind it (publish none, or let Docker pick)", name, replicas, port.Published))
+			}
+			for n := lo; n <= hi; n++ {
+				key := fmt.Sprintf("%d/%s", n, cmp.Or(port.Protocol, "tcp"))
+				for _, other := range bound[key] {
+					if other.ip == port.HostIP || anyAddress(other.ip) || anyAddress(port.HostIP) {
+						problems = append(problems, fmt.Sprintf("host port %s is published by both service %s and service %s", key, other.service, name))
+					}
+				}
+				bound[key] = append(bound[key], hostBinding{service: name, ip: port.HostIP})
+			}
+		}
+	}
+	return problems
+}
+
+// entrypointBinary is the program a service's entrypoint runs, as
+// testenv.ComposeServicesOf names it.
+func entrypointBinary(svc types.ServiceConfig) string {
+	if len(svc.Entrypoint) == 0 {
+		return ""
+	}
+	return filepath.Base(svc.Entrypoint[0])
+}
+
+// isMigrationStep tells whether the service applies the schema: one of the
+// binaries' `migrate` sub-command.
+func isMigrationStep(svc types.ServiceConfig) bool {
+	return slices.Contains(schemaBinaries, entrypointBinary(svc)) &&
+		len(svc.Command) > 0 && svc.Command[0] == "migrate"
+}
+
+// instances counts the containers of services, replicas included.
+func instances(services []types.ServiceConfig) int {
+	n := 0
+	for _, svc := range services {
+		n += svc.GetScale()
+	}
+	return n
+}
+
+// servicesWhere returns the services that match, in name order.
+func servicesWhere(p *types.Project, match func(types.ServiceConfig) bool) []types.ServiceConfig {
+	var out []types.ServiceConfig
+	for _, name := range serviceNames(p) {
+		if svc := p.Services[name]; match(svc) {
+			out = append(out, svc)
+		}
+	}
+	return out
+}
+
+// servers returns the long-running services of one of this repository's
+// binaries: the migration step runs the same binary but is not one of them.
+func servers(p *types.Project, binary string) []types.ServiceConfig {
+	return slices.DeleteFunc(testenv.ComposeServicesOf(p, binary), isMigrationStep)
+}
+
+// missingServices lists what the walkthrough needs that the file does not
+// run. Services are found by image or by the binary they run, never by
+// their name, so renaming a service does not hide or break anything.
+func missingServices(p *types.Project) []string {
+	var problems []string
+	require := func(what string, found []types.ServiceConfig, want int) {
+		if got := instances(found); got < want {
+			problems = append(problems, fmt.Sprintf("%s: %d running, want at least %d", what, got, want))
+		}
+	}
+	requireHealthcheck := func(what string, found []types.ServiceConfig) {
+		for _, svc := range found {
+			if !hasHealthcheck(svc) {
+				problems = append(problems, fmt.Sprintf("service %s (%s) has no healthcheck: the services that need it cannot wait until it accepts connections", svc.Name, what))
+			}
+		}
+	}
+	// match sees the image's repository (jaegertracing/all-in-one) and its
+	// last part (all-in-one).
+	byImage := func(match func(repo, name string) bool) []types.ServiceConfig {
+		return servicesWhere(p, func(svc types.ServiceConfig) bool {
+			repo, _, _ := imageParts(svc.Image)
+			return match(repo, path.Base(repo))
+		})
+	}
+
+	postgres := byImage(func(_, n string) bool { return n == "postgres" || n == "postgresql" })
+	require("PostgreSQL (image postgres)", postgres, 1)
+	requireHealthcheck("PostgreSQL", postgres)
+
+	rabbit := byImage(func(_, n string) bool { return n == "rabbitmq" })
+	require("RabbitMQ (image rabbitmq)", rabbit, 1)
+	requireHealthcheck("RabbitMQ", rabbit)
+	for _, svc := range rabbit {
+		// The walkthrough shows queues, the parking lot and redeliveries in
+		// the management UI.
+		if _, tag, _ := imageParts(svc.Image); !strings.Contains(tag, "management") {
+			problems = append(problems, fmt.Sprintf("service %s: image %q has no management UI (use a *-management tag)", svc.Name, svc.Image))
+		}
+	}
+
+	migrations := servicesWhere(p, isMigrationStep)
+	require("a migration step (a service running `<binary> migrate`)", migrations, 1)
+	for _, svc := range migrations {
+		if !oneShot(svc) {
+			problems = append(problems, fmt.Sprintf("service %s runs the migrations but restarts (%s): it must be one-shot", svc.Name, restartPolicy(svc)))
+		}
+	}
+
+	require("order-api", servers(p, "order-api"), 1)
+	// Two relays show FOR UPDATE SKIP LOCKED sharing the outbox.
+	require("outbox-relay replicas", servers(p, "outbox-relay"), 2)
+	require("order-consumer", servers(p, "order-consumer"), 1)
+	require("webhook-receiver", servers(p, "webhook-receiver"), 1)
+	require("Jaeger (image jaegertracing/*)", byImage(func(repo, _ string) bool { return strings.Contains(repo, "jaeger") }), 1)
+	require("Prometheus (image prom/prometheus)", byImage(func(_, n string) bool { return n == "prometheus" }), 1)
+	require("Grafana (image grafana/grafana*)", byImage(func(_, n string) bool { return strings.HasPrefix(n, "grafana") }), 1)
+	return problems
+}
+
+// migratesOnStart tells whether the service applies the schema itself at
+// start (under goose's advisory lock, SPEC section 2).
+func migratesOnStart(svc types.ServiceConfig) bool {
+	if v := svc.Environment["MIGRATE_ON_START"]; v != nil {
+		if on, err := strconv.ParseBool(*v); err == nil && on {
+			return true
+		}
+	}
+	return slices.Contains(svc.Command, "-migrate") || slices.Contains(svc.Command, "--migrate")
+}
+
+// waitsForMigration tells whether the service starts only once a migration
+// step has exited successfully.
+func waitsForMigration(p *types.Project, svc types.ServiceConfig) bool {
+	for dep, cfg := range svc.DependsOn {
+		if cfg.Condition == types.ServiceConditionCompletedSuccessfully && isMigrationStep(p.Services[dep]) {
+			return true
+		}
+	}
+	return false
+}
+
+// builtServiceProblems checks the services built from this repository's
+// Dockerfile. The image holds every binary, so the entrypoint is what says
+// which one a service runs: without it the service runs the image's
+// default silently, and the tests that find services by entrypoint
+// (testenv.ComposeServicesOf, the cmd/*/main_test.go environment checks)
+// skip it. A binary that needs the schema must not start before it exists.
+func builtServiceProblems(p *types.Project, binaries []string) []string {
+	var problems []string
+	dockerfile := filepath.Join(p.WorkingDir, "Dockerfile")
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		if svc.Build == nil || dockerfileOf(svc.Build) != dockerfile {
+			continue
+		}
+		binary := entrypointBinary(svc)
+		switch {
+		case binary == "":
+			problems = append(problems, fmt.Sprintf("service %s is built from the Dockerfile but sets no entrypoint: name the binary it runs (one of %v)", name, binaries))
+		case !slices.Contains(binaries, binary):
+			problems = append(problems, fmt.Sprintf("service %s: entrypoint %q is not a binary of cmd/ (%v)", name, svc.Entrypoint[0], binaries))
+		}
+		if slices.Contains(schemaBinaries, binary) && !isMigrationStep(svc) && !waitsForMigration(p, svc) && !migratesOnStart(svc) {
+			problems = append(problems, fmt.Sprintf("service %s may start %s before the schema exists: depend on the migration step with condition service_completed_successfully, or set MIGRATE_ON_START=true", name, binary))
+		}
+	}
+	return problems
+}
+
+// cmdBinaries returns this repository's commands: the directories under
+// cmd/ that hold a main package.
+func cmdBinaries(t *testing.T) []string {
+	t.Helper()
+	root := filepath.Join(testenv.RepoRoot(t), "cmd")
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var binaries []string
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		files, err := filepath.Glob(filepath.Join(root, d.Name(), "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.PackageClauseOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Name.Name == "main" {
+				binaries = append(binaries, d.Name())
+				break
+			}
+		}
+	}
+	if len(binaries) == 0 {
+		t.Fatalf("no main package under %s", root)
+	}
+	return binaries
+}
+
+// loadComposeDoc loads an inline compose document from a fresh directory
+// holding files (path -> content), the way testenv.Compose loads the real
+// one.
+func loadComposeDoc(t *testing.T, doc string, files map[string]string, opts ...cli.ProjectOptionsFn) (*types.Project, error) {
+	t.Helper()
+	dir := t.TempDir()
+	files = maps.Clone(files)
+	if files == nil {
+		files = map[string]string{}
+	}
+	files["compose.yml"] = doc
+	for name, content := range files {
+		file := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts = append([]cli.ProjectOptionsFn{cli.WithName("check"), cli.WithWorkingDirectory(dir)}, opts...)
+	po, err := cli.NewProjectOptions([]string{filepath.Join(dir, "compose.yml")}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return po.LoadProject(t.Context())
+}
+
+// stackServices is a compose file with everything the walkthrough needs,
+// each service under a name unlike the real file's: the checks must find
+// services by image and entrypoint. Each value is a service's body.
+var stackServices = map[string]string{
+	"db": `
+    image: postgres:16.4-alpine
+    healthcheck: {test: [CMD, pg_isready]}`,
+	"broker": `
+    image: rabbitmq:3.13-management
+    healthcheck: {test: [CMD, rabbitmq-diagnostics, ping]}`,
+	"schema": `
+    build: .
+    entrypoint: [/usr/local/bin/order-api]
+    command: [migrate, up]
+    restart: "no"
+    depends_on: {db: {condition: service_healthy}}`,
+	"api": `
+    build: .
+    entrypoint: [/usr/local/bin/order-api]
+    restart: unless-stopped
+    ports: ["8080:8080"]
+    depends_on: {schema: {condition: service_completed_successfully}}`,
+	"relay": `
+    build: .
+    entrypoint: [/usr/local/bin/outbox-relay]
+    deploy: {replicas: 2}
+    depends_on:
+      schema: {condition: service_completed_successfully}
+      broker: {condition: service_healthy}`,
+	"consumer": `
+    build: .
+    entrypoint: [/usr/local/bin/order-consumer]
+    depends_on:
+      schema: {condition: service_completed_successfully}
+      broker: {condition: service_healthy}`,
+	"hooks": `
+    build: .
+    entrypoint: [/usr/local/bin/webhook-receiver]`,
+	"traces": `
+    image: jaegertracing/all-in-one:1.62.0`,
+	"scraper": `
+    image: prom/prometheus:v2.55.1
+    volumes: [./prometheus.yml:/etc/prometheus/prometheus.yml:ro]
+    ports: ["9090:9090"]`,
+	"dashboards": `
+    image: grafana/grafana:11.3.1
+    ports: ["3000:3000"]`,
+}
+
+// stackFiles are the repository files stackServices refers to.
+var stackFiles = map[string]string{"Dockerfile": "FROM scratch\n", "prometheus.yml": ""}
+
+// stackDoc is stackServices with some services replaced, or removed when
+// given "".
+func stackDoc(changes map[string]string) string {
+	services := maps.Clone(stackServices)
+	for name, body := range changes {
+		if body == "" {
+			delete(services, name)
+		} else {
+			services[name] = body
+		}
+	}
+	var b strings.Builder
+	b.WriteString("services:\n")
+	for _, name := range slices.Sorted(maps.Keys(services)) {
+		fmt.Fprintf(&b, "  %s:%s\n", name, services[name])
+	}
+	return b.String()
+}
+
+var testBinaries = []string{"order-api", "outbox-relay", "order-consumer", "webhook-receiver"}
+
+// allComposeChecks runs every check, for the documents that must pass all.
+func allComposeChecks(p *types.Project) []string {
+	return slices.Concat(unpinnedImages(p), dependencyProblems(p), missingHostPaths(p),
+		hostPortProblems(p), missingServices(p), builtServiceProblems(p, testBinaries))
+}
+
+func TestComposeChecks(t *testing.T) {
+	t.Parallel()
+	builtServices := func(p *types.Project) []string { return builtServiceProblems(p, testBinaries) }
+	tests := []struct {
+		name  string
+		check func(*types.Project) []string
+		doc   string
+		files map[string]string
+		opts  []cli.ProjectOptionsFn
+		want  []string // a part of each problem, in order; none: must pass
+	}{
+		{name: "complete stack", check: allComposeChecks, doc: stackDoc(nil), files: stackFiles},
+
+		// 1. pinned images
+		{name: "image without tag", check: unpinnedImages, doc: "services:\n  db:\n    image: postgres\n", want: []string{`"postgres" has no tag`}},
+		{name: "image latest", check: unpinnedImages, doc: "services:\n  db:\n    image: postgres:latest\n", want: []string{"latest moves"}},
+		{name: "tag without version", check: unpinnedImages, doc: "services:\n  mq:\n    image: rabbitmq:management\n", want: []string{`tag "management" names no version`}},
+		{name: "distribution tag", check: unpinnedImages, doc: "services:\n  db:\n    image: postgres:alpine3.20\n", want: []string{`tag "alpine3.20" names no version`}},
+		{name: "registry port is not a tag", check: unpinnedImages, doc: "services:\n  x:\n    image: localhost:5000/orders\n", want: []string{"has no tag"}},
+		{name: "versioned tags and digest", check: unpinnedImages, doc: "services:\n  a:\n    image: postgres:16.4-alpine\n  b:\n    image: prom/prometheus:v2.55.1\n  c:\n    image: rabbitmq@sha256:0000000000000000000000000000000000000000000000000000000000000000\n  d:\n    image: localhost:5000/orders:1.2\n"},
+		{name: "built image needs no pin", check: unpinnedImages, doc: "services:\n  app:\n    image: yourorg/orders:local\n    build: .\n"},
+
+		// 2. depends_on
+		{name: "healthy without healthcheck", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: {db: {condition: service_healthy}}\n  db:\n    image: postgres:16\n", want: []string{"db has no healthcheck"}},
+		{name: "healthcheck disabled", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: {db: {condition: service_healthy}}\n  db:\n    image: postgres:16\n    healthcheck: {disable: true}\n", want: []string{"db has no healthcheck"}},
+		{name: "healthcheck NONE", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: {db: {condition: service_healthy}}\n  db:\n    image: postgres:16\n    healthcheck: {test: [NONE]}\n", want: []string{"db has no healthcheck"}},
+		{name: "completed target restarts", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: {migrate: {condition: service_completed_successfully}}\n  migrate:\n    image: a:1\n    restart: unless-stopped\n", want: []string{"migrate restarts (unless-stopped)"}},
+		{name: "completed target restart policy", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: {migrate: {condition: service_completed_successfully}}\n  migrate:\n    image: a:1\n    deploy: {restart_policy: {condition: on-failure}}\n", want: []string{"restarts (deploy.restart_policy on-failure)"}},
+		{name: "missing target, loader consistency off", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: [db]\n", opts: []cli.ProjectOptionsFn{cli.WithConsistency(false)}, want: []string{"db, which is not a service"}},
+		{name: "dependencies that hold", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on:\n      db: {condition: service_healthy}\n      migrate: {condition: service_completed_successfully}\n      once: {condition: service_completed_successfully}\n  db:\n    image: postgres:16\n    healthcheck: {test: [CMD, pg_isready]}\n  migrate:\n    image: a:1\n    restart: \"no\"\n  once:\n    image: a:1\n"},
+
+		// 3. host paths
+		{name: "bind mount missing", check: missingHostPaths, doc: "services:\n  p:\n    image: p:1\n    volumes: [./prometheus.yml:/etc/prometheus/prometheus.yml]\n", want: []string{"prometheus.yml does not exist"}},
+		{name: "bind mount long syntax missing", check: missingHostPaths, doc: "services:\n  p:\n    image: p:1\n    volumes: [{type: bind, source: ./dashboards, target: /d}]\n", want: []string{"dashboards does not exist"}},
+		{name: "bind mount outside", check: missingHostPaths, doc: "services:\n  p:\n    image: p:1\n    volumes: [/etc:/host-etc:ro]\n", want: []string{"/etc is outside the repository"}},
+		{name: "config file missing", check: missingHostPaths, doc: "services:\n  p:\n    image: p:1\n    configs: [prom]\nconfigs:\n  prom:\n    file: ./prometheus.yml\n", want: []string{"configs.prom: prometheus.yml does not exist"}},
+		{name: "env_file missing", check: missingHostPaths, doc: "services:\n  p:\n    image: p:1\n    env_file: [app.env]\n", opts: []cli.ProjectOptionsFn{cli.WithoutEnvironmentResolution}, want: []string{"env_file: app.env does not exist"}},
+		{name: "build context missing", check: missingHostPaths, doc: "services:\n  p:\n    build: ./service\n", want: []string{"build context: service does not exist", "build dockerfile: service/Dockerfile does not exist"}},
+		{name: "paths present", check: missingHostPaths, doc: "services:\n  p:\n    build: .\n    volumes: [./conf:/conf, data:/data]\n    env_file: [app.env, {path: local.env, required: false}]\n    configs: [prom]\nconfigs:\n  prom:\n    file: ./conf/prometheus.yml\nvolumes:\n  data:\n", files: map[string]string{"Dockerfile": "FROM scratch\n", "conf/prometheus.yml": "", "app.env": "A=1\n"}},
+
+		// 4. host ports
+		{name: "port twice", check: hostPortProblems, doc: "services:\n  a:\n    image: a:1\n    ports: [\"8080:80\"]\n  b:\n    image: b:1\n    ports: [\"8080:8080\"]\n", want: []string{"8080/tcp is published by both service a and service b"}},
+		{name: "port on all addresses and one", check: hostPortProblems, doc: "services:\n  a:\n    image: a:1\n    ports: [\"127.0.0.1:8080:80\"]\n  b:\n    image: b:1\n    ports: [\"8080:80\"]\n", want: []string{"8080/tcp is published by both"}},
+		{name: "overlapping ranges", check: hostPortProblems, doc: "services:\n  a:\n    image: a:1\n    ports: [\"9000-9001:90-91\"]\n  b:\n    image: b:1\n    ports: [\"9001:80\"]\n", want: []string{"9001/tcp is published by both"}},
+		{name: "replicas with fixed port", check: hostPortProblems, doc: "services:\n  a:\n    image: a:1\n    deploy: {replicas: 2}\n    ports: [\"9101:9101\"]\n", want: []string{"a has 2 replicas but publishes host port 9101"}},
+		{name: "scale with short range", check: hostPortProblems, doc: "services:\n  a:\n    image: a:1\n    scale: 3\n    ports: [\"9100-9101:9101\"]\n", want: []string{"a has 3 replicas but publishes host port 9100-9101"}},
+		{name: "ports that do not clash", check: hostPortProblems, doc: "services:\n  a:\n    image: a:1\n    ports: [\"127.0.0.1:8080:80\", \"53:53/udp\"]\n  b:\n    image: b:1\n    ports: [\"127.0.0.2:8080:80\", \"53:53/tcp\"]\n  c:\n    image: c:1\n    deploy: {replicas: 2}\n    ports: [\"9101\", \"9200-9201:9200\"]\n"},
+
+		// 5. the whole stack
+		// A service others depend on is swapped rather than removed, or the
+		// loader would reject the document first.
+		{name: "no postgres", check: missingServices, doc: stackDoc(map[string]string{"db": "\n    image: mysql:8.4\n    healthcheck: {test: [CMD, mysqladmin, ping]}"}), want: []string{"PostgreSQL (image postgres): 0 running"}},
+		{name: "postgres without healthcheck", check: missingServices, doc: stackDoc(map[string]string{"db": "\n    image: postgres:16.4"}), want: []string{"service db (PostgreSQL) has no healthcheck"}},
+		{name: "no rabbitmq", check: missingServices, doc: stackDoc(map[string]string{"broker": "\n    image: nats:2.10\n    healthcheck: {test: [CMD, nats-server, --help]}"}), want: []string{"RabbitMQ (image rabbitmq): 0 running"}},
+		{name: "rabbitmq without management", check: missingServices, doc: stackDoc(map[string]string{"broker": "\n    image: rabbitmq:3.13-alpine\n    healthcheck: {test: [CMD, rabbitmq-diagnostics, ping]}"}), want: []string{"has no management UI"}},
+		{name: "rabbitmq without healthcheck", check: missingServices, doc: stackDoc(map[string]string{"broker": "\n    image: rabbitmq:3.13-management"}), want: []string{"service broker (RabbitMQ) has no healthcheck"}},
+		{name: "no migration step", check: missingServices, doc: stackDoc(map[string]string{"schema": "\n    build: .\n    entrypoint: [/usr/local/bin/order-api]\n    restart: \"no\""}), want: []string{"a migration step (a service running `<binary> migrate`): 0 running"}},
+		{name: "migration restarts", check: missingServices, doc: stackDoc(map[string]string{"schema": "\n    build: .\n    entrypoint: [/usr/local/bin/outbox-relay]\n    command: [migrate, up]\n    restart: on-failure"}), want: []string{"service schema runs the migrations but restarts (on-failure)"}},
+		{name: "no order-api", check: missingServices, doc: stackDoc(map[string]string{"api": ""}), want: []string{"order-api: 0 running"}},
+		{name: "one relay", check: missingServices, doc: stackDoc(map[string]string{"relay": "\n    build: .\n    entrypoint: [/usr/local/bin/outbox-relay]"}), want: []string{"outbox-relay replicas: 1 running, want at least 2"}},
+		{name: "two relay services", check: missingServices, doc: stackDoc(map[string]string{"relay": "\n    build: .\n    entrypoint: [/usr/local/bin/outbox-relay]", "relay2": "\n    build: .\n    entrypoint: [/usr/local/bin/outbox-relay]"})},
+		{name: "no consumer", check: missingServices, doc: stackDoc(map[string]string{"consumer": ""}), want: []string{"order-consumer: 0 running"}},
+		{name: "consumer scaled to zero", check: missingServices, doc: stackDoc(map[string]string{"consumer": "\n    build: .\n    entrypoint: [/usr/local/bin/order-consumer]\n    scale: 0"}), want: []string{"order-consumer: 0 running"}},
+		{name: "no webhook receiver", check: missingServices, doc: stackDoc(map[string]string{"hooks": ""}), want: []string{"webhook-receiver: 0 running"}},
+		{name: "no jaeger", check: missingServices, doc: stackDoc(map[string]string{"traces": ""}), want: []string{"Jaeger"}},
+		{name: "no prometheus", check: missingServices, doc: stackDoc(map[string]string{"scraper": ""}), want: []string{"Prometheus"}},
+		{name: "no grafana", check: missingServices, doc: stackDoc(map[string]string{"dashboards": ""}), want: []string{"Grafana"}},
+
+		// 6. services built from the Dockerfile
+		{name: "built service without entrypoint", check: builtServices, doc: "services:\n  app:\n    build: .\n", want: []string{"sets no entrypoint"}},
+		{name: "entrypoint not in cmd", check: builtServices, doc: "services:\n  app:\n    build: .\n    entrypoint: [/usr/local/bin/orders-cli]\n", want: []string{`"/usr/local/bin/orders-cli" is not a binary of cmd/`}},
+		{name: "api does not wait for migration", check: builtServices, doc: stackDoc(map[string]string{"api": "\n    build: .\n    entrypoint: [/usr/local/bin/order-api]"}), want: []string{"service api may start order-api before the schema exists"}},
+		{name: "relay waits for migration to start only", check: builtServices, doc: stackDoc(map[string]string{"relay": "\n    build: .\n    entrypoint: [/usr/local/bin/outbox-relay]\n    depends_on: {schema: {condition: service_started}}"}), want: []string{"service relay may start outbox-relay before the schema exists"}},
+		{name: "consumer waits for another one-shot", check: builtServices, doc: stackDoc(map[string]string{"consumer": "\n    build: .\n    entrypoint: [/usr/local/bin/order-consumer]\n    depends_on: {hooks: {condition: service_completed_successfully}}"}), want: []string{"service consumer may start order-consumer before the schema exists"}},
+		{name: "api migrates on start", check: builtServices, doc: stackDoc(map[string]string{"api": "\n    build: .\n    entrypoint: [/usr/local/bin/order-api]\n    environment: {MIGRATE_ON_START: \"true\"}"})},
+		{name: "api migrates with the flag", check: builtServices, doc: stackDoc(map[string]string{"api": "\n    build: .\n    entrypoint: [/usr/local/bin/order-api]\n    command: [-migrate]"})},
+		{name: "another Dockerfile is not checked", check: builtServices, doc: "services:\n  tool:\n    build: {context: ., dockerfile: tools.Dockerfile}\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := loadComposeDoc(t, tt.doc, tt.files, tt.opts...)
+			if err != nil {
+				t.Fatalf("load: %v\n%s", err, tt.doc)
+			}
+			got := tt.check(p)
+			if len(got) != len(tt.want) {
+				t.Fatalf("problems:\n%s\nwant %d containing %q", strings.Join(got, "\n"), len(tt.want), tt.want)
+			}
+			for i, want := range tt.want {
+				if !strings.Contains(got[i], want) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], want)
+				}
+			}
+		})
+	}
+}
+
+// TestComposeLoaderRejects holds what the loader, and so testenv.Compose,
+// already refuses: the checks above need not look for it.
+func TestComposeLoaderRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"undefined dependency", "services:\n  app:\n    image: a:1\n    depends_on: [db]\n", `depends on undefined service "db"`},
+		{"undefined optional dependency", "services:\n  app:\n    image: a:1\n    depends_on: {db: {condition: service_started, required: false}}\n", `depends on undefined service "db"`},
+		{"missing env_file", "services:\n  app:\n    image: a:1\n    env_file: [app.env]\n", "app.env not found"},
+		{"scale and replicas differ", "services:\n  app:\n    image: a:1\n    scale: 2\n    deploy: {replicas: 3}\n", "distinct values"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := loadComposeDoc(t, tt.doc, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("load error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
