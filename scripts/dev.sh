@@ -76,8 +76,10 @@ supervise webhook  WEBHOOK_ADDR="$webhook_addr" FAIL_FIRST=1 -- "$bin/webhook-re
 supervise api      HTTP_ADDR="$api_addr" -- "$bin/order-api"
 supervise relay-1  ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 -- "$bin/outbox-relay"
 supervise relay-2  ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 -- "$bin/outbox-relay"
+# A short processing lease: after the walkthrough's crash, a webhook call cut
+# off between its two steps is taken over after 10s instead of a minute.
 supervise consumer ADMIN_ADDR="$consumer_addr" NOTIFY_WEBHOOK_URL="http://$webhook_addr/notifications" \
-	CONSUMER_FAULTS_ENDPOINT=true -- "$bin/order-consumer"
+	CONSUMER_FAULTS_ENDPOINT=true CONSUMER_PROCESSING_LEASE="${CONSUMER_PROCESSING_LEASE:-10s}" -- "$bin/order-consumer"
 
 echo "[dev] running; Ctrl-C stops everything. Try: make walkthrough"
 wait

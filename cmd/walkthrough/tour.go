@@ -332,6 +332,21 @@ func stepCrash(ctx context.Context, s *system, n *narrator, st *state) error {
 	if sawDown {
 		n.ok("order-consumer went down and came back")
 	}
+	const hq = `SELECT consumer_name, message_type, status, processing_started_at FROM message_inbox WHERE aggregate_id = $1 AND status = 'PROCESSING'`
+	held, err := s.rows(ctx, hq, o.ID)
+	if err != nil {
+		return err
+	}
+	if len(held) > 0 {
+		n.say("The crash also caught a consumer between the two steps of an external call (the\n" +
+			"notification's webhook runs outside the transaction, between a PROCESSING mark and the\n" +
+			"final commit):")
+		n.sql(strings.ReplaceAll(hq, "$1", "'"+o.ID+"'"))
+		n.table([]string{"consumer_name", "message_type", "status", "processing_started_at"}, held)
+		n.say("Its redeliveries are retried as \"busy\" until CONSUMER_PROCESSING_LEASE passes since\n" +
+			"processing_started_at (the process that marked it could still be calling); then one\n" +
+			"takes over and calls the webhook again with the same Idempotency-Key. Waiting for it.")
+	}
 	if err := s.settle(ctx, o.ID); err != nil {
 		return err
 	}
