@@ -1,8 +1,11 @@
 // Package deploy holds the configuration of the local monitoring stack
 // (Prometheus, Grafana) that docker compose runs next to the service. Its
-// tests keep that configuration honest: the dashboards query only the
-// metrics docs/observability.md documents, every panel is complete, and
-// Prometheus scrapes every process.
+// tests keep the local stack honest without a Docker engine: the
+// dashboards query only the metrics docs/observability.md documents, every
+// panel is complete, Prometheus scrapes every process (this file);
+// docker-compose.yml pins its images, health-gates its dependencies and
+// runs the whole stack (compose_test.go); the Dockerfile builds every
+// command static and runs it distroless and non-root (dockerfile_test.go).
 package deploy
 
 import (
