@@ -682,15 +682,7 @@ func TestComposeChecks(t *testing.T) {
 			if err != nil {
 				t.Fatalf("load: %v\n%s", err, tt.doc)
 			}
-			got := tt.check(p)
-			if len(got) != len(tt.want) {
-				t.Fatalf("problems:\n%s\nwant %d containing %q", strings.Join(got, "\n"), len(tt.want), tt.want)
-			}
-			for i, want := range tt.want {
-				if !strings.Contains(got[i], want) {
-					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], want)
-				}
-			}
+			wantProblems(t, tt.check(p), tt.want)
 		})
 	}
 }
@@ -715,5 +707,19 @@ func TestComposeLoaderRejects(t *testing.T) {
 				t.Fatalf("load error = %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// wantProblems fails t unless got holds exactly one problem per want, in
+// order, each containing its want.
+func wantProblems(t *testing.T, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("problems:\n%s\nwant %d containing %q", strings.Join(got, "\n"), len(want), want)
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) {
+			t.Errorf("problem %d = %q, want it to contain %q", i, got[i], w)
+		}
 	}
 }

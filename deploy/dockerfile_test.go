@@ -736,15 +736,7 @@ func TestDockerignoreChecks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := dockerignoreProblems(patterns, excluded, kept)
-			if len(got) != len(tt.want) {
-				t.Fatalf("problems:\n%s\nwant %d containing %q", strings.Join(got, "\n"), len(tt.want), tt.want)
-			}
-			for i, want := range tt.want {
-				if !strings.Contains(got[i], want) {
-					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], want)
-				}
-			}
+			wantProblems(t, dockerignoreProblems(patterns, excluded, kept), tt.want)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
@@ -38,6 +39,25 @@ func ComposeServicesOf(p *types.Project, binary string) []types.ServiceConfig {
 		}
 	}
 	return out
+}
+
+// ComposeSetsOnly fails t unless some service of docker-compose.yml runs
+// binary, and every such service sets only environment variables in known
+// (those the binary reads): any other is a setting that silently does
+// nothing, a misspelling most of the time.
+func ComposeSetsOnly(t *testing.T, binary string, known []string) {
+	t.Helper()
+	services := ComposeServicesOf(Compose(t), binary)
+	if len(services) == 0 {
+		t.Fatalf("no service of docker-compose.yml runs %s", binary)
+	}
+	for _, svc := range services {
+		for name := range svc.Environment {
+			if !slices.Contains(known, name) {
+				t.Errorf("docker-compose.yml: service %s sets %s, which %s does not read", svc.Name, name, binary)
+			}
+		}
+	}
 }
 
 // RepoRoot is the repository's root: the nearest directory above the
