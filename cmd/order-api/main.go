@@ -9,13 +9,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,16 +49,7 @@ func (c *Config) Validate() error {
 	)
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], nil, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { app.Main(service, run) }
 
 // run is the whole process; environ replaces the process environment when
 // not nil (tests).
@@ -90,14 +77,11 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
 
 	// Database.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, Tracer: telemetry.DBTracer(tel.TracerProvider)}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := telemetry.RecordPoolStats(pool, tel.MeterProvider); err != nil {
-		return fmt.Errorf("pool metrics: %w", err)
-	}
 
 	// Background: forget expired idempotency keys.
 	go sweepIdempotencyKeys(ctx, pool, cfg.IdempotencyKeyTTL, log)

@@ -14,16 +14,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -105,16 +101,7 @@ func (c *Config) consumerConfig() messaging.ConsumerConfig {
 	}
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], nil, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { app.Main(service, run) }
 
 // run is the whole process; environ replaces the process environment when
 // not nil (tests).
@@ -147,14 +134,11 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
 
 	// Database.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, Tracer: telemetry.DBTracer(tel.TracerProvider)}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := telemetry.RecordPoolStats(pool, tel.MeterProvider); err != nil {
-		return fmt.Errorf("pool metrics: %w", err)
-	}
 
 	// The consumers, and their admin endpoints beside them.
 	specs, err := consumer.Specs(cfg.Consumers, consumer.Config{

@@ -10,13 +10,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -87,16 +83,7 @@ func (c *Config) relayConfig() messaging.RelayConfig {
 	}
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], nil, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { app.Main(service, run) }
 
 // run is the whole process; environ replaces the process environment when
 // not nil (tests).
@@ -126,14 +113,11 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	// Database. The relay's own writes (claims, marks) commit asynchronously:
 	// losing the last of them in a database crash only means publishing a
 	// message again, which the consumers' inbox absorbs.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, AsyncCommit: true, Tracer: telemetry.DBTracer(tel.TracerProvider)}, cfg.Database, cli.Migrate || cfg.MigrateOnStart, log)
+	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, AsyncCommit: true}, cfg.Database, cli.Migrate, tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := telemetry.RecordPoolStats(pool, tel.MeterProvider); err != nil {
-		return fmt.Errorf("pool metrics: %w", err)
-	}
 
 	// The relay, and its admin endpoints beside it.
 	relay, err := messaging.NewRelay(cfg.relayConfig(), messaging.RelayDeps{

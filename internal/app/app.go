@@ -13,13 +13,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/telemetry"
 )
 
 // Args is the command line every binary takes:
@@ -102,18 +106,43 @@ func RunMigrate(ctx context.Context, db config.Database, args []string, logger *
 }
 
 // OpenDatabase opens the pool of a process: pc names it and sets its
-// options; db supplies the URL and size. With migrate it first creates the
-// database if needed and applies pending migrations, under goose's advisory
-// lock.
-func OpenDatabase(ctx context.Context, pc store.PoolConfig, db config.Database, migrate bool, logger *slog.Logger) (*pgxpool.Pool, error) {
-	if migrate {
-		if err := RunMigrate(ctx, db, []string{"up"}, logger, io.Discard); err != nil {
+// options; db supplies the URL, size and timeouts. With -migrate (migrate)
+// or MIGRATE_ON_START it first creates the database if needed and applies
+// pending migrations, under goose's advisory lock. Its queries are traced
+// and its statistics exported through tel.
+func OpenDatabase(ctx context.Context, pc store.PoolConfig, db config.Database, migrate bool, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
+	if migrate || db.MigrateOnStart {
+		if err := RunMigrate(ctx, db, []string{"up"}, tel.Logger, io.Discard); err != nil {
 			return nil, err
 		}
 	}
 	pc.URL, pc.MaxConns = db.URL, db.MaxConns
 	pc.StatementTimeout, pc.LockTimeout = db.StatementTimeout, db.LockTimeout
-	return store.NewPool(ctx, pc)
+	pc.Tracer = telemetry.DBTracer(tel.TracerProvider)
+	pool, err := store.NewPool(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	if err := telemetry.RecordPoolStats(pool, tel.MeterProvider); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pool metrics: %w", err)
+	}
+	return pool, nil
+}
+
+// Main is the main function of the binaries: run gets a context that
+// SIGINT and SIGTERM cancel (graceful shutdown), the arguments and the
+// standard streams; its error is printed and the process exits 1.
+func Main(service string, run func(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], nil, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) { // -h printed the usage already
+			fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
+		}
+		os.Exit(1)
+	}
 }
 
 // NewHTTPServer returns a server with the timeouts a public listener needs.

@@ -49,14 +49,8 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 		m   consumerMetrics
 		err error
 	)
-	counter := func(name, desc string) metric.Int64Counter {
-		if err != nil {
-			return nil
-		}
-		var c metric.Int64Counter
-		c, err = meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{message}"))
-		return c
-	}
+	mc := &messageCounters{meter: meter}
+	counter := mc.counter
 	m.received = counter("consumer.messages.received", "Deliveries received, by consumer and message type.")
 	m.redelivered = counter("consumer.messages.redelivered", "Deliveries the broker marked redelivered (delivered before, not acknowledged).")
 	m.processed = counter("consumer.messages.processed", "Messages processed and acknowledged, by outcome: processed (applied) or ignored (stale).")
@@ -67,15 +61,14 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 	m.parked = counter("consumer.messages.parked", "Messages moved to the parking lot, by reason code.")
 	m.requeued = counter("consumer.messages.requeued", "Deliveries given back to the broker because their failure could not be recorded or moved on.")
 	m.payloadMismatch = counter("consumer.inbox.payload_mismatch", "Duplicates whose body differs from the first delivery: a producer reused a message_id.")
-	if err != nil {
-		return nil, err
+	if mc.err != nil {
+		return nil, mc.err
 	}
-	buckets := metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-	if m.duration, err = meter.Float64Histogram("consumer.processing.duration", metric.WithUnit("s"), buckets,
+	if m.duration, err = meter.Float64Histogram("consumer.processing.duration", metric.WithUnit("s"), secondsBuckets,
 		metric.WithDescription("From receiving a delivery to acknowledging it, by consumer and outcome (processed, ignored, duplicate, retried, parked).")); err != nil {
 		return nil, err
 	}
-	if m.txDuration, err = meter.Float64Histogram("consumer.db.transaction.duration", metric.WithUnit("s"), buckets,
+	if m.txDuration, err = meter.Float64Histogram("consumer.db.transaction.duration", metric.WithUnit("s"), secondsBuckets,
 		metric.WithDescription("Duration of each processing transaction.")); err != nil {
 		return nil, err
 	}

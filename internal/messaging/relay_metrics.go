@@ -35,21 +35,15 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		m   relayMetrics
 		err error
 	)
-	counter := func(name, desc string) metric.Int64Counter {
-		if err != nil {
-			return nil
-		}
-		var c metric.Int64Counter
-		c, err = meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{message}"))
-		return c
-	}
+	mc := &messageCounters{meter: meter}
+	counter := mc.counter
 	m.published = counter("outbox.published", "Outbox rows published and confirmed by the broker, by message type.")
 	m.attempts = counter("outbox.publish.attempts", "Publish attempts by outcome: confirmed, nacked, unroutable, timeout, connection_lost, not_published, shutdown.")
 	m.unroutable = counter("outbox.unroutable", "Messages the broker returned as unroutable (mandatory, no queue bound), by message type.")
 	m.failed = counter("outbox.failed", "Outbox rows that became FAILED: publish attempts exhausted.")
 	m.recovered = counter("outbox.lease.recovered", "PUBLISHING rows taken back after their relay's lease expired.")
-	if err != nil {
-		return nil, err
+	if mc.err != nil {
+		return nil, mc.err
 	}
 	// Counters start at zero for every label value known in advance, so
 	// that rate() and alerts see a series before the first event.
@@ -61,8 +55,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	}
 	m.failed.Add(ctx, 0)
 	m.recovered.Add(ctx, 0)
-	latencyBuckets := metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-	if m.confirmLatency, err = meter.Float64Histogram("outbox.confirm.latency", metric.WithUnit("s"), latencyBuckets,
+	if m.confirmLatency, err = meter.Float64Histogram("outbox.confirm.latency", metric.WithUnit("s"), secondsBuckets,
 		metric.WithDescription("From publish to the broker's confirm.")); err != nil {
 		return nil, err
 	}
