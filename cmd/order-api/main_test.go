@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -67,7 +66,7 @@ func TestServeAndShutDown(t *testing.T) {
 	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, &logs, &logs) })
 
 	base := "http://" + addr
-	waitReady(t, base+"/readyz")
+	testenv.WaitOK(t, 20*time.Second, base+"/readyz")
 	resp, err := http.Post(base+"/v1/orders", "application/json",
 		strings.NewReader(`{"customer_id":"c","currency":"EUR","items":[{"sku":"A","quantity":1,"unit_price_cents":1}]}`))
 	if err != nil {
@@ -99,31 +98,7 @@ func TestServeAndShutDown(t *testing.T) {
 // Every variable order-api reads is documented in the README.
 func TestREADMEDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range config.Variables(&Config{}) {
-		if !bytes.Contains(readme, []byte("`"+v+"`")) {
-			t.Errorf("README.md does not document %s", v)
-		}
-	}
-}
-
-func waitReady(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s never became ready", url)
+	testenv.READMEDocuments(t, config.Variables(&Config{}))
 }
 
 type syncBuffer struct {

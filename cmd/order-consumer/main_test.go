@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +36,7 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 		runErr error
 	)
 	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, io.Discard, io.Discard) })
-	waitOK(t, "http://"+admin+"/readyz")
+	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
 
 	// A poison message (its order does not exist) is parked.
 	id := uuid.NewString()
@@ -50,7 +48,7 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(t.Context())
-	waitFor(t, "the message to be parked", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the message to be parked", func() bool {
 		row, err := store.GetInbox(t.Context(), db, "fulfillment", id)
 		return err == nil && row.Status == store.InboxPermanentFailed && row.LastErrorCode == "order_not_found"
 	})
@@ -60,7 +58,7 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 			t.Logf("metrics:\n%s", metrics)
 		}
 	}()
-	waitFor(t, "the parked counter", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the parked counter", func() bool {
 		metrics = get(t, "http://"+admin+"/metrics")
 		return strings.Contains(metrics, `consumer_messages_parked_total{consumer_name="fulfillment",reason_code="order_not_found"`)
 	})
@@ -102,15 +100,7 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 // Every variable order-consumer reads is documented in the README.
 func TestREADMEDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range config.Variables(&Config{}) {
-		if !bytes.Contains(readme, []byte("`"+v+"`")) {
-			t.Errorf("README.md does not document %s", v)
-		}
-	}
+	testenv.READMEDocuments(t, config.Variables(&Config{}))
 }
 
 func publish(t *testing.T, url string, msg amqp.Publishing) {
@@ -149,29 +139,6 @@ func depth(t *testing.T, url, queue string) int {
 		t.Fatal(err)
 	}
 	return q.Messages
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func waitOK(t *testing.T, url string) {
-	t.Helper()
-	waitFor(t, url+" to answer 200", func() bool {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
 }
 
 func get(t *testing.T, url string) string {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -61,7 +60,7 @@ func TestRelayProcess(t *testing.T) {
 			"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ADMIN_ADDR": admin, "RELAY_POLL_INTERVAL": "100ms",
 		}, lockedWriter{&mu, &logs}, io.Discard)
 	})
-	waitOK(t, "http://"+admin+"/readyz")
+	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
 
 	db, err := pgx.Connect(t.Context(), dbURL)
 	if err != nil {
@@ -125,31 +124,7 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 // Every variable outbox-relay reads is documented in the README.
 func TestREADMEDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range config.Variables(&Config{}) {
-		if !bytes.Contains(readme, []byte("`"+v+"`")) {
-			t.Errorf("README.md does not document %s", v)
-		}
-	}
-}
-
-func waitOK(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s never answered 200", url)
+	testenv.READMEDocuments(t, config.Variables(&Config{}))
 }
 
 func get(t *testing.T, url string) string {

@@ -81,7 +81,7 @@ func BenchmarkEndToEndLatency(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	waitFor(b, 60*time.Second, "every order to be FULFILLED", func() bool {
+	testenv.WaitFor(b, 60*time.Second, "every order to be FULFILLED", func() bool {
 		return f.one("SELECT count(*)::text FROM orders WHERE status <> 'FULFILLED'") == "0"
 	})
 	var p50, p99 float64

@@ -154,18 +154,7 @@ func (f *flow) run(build func(context.Context, *pgxpool.Pool) (run, ready func(c
 	done := make(chan struct{})
 	go func() { defer close(done); _ = run(ctx) }()
 	f.t.Cleanup(func() { cancel(); <-done; pool.Close() })
-	waitFor(f.t, 10*time.Second, "a component to be ready", func() bool { return ready(f.ctx) == nil })
-}
-
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(f.t, 10*time.Second, "a component to be ready", func() bool { return ready(f.ctx) == nil })
 }
 
 // createOrder commits an order and its order.submitted row, as the API does.
@@ -238,13 +227,13 @@ func (f *flow) status(id uuid.UUID) domain.Status {
 
 func (f *flow) waitStatus(id uuid.UUID, want domain.Status) {
 	f.t.Helper()
-	waitFor(f.t, 20*time.Second, fmt.Sprintf("order %s to be %s", id, want), func() bool { return f.status(id) == want })
+	testenv.WaitFor(f.t, 20*time.Second, fmt.Sprintf("order %s to be %s", id, want), func() bool { return f.status(id) == want })
 }
 
 func (f *flow) inbox(consumerName, messageID string) store.InboxRow {
 	f.t.Helper()
 	var row store.InboxRow
-	waitFor(f.t, 20*time.Second, fmt.Sprintf("%s to finish with %s", consumerName, messageID), func() bool {
+	testenv.WaitFor(f.t, 20*time.Second, fmt.Sprintf("%s to finish with %s", consumerName, messageID), func() bool {
 		var err error
 		row, err = store.GetInbox(f.ctx, f.pool, consumerName, messageID)
 		return err == nil && row.Status != store.InboxProcessing && row.Status != store.InboxRetryableFailed
@@ -293,7 +282,7 @@ func TestOrderTravelsToFulfilled(t *testing.T) {
 	f := setup(t, options{relay: true})
 	o := f.createOrder("corr-flow", "A-1", "B-2")
 	f.waitStatus(o.ID(), domain.StatusFulfilled)
-	waitFor(t, 10*time.Second, "both notifications", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "both notifications", func() bool {
 		return f.one("SELECT count(*)::text FROM customer_notification WHERE order_id = $1", o.ID()) == "2"
 	})
 
@@ -375,7 +364,7 @@ func TestStaleAndImpossibleMessages(t *testing.T) {
 		t.Errorf("the submitted order is %s", got)
 	}
 	parked := 0
-	waitFor(t, 10*time.Second, "2 parked messages", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "2 parked messages", func() bool {
 		parked = int(queueDepth(t, f.amqpURL, messaging.ParkingLotName(messaging.QueueName(consumer.NameFulfillment))))
 		return parked == 2
 	})
@@ -455,13 +444,13 @@ func TestCancelRacingFulfillment(t *testing.T) {
 
 	outcome := map[string]int{}
 	for i, id := range ids {
-		waitFor(t, 20*time.Second, "a final status", func() bool { return f.status(id).Final() })
+		testenv.WaitFor(t, 20*time.Second, "a final status", func() bool { return f.status(id).Final() })
 		final := f.status(id)
 		history := f.transitions(id)
 		switch {
 		case final == domain.StatusCancelled && statuses[i] == http.StatusOK:
 			// The warehouse hears of the cancel; whatever it reserved is released.
-			waitFor(t, 20*time.Second, "the reservation to be settled", func() bool {
+			testenv.WaitFor(t, 20*time.Second, "the reservation to be settled", func() bool {
 				s := f.one("SELECT status FROM stock_reservation WHERE order_id = $1", id)
 				return s == "RELEASED" || s == ""
 			})
@@ -587,7 +576,7 @@ func TestLockTimeoutIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := f.send(domain.SubmittedMessage(o), "c")
-	waitFor(t, 10*time.Second, "the lock timeout to be recorded", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the lock timeout to be recorded", func() bool {
 		row, err := store.GetInbox(f.ctx, f.pool, consumer.NameFulfillment, id)
 		return err == nil && row.Status == store.InboxRetryableFailed && row.LastErrorCode == "lock_timeout"
 	})

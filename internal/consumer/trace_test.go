@@ -9,6 +9,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/yourorg/orders/internal/testenv"
 )
 
 // One order is one trace: the HTTP request, the publish of each of its
@@ -31,7 +33,7 @@ func TestOneOrderIsOneTrace(t *testing.T) {
 
 	// The order is done when its last message (order.fulfilled) has been
 	// processed by the notification consumer.
-	waitFor(t, 20*time.Second, "the last process span", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the last process span", func() bool {
 		for _, s := range recorder.Ended() {
 			if s.Name() == "process orders.notification" && attr(s, "messaging.message.id") == f.one(
 				"SELECT outbox_id::text FROM message_outbox WHERE message_type = 'order.fulfilled'") {

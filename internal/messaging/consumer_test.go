@@ -176,7 +176,7 @@ func (b *consumerBundle) start(cfg messaging.ConsumerConfig, amqpURL string, hoo
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	b.t.Cleanup(stop)
-	waitFor(b.t, 10*time.Second, "the consumers to be ready", func() bool { return cs.Ready(b.ctx) == nil })
+	testenv.WaitFor(b.t, 10*time.Second, "the consumers to be ready", func() bool { return cs.Ready(b.ctx) == nil })
 	return &runningConsumers{Consumers: cs, stop: stop}
 }
 
@@ -238,7 +238,7 @@ func (b *consumerBundle) inbox(messageID string) store.InboxRow {
 func (b *consumerBundle) waitInbox(messageID, status string) store.InboxRow {
 	b.t.Helper()
 	var row store.InboxRow
-	waitFor(b.t, 15*time.Second, fmt.Sprintf("message %s to be %s", messageID, status), func() bool {
+	testenv.WaitFor(b.t, 15*time.Second, fmt.Sprintf("message %s to be %s", messageID, status), func() bool {
 		row = b.inbox(messageID)
 		return row.Status == status
 	})
@@ -250,7 +250,7 @@ func (b *consumerBundle) parked(want int) []amqp.Delivery {
 	b.t.Helper()
 	queue := messaging.ParkingLotName(messaging.QueueName(testConsumer))
 	var got []amqp.Delivery
-	waitFor(b.t, 15*time.Second, fmt.Sprintf("%d parked messages", want), func() bool {
+	testenv.WaitFor(b.t, 15*time.Second, fmt.Sprintf("%d parked messages", want), func() bool {
 		for {
 			d, ok, err := b.ch.Get(queue, true)
 			if err != nil {
@@ -296,7 +296,7 @@ func TestFirstDeliveryAppliesAndDuplicateIsAcknowledged(t *testing.T) {
 	}
 
 	b.publish(msg) // the same message again
-	waitFor(t, 10*time.Second, "the duplicate to be counted", func() bool { return b.counter("consumer.messages.duplicates") == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the duplicate to be counted", func() bool { return b.counter("consumer.messages.duplicates") == 1 })
 	rc.stop()
 	if n := b.effects(msg.MessageId); n != 1 {
 		t.Fatalf("%d effects after a duplicate", n)
@@ -459,7 +459,7 @@ func TestSameMessageThreeTimesConcurrently(t *testing.T) {
 	for range 3 {
 		b.publish(msg)
 	}
-	waitFor(t, 15*time.Second, "three deliveries to be done", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "three deliveries to be done", func() bool {
 		return b.counter("consumer.messages.duplicates") == 2 && b.counter("consumer.messages.processed") == 1
 	})
 	if n := b.effects(msg.MessageId); n != 1 {
@@ -485,7 +485,7 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 	})
 	msg := message()
 	b.publish(msg)
-	waitFor(t, 20*time.Second, "the redelivery to be recognised", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
+	testenv.WaitFor(t, 20*time.Second, "the redelivery to be recognised", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
 	if n := b.effects(msg.MessageId); n != 1 {
 		t.Fatalf("%d effects", n)
 	}
@@ -510,7 +510,7 @@ func TestReplayFromTheParkingLot(t *testing.T) {
 	// The processed message lands in the parking lot too (as it would after
 	// an ack lost to a crash and a delivery limit reached).
 	b.publishTo("", messaging.ParkingLotName(messaging.QueueName(testConsumer)), done)
-	waitFor(t, 10*time.Second, "two messages in the parking lot", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "two messages in the parking lot", func() bool {
 		return b.ready(messaging.ParkingLotName(messaging.QueueName(testConsumer))) == 2
 	})
 
@@ -520,7 +520,7 @@ func TestReplayFromTheParkingLot(t *testing.T) {
 		t.Fatalf("replayed %d: %v", moved, err)
 	}
 	row := b.waitInbox(broken.MessageId, store.InboxProcessed)
-	waitFor(t, 10*time.Second, "the replayed duplicate", func() bool { return b.counter("consumer.messages.duplicates") == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the replayed duplicate", func() bool { return b.counter("consumer.messages.duplicates") == 1 })
 	if b.effects(done.MessageId) != 1 || b.effects(broken.MessageId) != 1 || row.Attempts != 2 {
 		t.Fatalf("effects %d and %d, row %+v", b.effects(done.MessageId), b.effects(broken.MessageId), row)
 	}
@@ -544,7 +544,7 @@ func TestParkingFailureDoesNotAcknowledge(t *testing.T) {
 	bad := message()
 	bad.Body = []byte("not json")
 	b.publish(bad)
-	waitFor(t, 15*time.Second, "the delivery to be given back", func() bool { return b.counter("consumer.messages.requeued") >= 1 })
+	testenv.WaitFor(t, 15*time.Second, "the delivery to be given back", func() bool { return b.counter("consumer.messages.requeued") >= 1 })
 	if row := b.inbox(bad.MessageId); row.Status != store.InboxPermanentFailed {
 		t.Fatalf("inbox %+v", row)
 	}
@@ -570,7 +570,7 @@ func TestShutdownFinishesInProgressAndLeavesTheRest(t *testing.T) {
 	for _, m := range msgs {
 		b.publish(m)
 	}
-	waitFor(t, 10*time.Second, "the first delivery to be in progress", func() bool { return b.handler.calls.Load() == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the first delivery to be in progress", func() bool { return b.handler.calls.Load() == 1 })
 
 	stopped := make(chan struct{})
 	go func() { rc.stop(); close(stopped) }()
@@ -588,7 +588,7 @@ func TestShutdownFinishesInProgressAndLeavesTheRest(t *testing.T) {
 		t.Fatalf("applied %d messages (%d handler calls), want exactly the one in progress", len(applied), b.handler.calls.Load())
 	}
 	// The broker requeues what the closed channel left unacknowledged.
-	waitFor(t, 10*time.Second, "the 2 unstarted deliveries back in the queue", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the 2 unstarted deliveries back in the queue", func() bool {
 		return b.ready(messaging.QueueName(testConsumer)) == 2
 	})
 }
@@ -646,7 +646,7 @@ func TestParkedMessageLogLine(t *testing.T) {
 	b.parked(1)
 
 	var parked map[string]any
-	waitFor(t, 5*time.Second, "the parked log line", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the parked log line", func() bool {
 		for _, line := range strings.Split(b.logs.String(), "\n") {
 			var entry map[string]any
 			if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == "message parked" && entry["message_id"] == msg.MessageId {
@@ -686,7 +686,7 @@ func TestReplayedMessageLinksItsOriginalTrace(t *testing.T) {
 	b.waitInbox(msg.MessageId, store.InboxProcessed)
 
 	var spans []sdktrace.ReadOnlySpan
-	waitFor(t, 5*time.Second, "two process spans", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "two process spans", func() bool {
 		spans = nil
 		for _, s := range recorder.Ended() {
 			if strings.HasPrefix(s.Name(), "process ") {
@@ -738,7 +738,7 @@ func TestReusedMessageIDWithAnotherBodyIsCounted(t *testing.T) {
 	second := message()
 	second.MessageId = first.MessageId
 	b.publish(second)
-	waitFor(t, 10*time.Second, "the mismatch to be counted", func() bool { return b.counter("consumer.inbox.payload_mismatch") == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the mismatch to be counted", func() bool { return b.counter("consumer.inbox.payload_mismatch") == 1 })
 	if n := b.effects(first.MessageId); n != 1 {
 		t.Fatalf("%d effects", n)
 	}
@@ -766,7 +766,7 @@ func TestCrashAfterCommitFault(t *testing.T) {
 	if code := <-exited; code != 3 {
 		t.Fatalf("exit code %d", code)
 	}
-	waitFor(t, 20*time.Second, "the redelivery to be a duplicate", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
+	testenv.WaitFor(t, 20*time.Second, "the redelivery to be a duplicate", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
 	if n := b.effects(msg.MessageId); n != 1 {
 		t.Fatalf("%d effects", n)
 	}

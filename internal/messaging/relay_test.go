@@ -218,17 +218,6 @@ func (b *relayBundle) statusCounts() map[string]int {
 	return counts
 }
 
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (b *relayBundle) allPublished(n int) func() bool {
 	return func() bool { return b.statusCounts()["PUBLISHED"] == n }
 }
@@ -276,7 +265,7 @@ func TestRelayPublishesTheEnvelope(t *testing.T) {
 	if _, err := domain.DecodeMessage(d.Type, 1, d.Body); err != nil {
 		t.Fatalf("body: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the row to be PUBLISHED", b.allPublished(1))
+	testenv.WaitFor(t, 5*time.Second, "the row to be PUBLISHED", b.allPublished(1))
 	var publishedAt *time.Time
 	var claimedBy *string
 	if err := b.pool.QueryRow(b.ctx, "SELECT published_at, claimed_by FROM message_outbox").Scan(&publishedAt, &claimedBy); err != nil || publishedAt == nil || claimedBy != nil {
@@ -317,7 +306,7 @@ func TestThreeRelaysShareTheBacklog(t *testing.T) {
 		cfg.BatchSize = 50 // small batches, so that the relays interleave
 		b.startRelay(cfg, b.amqpURL, hook(fmt.Sprint("relay-", i)))
 	}
-	waitFor(t, 60*time.Second, "every row to be PUBLISHED", b.allPublished(rows))
+	testenv.WaitFor(t, 60*time.Second, "every row to be PUBLISHED", b.allPublished(rows))
 
 	got := b.receive("observer", rows, 30*time.Second, 500*time.Millisecond)
 	seen := map[string]int{}
@@ -371,7 +360,7 @@ func TestCrashBetweenConfirmAndMarkRepublishesSameMessageID(t *testing.T) {
 
 	b.startRelay(testRelayConfig(), b.amqpURL, nil)
 	second := b.receive("observer", 3, 20*time.Second, 0)
-	waitFor(t, 10*time.Second, "the rows to be PUBLISHED", b.allPublished(3))
+	testenv.WaitFor(t, 10*time.Second, "the rows to be PUBLISHED", b.allPublished(3))
 
 	want := map[string]bool{}
 	for _, id := range ids {
@@ -431,7 +420,7 @@ func TestUnroutableMessageEndsFailedWhileOthersFlow(t *testing.T) {
 	}
 	var status, lastError string
 	var attempts int
-	waitFor(t, 10*time.Second, "the unroutable row to be FAILED", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the unroutable row to be FAILED", func() bool {
 		_ = b.pool.QueryRow(b.ctx, "SELECT status, coalesce(last_error, ''), attempt_count FROM message_outbox WHERE outbox_id = $1", unroutable).
 			Scan(&status, &lastError, &attempts)
 		return status == "FAILED"
@@ -455,10 +444,10 @@ func TestBrokerDownNothingMarkedEverythingPublishedAfter(t *testing.T) {
 	b.bindQueue("observer", "#")
 	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
 	relay := b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
-	waitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
 
 	proxy.Cut()
-	waitFor(t, 10*time.Second, "the relay to notice", func() bool { return relay.Ready(b.ctx) != nil })
+	testenv.WaitFor(t, 10*time.Second, "the relay to notice", func() bool { return relay.Ready(b.ctx) != nil })
 	ids := b.enqueue(300, store.MessageMeta{})
 	time.Sleep(time.Second) // the relay keeps trying to reconnect meanwhile
 	if c := b.statusCounts(); c["PENDING"] != len(ids) {
@@ -466,7 +455,7 @@ func TestBrokerDownNothingMarkedEverythingPublishedAfter(t *testing.T) {
 	}
 
 	proxy.Restore()
-	waitFor(t, 30*time.Second, "every row to be PUBLISHED", b.allPublished(len(ids)))
+	testenv.WaitFor(t, 30*time.Second, "every row to be PUBLISHED", b.allPublished(len(ids)))
 	got := b.receive("observer", len(ids), 10*time.Second, 0)
 	if len(messageIDSet(got)) != len(ids) {
 		t.Fatalf("received %d distinct of %d", len(messageIDSet(got)), len(ids))
@@ -483,12 +472,12 @@ func TestConnectionLostMidBacklog(t *testing.T) {
 	ids := b.enqueue(3000, store.MessageMeta{})
 	b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
 
-	waitFor(t, 30*time.Second, "some rows to be published", func() bool { return b.statusCounts()["PUBLISHED"] > 300 })
+	testenv.WaitFor(t, 30*time.Second, "some rows to be published", func() bool { return b.statusCounts()["PUBLISHED"] > 300 })
 	proxy.Cut()
 	time.Sleep(300 * time.Millisecond)
 	proxy.Restore()
 
-	waitFor(t, 60*time.Second, "every row to be PUBLISHED", b.allPublished(len(ids)))
+	testenv.WaitFor(t, 60*time.Second, "every row to be PUBLISHED", b.allPublished(len(ids)))
 	got := b.receive("observer", len(ids), 30*time.Second, 500*time.Millisecond)
 	if set := messageIDSet(got); len(set) != len(ids) {
 		t.Fatalf("received %d distinct of %d", len(set), len(ids))
@@ -512,17 +501,17 @@ func TestConfirmTimeoutRetries(t *testing.T) {
 	b.bindQueue("observer", "#")
 	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
 	relay := b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
-	waitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
 
 	proxy.Stall()
 	b.enqueue(10, store.MessageMeta{})
 	var lastError string
-	waitFor(t, 15*time.Second, "a confirm timeout to be recorded", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "a confirm timeout to be recorded", func() bool {
 		_ = b.pool.QueryRow(b.ctx, "SELECT coalesce(max(last_error), '') FROM message_outbox").Scan(&lastError)
 		return strings.Contains(lastError, "no publisher confirm")
 	})
 	proxy.Heal()
-	waitFor(t, 30*time.Second, "every row to be PUBLISHED", b.allPublished(10))
+	testenv.WaitFor(t, 30*time.Second, "every row to be PUBLISHED", b.allPublished(10))
 	if got := messageIDSet(b.receive("observer", 10, 10*time.Second, 0)); len(got) != 10 {
 		t.Fatalf("received %d distinct", len(got))
 	}
@@ -540,11 +529,11 @@ func TestShutdownHandsBackUnconfirmedRows(t *testing.T) {
 	cfg.ConfirmTimeout = 4 * time.Second
 	cfg.ShutdownTimeout = 500 * time.Millisecond
 	relay := b.startRelay(cfg, proxy.Rewrite(b.amqpURL), nil)
-	waitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
 
 	proxy.Stall() // publishes go out, confirms never come back
 	b.enqueue(5, store.MessageMeta{})
-	waitFor(t, 5*time.Second, "the rows to be claimed", func() bool { return b.statusCounts()["PUBLISHING"] == 5 })
+	testenv.WaitFor(t, 5*time.Second, "the rows to be claimed", func() bool { return b.statusCounts()["PUBLISHING"] == 5 })
 	if err := relay.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +544,7 @@ func TestShutdownHandsBackUnconfirmedRows(t *testing.T) {
 	}
 	proxy.Heal()
 	b.startRelay(testRelayConfig(), b.amqpURL, nil)
-	waitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(5))
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(5))
 }
 
 // A claimed row whose relay vanished (no process will ever mark it)
@@ -575,7 +564,7 @@ func TestVanishedRelaysRowsComeBackAfterTheLease(t *testing.T) {
 	if len(messageIDSet(got)) != len(ids) {
 		t.Fatalf("received %d", len(got))
 	}
-	waitFor(t, 5*time.Second, "every row to be PUBLISHED", b.allPublished(4))
+	testenv.WaitFor(t, 5*time.Second, "every row to be PUBLISHED", b.allPublished(4))
 	var attempts int
 	_ = b.pool.QueryRow(b.ctx, "SELECT min(attempt_count) FROM message_outbox").Scan(&attempts)
 	if attempts != 2 {
@@ -635,7 +624,7 @@ func TestCommitOrderAndRollbacks(t *testing.T) {
 	if len(second) != 1 || second[0].MessageId != older.String() {
 		t.Fatalf("after the long transaction commits: %v", messageIDs(second))
 	}
-	waitFor(t, 5*time.Second, "both rows to be PUBLISHED", b.allPublished(2))
+	testenv.WaitFor(t, 5*time.Second, "both rows to be PUBLISHED", b.allPublished(2))
 	var n int
 	_ = b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE outbox_id = $1", ghost).Scan(&n)
 	if n != 0 {
@@ -652,7 +641,7 @@ func TestNotifyWakesTheRelay(t *testing.T) {
 	cfg := testRelayConfig()
 	cfg.PollInterval = time.Hour
 	relay := b.startRelay(cfg, b.amqpURL, nil)
-	waitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
 	time.Sleep(200 * time.Millisecond) // past the sweep that follows connecting
 
 	ids := b.enqueue(1, store.MessageMeta{})
@@ -671,7 +660,7 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 	cfg := testRelayConfig()
 	cfg.PollInterval = time.Hour // only NOTIFY (and the sweep after re-LISTEN) can find rows
 	relay := b.startRelay(cfg, b.amqpURL, nil)
-	waitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
 	b.enqueue(5, store.MessageMeta{})
 	b.receive("observer", 5, 10*time.Second, 0)
 
@@ -684,5 +673,5 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the LISTEN connection comes back
 	b.enqueue(5, store.MessageMeta{})
 	b.receive("observer", 5, 20*time.Second, 0)
-	waitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(10))
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(10))
 }

@@ -174,7 +174,7 @@ func (s *system) waitStatus(id, status string) {
 		s.t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	waitFor(s.t, 30*time.Second, "order "+id+" to be "+status, func() bool {
+	testenv.WaitFor(s.t, 30*time.Second, "order "+id+" to be "+status, func() bool {
 		var got string
 		_ = conn.QueryRow(context.Background(), "SELECT status FROM orders WHERE order_id = $1", id).Scan(&got)
 		return got == status
@@ -199,17 +199,6 @@ func (s *system) publishRaw(msg amqp.Publishing) {
 	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "orders.events", msg.Type, false, false, msg)
 	if err != nil || !dc.Wait() {
 		s.t.Fatalf("publish: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
 )
 
 // With OTEL_TRACES_EXPORTER=console each process prints its spans on
@@ -50,7 +51,7 @@ func TestOneTraceIDAcrossTheProcesses(t *testing.T) {
 		traceID = id
 	}
 	// The last span of the flow ends a moment after the order is FULFILLED.
-	waitFor(t, 10*time.Second, "the notification of order.fulfilled in the trace", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the notification of order.fulfilled in the trace", func() bool {
 		return strings.Count(s.output("consumer"), traceID) >= 5
 	})
 	for _, p := range []string{"relay", "consumer"} {
@@ -126,7 +127,7 @@ func TestMetricsAreDocumentedAndMove(t *testing.T) {
 		WHERE aggregate_id = 'y'`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the unroutable row to fail", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the unroutable row to fail", func() bool {
 		var n int
 		_ = db.QueryRow(context.Background(), "SELECT count(*) FROM message_outbox WHERE status = 'FAILED'").Scan(&n)
 		return n == 1
@@ -144,11 +145,11 @@ func TestMetricsAreDocumentedAndMove(t *testing.T) {
 	}
 	row.Headers = headers
 	s.publishRaw(messaging.Publishing(row))
-	waitFor(t, 15*time.Second, "the duplicate counter to move", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the duplicate counter to move", func() bool {
 		// order.submitted goes to fulfillment and notification: two duplicates.
 		return sumMetric(scrape(t, consumerAdmin), "consumer_messages_duplicates_total") >= before+2
 	})
-	waitFor(t, 15*time.Second, "a webhook retry", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "a webhook retry", func() bool {
 		return strings.Contains(scrape(t, consumerAdmin), `reason_code="webhook_unavailable"`)
 	})
 

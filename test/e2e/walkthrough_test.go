@@ -70,7 +70,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 		defer mu.Unlock()
 		return devOut.String()
 	}
-	waitFor(t, 2*time.Minute, "make dev to be ready", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "make dev to be ready", func() bool {
 		select {
 		case err := <-devDone:
 			t.Fatalf("make dev exited: %v", err)
@@ -117,7 +117,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 		t.Errorf("make dev did not report that it stopped")
 	}
 	// Nothing of the group runs on: kill(-pgid, 0) finds no process.
-	waitFor(t, 10*time.Second, "every process of make dev to exit", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "every process of make dev to exit", func() bool {
 		return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
 	})
 	for _, proc := range []string{"api", "relay-1", "relay-2", "consumer", "webhook"} {
