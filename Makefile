@@ -33,8 +33,9 @@ lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minut
 	$(TOOL) golangci-lint run $(PKGS)
 
 .PHONY: generate
-generate: ## regenerate the sqlc code from internal/store/queries and migrations
+generate: ## regenerate the sqlc code (store, outbox, inbox queries) and docs/catalog.md
 	$(TOOL) sqlc generate
+	$(GO) run ./cmd/order-consumer catalog > docs/catalog.md
 
 .PHONY: migrate
 migrate: ## create the database if needed and apply the migrations (DATABASE_URL)

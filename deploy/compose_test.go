@@ -29,7 +29,7 @@ import (
 // that each check can fail.
 
 // schemaBinaries are the commands that need the schema, and so also have
-// the `migrate` sub-command (SPEC section 2).
+// the `migrate` sub-command (docs/contract.md, "Configuration").
 var schemaBinaries = []string{"order-api", "outbox-relay", "order-consumer"}
 
 func TestComposeImagesArePinned(t *testing.T) {
@@ -403,7 +403,7 @@ func missingServices(p *types.Project) []string {
 }
 
 // migratesOnStart tells whether the service applies the schema itself at
-// start (under goose's advisory lock, SPEC section 2).
+// start (under goose's advisory lock; docs/contract.md, "Configuration").
 func migratesOnStart(svc types.ServiceConfig) bool {
 	if v := svc.Environment["MIGRATE_ON_START"]; v != nil {
 		if on, err := strconv.ParseBool(*v); err == nil && on {

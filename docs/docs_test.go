@@ -8,6 +8,8 @@ package docs
 
 import (
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"net/url"
 	"os"
@@ -79,7 +81,11 @@ func TestCheckerFindsBrokenLinks(t *testing.T) {
 		"```",
 		"",
 		"```go",
-		"x := [not](a-link.md)",
+		"x := \"[not](a-link.md)\"",
+		"```",
+		"",
+		"```go",
+		"func f() {}",
 		"```",
 	}, "\n"))
 	write("docs/bad.md", strings.Join([]string{
@@ -112,6 +118,10 @@ func TestCheckerFindsBrokenLinks(t *testing.T) {
 		"    a->>b: escaped #59; fine",
 		"```",
 		"",
+		"```go",
+		"if x := ; {",
+		"```",
+		"",
 		"```mermaid",
 		"graph TD",
 	}, "\n"))
@@ -139,7 +149,8 @@ func TestCheckerFindsBrokenLinks(t *testing.T) {
 		"bad.md:15: a mermaid diagram (sequenceDiagram) fenced as ```",
 		"bad.md:20: a mermaid block that starts with \"sequencediagram\"",
 		"bad.md:26: a ; in a sequenceDiagram ends the statement",
-		"bad.md:30: a code block that is never closed",
+		"bad.md:30: a go block that does not parse",
+		"bad.md:34: a code block that is never closed",
 	}
 	for _, want := range wants {
 		if !strings.Contains(got, want) {
@@ -392,6 +403,11 @@ func (c *checker) check(file string) []string {
 		case b.info != "mermaid" && looksLikeMermaid(first):
 			report(b.line, "a mermaid diagram (%s) fenced as ```%s: GitHub renders only ```mermaid", first, b.info)
 		}
+		if b.info == "go" {
+			if err := parsesAsGo(strings.Join(b.lines, "\n")); err != nil {
+				report(b.line, "a go block that does not parse: %v", err)
+			}
+		}
 		if b.info == "mermaid" && kind == "sequenceDiagram" {
 			for j, l := range b.lines {
 				if strings.Contains(entityCode.ReplaceAllString(l, ""), ";") {
@@ -401,6 +417,22 @@ func (c *checker) check(file string) []string {
 		}
 	}
 	return problems
+}
+
+// parsesAsGo reports whether code parses as Go: as a file's declarations
+// (with its package clause or without), or as the statements of a function
+// body. Examples in the docs are snippets, so names need not resolve; a
+// snippet that does not even parse has drifted or was never Go.
+func parsesAsGo(code string) error {
+	fset := token.NewFileSet()
+	if _, err := parser.ParseFile(fset, "", code, parser.SkipObjectResolution); err == nil {
+		return nil
+	}
+	if _, err := parser.ParseFile(fset, "", "package p\n"+code, parser.SkipObjectResolution); err == nil {
+		return nil
+	}
+	_, err := parser.ParseFile(fset, "", "package p\nfunc _() {\n"+code+"\n}", parser.SkipObjectResolution)
+	return err
 }
 
 // checkTarget says what is wrong with a link from file to target, or "".

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/yourorg/orders/internal/app"
+	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/store"
@@ -84,7 +85,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	defer pool.Close()
 
 	// Background: forget expired idempotency keys.
-	go sweepIdempotencyKeys(ctx, pool, cfg.IdempotencyKeyTTL, log)
+	go idempotencyKeyRetention(pool, cfg.IdempotencyKeyTTL, log).Run(ctx)
 
 	// Serve until SIGINT/SIGTERM, then drain the requests in flight.
 	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: cfg.IdempotencyKeyTTL}, httpapi.Deps{
@@ -102,32 +103,13 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	return err
 }
 
-// sweepIdempotencyKeys deletes expired keys every minute, a batch at a time
-// so that no statement runs long.
-func sweepIdempotencyKeys(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, log *slog.Logger) {
-	const batch = 1000
-	ticker := time.NewTicker(time.Minute)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		for {
-			n, err := store.DeleteExpiredIdempotencyKeys(ctx, pool, ttl, batch)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.WarnContext(ctx, "sweeping idempotency keys failed", slog.String("error", err.Error()))
-				}
-				break
-			}
-			if n > 0 {
-				log.DebugContext(ctx, "expired idempotency keys deleted", slog.Int64("count", n))
-			}
-			if n < batch {
-				break
-			}
-		}
+// idempotencyKeyRetention deletes expired keys every minute, a batch at a
+// time so that no statement runs long.
+func idempotencyKeyRetention(pool *pgxpool.Pool, ttl time.Duration, log *slog.Logger) background.Retention {
+	return background.Retention{
+		What: "expired idempotency keys", Logger: log,
+		Delete: func(ctx context.Context, limit int) (int64, error) {
+			return store.DeleteExpiredIdempotencyKeys(ctx, pool, ttl, limit)
+		},
 	}
 }

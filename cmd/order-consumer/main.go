@@ -1,6 +1,6 @@
 // Command order-consumer runs the consumers of the order service
-// (fulfillment, warehouse, notification; CONSUMERS picks them), each on
-// its own queue, behind the same delivery wrapper: inbox row, guarded
+// (internal/consumer: every one, or those CONSUMERS names), each on its own
+// queue, behind the same delivery wrapper: inbox row, guarded
 // transition, follow-up outbox rows and the inbox mark in one transaction,
 // then the ack; delayed retries for transient failures, the parking lot for
 // the rest.
@@ -8,6 +8,7 @@
 //	order-consumer [-migrate]                        consume; admin endpoints on ADMIN_ADDR
 //	order-consumer migrate [up|down|status|reset]    manage the schema and exit
 //	order-consumer replay <consumer> [limit]         move parked messages back to the work queue
+//	order-consumer catalog                           print docs/catalog.md: the message types, the consumers, their queues
 package main
 
 import (
@@ -27,8 +28,9 @@ import (
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/domain"
-	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 )
@@ -44,8 +46,9 @@ type Config struct {
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9102"`
-	// Consumers lists the consumers this process runs.
-	Consumers       []string        `env:"CONSUMERS" envDefault:"fulfillment,warehouse,notification" envSeparator:","`
+	// Consumers lists the consumers this process runs; empty runs every
+	// consumer there is (internal/consumer.All).
+	Consumers       []string        `env:"CONSUMERS" envSeparator:","`
 	Prefetch        int             `env:"CONSUMER_PREFETCH" envDefault:"32"`
 	Workers         int             `env:"CONSUMER_WORKERS" envDefault:"8"`
 	MaxAttempts     int             `env:"CONSUMER_MAX_ATTEMPTS" envDefault:"5"`
@@ -75,12 +78,9 @@ func (c *Config) Validate() error {
 		config.Positive("NOTIFY_WEBHOOK_TIMEOUT", c.WebhookTimeout),
 		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
 	}
-	if len(c.Consumers) == 0 {
-		errs = append(errs, errors.New("CONSUMERS names no consumer"))
-	}
 	for _, name := range c.Consumers {
-		if !slices.Contains(consumer.Names, name) {
-			errs = append(errs, fmt.Errorf("CONSUMERS: unknown consumer %q (want some of %v)", name, consumer.Names))
+		if !slices.Contains(consumer.Names(), name) {
+			errs = append(errs, fmt.Errorf("CONSUMERS: unknown consumer %q (want some of %v)", name, consumer.Names()))
 		}
 	}
 	if c.ProcessingLease <= c.WebhookTimeout {
@@ -93,8 +93,8 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c *Config) consumerConfig() messaging.ConsumerConfig {
-	return messaging.ConsumerConfig{
+func (c *Config) consumerConfig() inbox.Config {
+	return inbox.Config{
 		Prefetch: c.Prefetch, Workers: c.Workers, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
 		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout,
 		InboxRetention: c.InboxRetention, Producer: service,
@@ -111,9 +111,15 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	if err := config.Load(&cfg, environ); err != nil {
 		return err
 	}
-	cli, err := app.ParseArgs(service, args, stderr, "replay <consumer> [limit]    move parked messages back to the work queue")
+	cli, err := app.ParseArgs(service, args, stderr,
+		"replay <consumer> [limit]    move parked messages back to the work queue",
+		"catalog                      print the message types, the consumers and their queues (docs/catalog.md)")
 	if err != nil {
 		return err
+	}
+
+	if len(cli.Command) > 0 && cli.Command[0] == "catalog" {
+		return consumer.WriteCatalog(stdout, consumer.All(consumer.Deps{}))
 	}
 
 	// Telemetry: logs, traces and metrics.
@@ -141,16 +147,16 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	defer pool.Close()
 
 	// The consumers, and their admin endpoints beside them.
-	specs, err := consumer.Specs(cfg.Consumers, consumer.Config{
-		Notifier:      consumer.NotifierConfig{WebhookURL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: tel.TracerProvider},
+	selected, err := consumer.Select(consumer.All(consumer.Deps{
 		MeterProvider: tel.MeterProvider,
-	})
+		Notifier:      notification.Config{URL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: tel.TracerProvider},
+	}), cfg.Consumers)
 	if err != nil {
 		return err
 	}
-	consumers, err := messaging.NewConsumers(cfg.consumerConfig(), messaging.ConsumerDeps{
+	consumers, err := inbox.NewConsumers(cfg.consumerConfig(), inbox.Deps{
 		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
-	}, specs...)
+	}, selected...)
 	if err != nil {
 		return err
 	}
@@ -173,7 +179,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 
 // crashAfterCommit arms the one-shot crash of the next delivery of a
 // message type, between its commit and its ack: POST {"message_type": "..."}.
-func crashAfterCommit(consumers *messaging.Consumers, log *slog.Logger) http.HandlerFunc {
+func crashAfterCommit(consumers *inbox.Consumers, log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			MessageType string `json:"message_type"`
@@ -191,8 +197,8 @@ func crashAfterCommit(consumers *messaging.Consumers, log *slog.Logger) http.Han
 
 // replay is the replay sub-command: replay <consumer> [limit].
 func replay(ctx context.Context, cfg Config, args []string, log *slog.Logger) error {
-	if len(args) == 0 || !slices.Contains(consumer.Names, args[0]) {
-		return fmt.Errorf("replay: name a consumer, one of %v", consumer.Names)
+	if len(args) == 0 || !slices.Contains(consumer.Names(), args[0]) {
+		return fmt.Errorf("replay: name a consumer, one of %v", consumer.Names())
 	}
 	limit := 1000
 	if len(args) > 1 {
@@ -202,8 +208,8 @@ func replay(ctx context.Context, cfg Config, args []string, log *slog.Logger) er
 		}
 		limit = n
 	}
-	moved, err := messaging.Replay(ctx, cfg.AMQPURL, args[0], limit)
+	moved, err := inbox.Replay(ctx, cfg.AMQPURL, args[0], limit)
 	log.InfoContext(ctx, "replayed parked messages", slog.String("consumer_name", args[0]),
-		slog.String("from", messaging.ParkingLotName(messaging.QueueName(args[0]))), slog.Int("moved", moved))
+		slog.String("from", inbox.ParkingLotName(inbox.QueueName(args[0]))), slog.Int("moved", moved))
 	return err
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -49,8 +49,8 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 	}
 	defer db.Close(t.Context())
 	testenv.WaitFor(t, 20*time.Second, "the message to be parked", func() bool {
-		row, err := store.GetInbox(t.Context(), db, "fulfillment", id)
-		return err == nil && row.Status == store.InboxPermanentFailed && row.LastErrorCode == "order_not_found"
+		row, err := inbox.Get(t.Context(), db, "fulfillment", id)
+		return err == nil && row.Status == inbox.StatusPermanentFailed && row.LastErrorCode == "order_not_found"
 	})
 	var metrics string
 	defer func() {

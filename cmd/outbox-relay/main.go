@@ -19,7 +19,7 @@ import (
 
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
-	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 )
@@ -74,8 +74,8 @@ func (c *Config) validateRelay() error {
 	return rc.Validate()
 }
 
-func (c *Config) relayConfig() messaging.RelayConfig {
-	return messaging.RelayConfig{
+func (c *Config) relayConfig() outbox.Config {
+	return outbox.Config{
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
 		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout,
@@ -120,7 +120,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	defer pool.Close()
 
 	// The relay, and its admin endpoints beside it.
-	relay, err := messaging.NewRelay(cfg.relayConfig(), messaging.RelayDeps{
+	relay, err := outbox.NewRelay(cfg.relayConfig(), outbox.Deps{
 		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
 	})
 	if err != nil {

@@ -16,8 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // system is the running order service, seen from outside: its HTTP API,
@@ -187,8 +186,8 @@ func text(v any) string {
 }
 
 // outboxRow reads an outbox row the way the relay claims it.
-func (s *system) outboxRow(ctx context.Context, orderID, messageType string) (store.OutboxRow, error) {
-	var r store.OutboxRow
+func (s *system) outboxRow(ctx context.Context, orderID, messageType string) (outbox.Row, error) {
+	var r outbox.Row
 	err := s.db.QueryRow(ctx, `
 		SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, headers, created_at
 		FROM message_outbox WHERE aggregate_id = $1 AND message_type = $2`, orderID, messageType).
@@ -355,4 +354,4 @@ func (s *system) ready(ctx context.Context, url string) error {
 }
 
 // envelope is the relay's AMQP message for an outbox row.
-var envelope = messaging.Publishing
+var envelope = outbox.Publishing

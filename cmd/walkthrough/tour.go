@@ -12,8 +12,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/consumer/warehouse"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
 )
 
 // tour runs the steps in order; each returns a failure when the system did
@@ -56,14 +58,10 @@ type state struct {
 
 // subscribers maps each message type to the consumers that receive it.
 func subscribers() map[string][]string {
-	specs, err := consumer.Specs(consumer.Names, consumer.Config{})
-	if err != nil {
-		panic(err) // the registry is static: a failure is a bug
-	}
 	out := map[string][]string{}
-	for _, sp := range specs {
-		for _, t := range sp.Types {
-			out[t] = append(out[t], sp.Name)
+	for _, c := range consumer.All(consumer.Deps{}) {
+		for _, t := range c.Types() {
+			out[t] = append(out[t], c.Name())
 		}
 	}
 	return out
@@ -387,7 +385,7 @@ FROM message_inbox WHERE aggregate_id = $1 AND consumer_name = 'warehouse'`
 	var dups float64
 	err = waitUntil(ctx, s.cfg.Timeout, "the restarted consumer to count the redelivery as a duplicate", func(ctx context.Context) (bool, error) {
 		var err error
-		dups, err = s.consumerMetric(ctx, "consumer_messages_duplicates_total", consumer.NameWarehouse)
+		dups, err = s.consumerMetric(ctx, "consumer_messages_duplicates_total", warehouse.Name)
 		return dups >= 1, err
 	})
 	if err != nil {
@@ -409,7 +407,7 @@ func stepPoison(ctx context.Context, s *system, n *narrator, _ *state) error {
 	subs := subscribers()[domain.TypeOrderSubmitted]
 	depth := map[string]int{}
 	for _, c := range subs {
-		d, err := s.queueDepth(messaging.ParkingLotName(messaging.QueueName(c)))
+		d, err := s.queueDepth(inbox.ParkingLotName(inbox.QueueName(c)))
 		if err != nil {
 			return err
 		}
@@ -456,7 +454,7 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	n.table([]string{"consumer_name", "status", "attempts", "last_error_code", "last_error_message"}, rows)
 	n.ok("each consumer recorded it PERMANENT_FAILED on the first attempt: retrying cannot fix a broken body")
 	for _, c := range subs {
-		dlq := messaging.ParkingLotName(messaging.QueueName(c))
+		dlq := inbox.ParkingLotName(inbox.QueueName(c))
 		var now int
 		err := waitUntil(ctx, s.cfg.Timeout, dlq+" to hold the message", func(context.Context) (bool, error) {
 			var err error
@@ -468,20 +466,20 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 		}
 		n.ok("%s: %d → %d messages", dlq, depth[c], now)
 	}
-	dlq := messaging.ParkingLotName(messaging.QueueName(subs[0]))
+	dlq := inbox.ParkingLotName(inbox.QueueName(subs[0]))
 	d, err := s.peek(dlq, poisonID)
 	if err != nil {
 		return err
 	}
 	n.say("The parked message in %s (read and put back), with the headers that say why:", dlq)
 	var hdr [][]string
-	for _, k := range []string{messaging.HeaderParkedCode, messaging.HeaderParkedReason, messaging.HeaderParkedConsumer,
-		messaging.HeaderParkedAttempts, messaging.HeaderParkedFromQueue, messaging.HeaderParkedAt} {
+	for _, k := range []string{inbox.HeaderParkedCode, inbox.HeaderParkedReason, inbox.HeaderParkedConsumer,
+		inbox.HeaderParkedAttempts, inbox.HeaderParkedFromQueue, inbox.HeaderParkedAt} {
 		hdr = append(hdr, []string{k, fmt.Sprint(d.Headers[k])})
 	}
 	n.table([]string{"header", "value"}, hdr)
-	if d.Headers[messaging.HeaderParkedCode] != "malformed_message" {
-		return failf("want parked_reason_code malformed_message, got %v", d.Headers[messaging.HeaderParkedCode])
+	if d.Headers[inbox.HeaderParkedCode] != "malformed_message" {
+		return failf("want parked_reason_code malformed_message, got %v", d.Headers[inbox.HeaderParkedCode])
 	}
 	n.ok("parked with its reason; the body is kept as it came, for whoever fixes the producer")
 	n.look(

@@ -16,9 +16,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/domain"
-	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -114,7 +115,7 @@ func (f *benchFlow) createOrders(b *testing.B, n int) []domain.Message {
 			for range 500 {
 				o, _ := domain.NewOrder(uuid.Must(uuid.NewV7()), "customer-1234", "EUR",
 					[]domain.Item{{SKU: "SKU-A-1", Quantity: 2, UnitPriceCents: 1250}, {SKU: "SKU-B-2", Quantity: 1, UnitPriceCents: 99}})
-				if _, err := store.CreateOrder(f.ctx, tx, o, store.Cause{}); err != nil {
+				if _, err := store.CreateOrder(f.ctx, tx, o, domain.Cause{}); err != nil {
 					return err
 				}
 				msgs = append(msgs, domain.SubmittedMessage(o))
@@ -138,8 +139,8 @@ func (f *benchFlow) consumeQueue(b *testing.B, msgs []domain.Message) float64 {
 		b.Fatal(err)
 	}
 	defer pool.Close()
-	cs, err := messaging.NewConsumers(messaging.ConsumerConfig{Workers: benchWorkers, Prefetch: 64},
-		messaging.ConsumerDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()}, fulfillmentSpec(b))
+	cs, err := inbox.NewConsumers(inbox.Config{Workers: benchWorkers, Prefetch: 64},
+		inbox.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()}, fulfillmentConsumer())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func (f *benchFlow) consumeAndAckOnly(b *testing.B, msgs []domain.Message) float
 	if err := ch.Qos(64, 0, false); err != nil {
 		b.Fatal(err)
 	}
-	deliveries, err := ch.Consume(messaging.QueueName(consumer.NameFulfillment), "", false, false, false, false, nil)
+	deliveries, err := ch.Consume(inbox.QueueName(fulfillment.Name), "", false, false, false, false, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -211,8 +212,8 @@ func (f *benchFlow) fillQueue(b *testing.B, msgs []domain.Message) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := fulfillmentSpec(b)
-	topo := messaging.Topology{Consumer: spec.Name, Types: spec.Types, RetryDelays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, DeliveryLimit: 20}
+	c := fulfillmentConsumer()
+	topo := inbox.Topology{Consumer: c.Name(), Types: c.Types(), RetryDelays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, DeliveryLimit: 20}
 	if err := topo.Declare(ch); err != nil {
 		b.Fatal(err)
 	}
@@ -222,9 +223,9 @@ func (f *benchFlow) fillQueue(b *testing.B, msgs []domain.Message) {
 	var pending []*amqp.DeferredConfirmation
 	for _, m := range msgs {
 		body, _ := json.Marshal(m)
-		row := store.OutboxRow{ID: uuid.Must(uuid.NewV7()), Type: m.MessageType(), Version: 1, Exchange: domain.EventsExchange,
+		row := outbox.Row{ID: uuid.Must(uuid.NewV7()), Type: m.MessageType(), Version: 1, Exchange: domain.EventsExchange,
 			RoutingKey: m.MessageType(), Payload: body, Headers: map[string]string{"correlation_id": "bench"}, CreatedAt: time.Now()}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(f.ctx, row.Exchange, row.RoutingKey, true, false, messaging.Publishing(row))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(f.ctx, row.Exchange, row.RoutingKey, true, false, outbox.Publishing(row))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -302,11 +303,6 @@ func rates(xs []float64) []string {
 	return out
 }
 
-func fulfillmentSpec(b *testing.B) messaging.ConsumerSpec {
-	b.Helper()
-	spec, err := consumer.Fulfillment(metricnoop.NewMeterProvider())
-	if err != nil {
-		b.Fatal(err)
-	}
-	return spec
+func fulfillmentConsumer() *inbox.Consumer {
+	return fulfillment.New(metricnoop.NewMeterProvider())
 }

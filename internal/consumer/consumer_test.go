@@ -27,9 +27,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/consumer/fulfillment"
+	"github.com/yourorg/orders/internal/consumer/notification"
+	"github.com/yourorg/orders/internal/consumer/warehouse"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/httpapi"
-	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 	"github.com/yourorg/orders/internal/testenv"
@@ -79,19 +83,16 @@ func setup(t testing.TB, o options) *flow {
 	db := testenv.NewDatabase(t)
 	f := &flow{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t), tracer: o.tracer}
 	f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
-		specs, err := consumer.Specs(consumer.Names, consumer.Config{
-			Notifier:      consumer.NotifierConfig{WebhookURL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
+		all := consumer.All(consumer.Deps{
+			Notifier:      notification.Config{URL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
 			MeterProvider: metricnoop.NewMeterProvider(),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs, err := messaging.NewConsumers(messaging.ConsumerConfig{
+		cs, err := inbox.NewConsumers(inbox.Config{
 			Prefetch: 16, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-		}, messaging.ConsumerDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
-			specs...)
+		}, inbox.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
+			all...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,8 +100,8 @@ func setup(t testing.TB, o options) *flow {
 	})
 	if o.relay {
 		f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
-			r, err := messaging.NewRelay(messaging.RelayConfig{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-				messaging.RelayDeps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
+			r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
+				outbox.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,11 +173,11 @@ func (f *flow) createOrder(correlationID string, skus ...string) *domain.Order {
 		f.t.Fatal(err)
 	}
 	err = pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error {
-		created, err := store.CreateOrder(f.ctx, tx, o, store.Cause{CorrelationID: correlationID})
+		created, err := store.CreateOrder(f.ctx, tx, o, domain.Cause{CorrelationID: correlationID})
 		if err != nil {
 			return err
 		}
-		_, err = store.EnqueueMessages(f.ctx, tx, store.MessageMeta{CorrelationID: correlationID, Producer: "test"}, domain.SubmittedMessage(created))
+		_, err = (outbox.Writer{Producer: "test"}).Write(f.ctx, tx, domain.Cause{CorrelationID: correlationID}, domain.SubmittedMessage(created))
 		return err
 	})
 	if err != nil {
@@ -190,9 +191,9 @@ func (f *flow) createOrder(correlationID string, skus ...string) *domain.Order {
 func (f *flow) send(m domain.Message, correlationID string) string {
 	f.t.Helper()
 	payload, _ := json.Marshal(m)
-	row := store.OutboxRow{ID: uuid.Must(uuid.NewV7()), Type: m.MessageType(), Version: m.MessageVersion(), Exchange: domain.EventsExchange,
+	row := outbox.Row{ID: uuid.Must(uuid.NewV7()), Type: m.MessageType(), Version: m.MessageVersion(), Exchange: domain.EventsExchange,
 		RoutingKey: m.MessageType(), Payload: payload, Headers: map[string]string{"correlation_id": correlationID}, CreatedAt: time.Now()}
-	f.publish(messaging.Publishing(row))
+	f.publish(outbox.Publishing(row))
 	return row.ID.String()
 }
 
@@ -230,13 +231,13 @@ func (f *flow) waitStatus(id uuid.UUID, want domain.Status) {
 	testenv.WaitFor(f.t, 20*time.Second, fmt.Sprintf("order %s to be %s", id, want), func() bool { return f.status(id) == want })
 }
 
-func (f *flow) inbox(consumerName, messageID string) store.InboxRow {
+func (f *flow) inboxRow(consumerName, messageID string) inbox.Row {
 	f.t.Helper()
-	var row store.InboxRow
+	var row inbox.Row
 	testenv.WaitFor(f.t, 20*time.Second, fmt.Sprintf("%s to finish with %s", consumerName, messageID), func() bool {
 		var err error
-		row, err = store.GetInbox(f.ctx, f.pool, consumerName, messageID)
-		return err == nil && row.Status != store.InboxProcessing && row.Status != store.InboxRetryableFailed
+		row, err = inbox.Get(f.ctx, f.pool, consumerName, messageID)
+		return err == nil && row.Status != inbox.StatusProcessing && row.Status != inbox.StatusRetryableFailed
 	})
 	return row
 }
@@ -316,7 +317,7 @@ func TestOrderTravelsToFulfilled(t *testing.T) {
 func TestOutOfStockOrderIsRejected(t *testing.T) {
 	t.Parallel()
 	f := setup(t, options{relay: true})
-	o := f.createOrder("corr-oos", "A-1", consumer.OutOfStockPrefix+"7")
+	o := f.createOrder("corr-oos", "A-1", warehouse.OutOfStockPrefix+"7")
 	f.waitStatus(o.ID(), domain.StatusRejected)
 	if s := f.one("SELECT status || ': ' || reason FROM stock_reservation WHERE order_id = $1", o.ID()); s != "REJECTED: out of stock: OOS-7" {
 		t.Errorf("reservation %q", s)
@@ -335,25 +336,25 @@ func TestStaleAndImpossibleMessages(t *testing.T) {
 	cancelled := f.createOrder("c")
 	f.setStatus(cancelled.ID(), domain.StatusCancelled)
 	stale := f.send(domain.FulfillmentCompletedV1{ID: cancelled.ID(), ReservationID: uuid.New()}, "c")
-	row := f.inbox(consumer.NameFulfillment, stale)
-	if row.Status != store.InboxProcessed || row.Outcome != store.OutcomeIgnored || !strings.Contains(row.OutcomeReason, "CANCELLED") {
+	row := f.inboxRow(fulfillment.Name, stale)
+	if row.Status != inbox.StatusProcessed || row.Outcome != inbox.OutcomeIgnored || !strings.Contains(row.OutcomeReason, "CANCELLED") {
 		t.Errorf("completed for a cancelled order: %+v", row)
 	}
 
 	requested := f.createOrder("c")
 	f.setStatus(requested.ID(), domain.StatusFulfillmentRequested)
 	again := f.send(domain.SubmittedMessage(requested), "c") // a second order.submitted, another id
-	if row := f.inbox(consumer.NameFulfillment, again); row.Outcome != store.OutcomeIgnored {
+	if row := f.inboxRow(fulfillment.Name, again); row.Outcome != inbox.OutcomeIgnored {
 		t.Errorf("submitted for a requested order: %+v", row)
 	}
 
 	submitted := f.createOrder("c")
 	impossible := f.send(domain.FulfillmentCompletedV1{ID: submitted.ID(), ReservationID: uuid.New()}, "c")
-	if row := f.inbox(consumer.NameFulfillment, impossible); row.Status != store.InboxPermanentFailed || row.LastErrorCode != "invalid_transition" {
+	if row := f.inboxRow(fulfillment.Name, impossible); row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != "invalid_transition" {
 		t.Errorf("completed for a submitted order: %+v", row)
 	}
 	missing := f.send(domain.OrderSubmittedV1{ID: uuid.New(), CustomerID: "c", Currency: "EUR"}, "c")
-	if row := f.inbox(consumer.NameFulfillment, missing); row.Status != store.InboxPermanentFailed || row.LastErrorCode != "order_not_found" {
+	if row := f.inboxRow(fulfillment.Name, missing); row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != "order_not_found" {
 		t.Errorf("submitted for no order: %+v", row)
 	}
 
@@ -365,7 +366,7 @@ func TestStaleAndImpossibleMessages(t *testing.T) {
 	}
 	parked := 0
 	testenv.WaitFor(t, 10*time.Second, "2 parked messages", func() bool {
-		parked = int(queueDepth(t, f.amqpURL, messaging.ParkingLotName(messaging.QueueName(consumer.NameFulfillment))))
+		parked = int(queueDepth(t, f.amqpURL, inbox.ParkingLotName(inbox.QueueName(fulfillment.Name))))
 		return parked == 2
 	})
 }
@@ -401,12 +402,12 @@ func TestConflictingMessagesOneWins(t *testing.T) {
 		wg.Go(func() { completed = f.send(domain.FulfillmentCompletedV1{ID: o.ID(), ReservationID: uuid.New()}, "c") })
 		wg.Go(func() { rejected = f.send(domain.FulfillmentRejectedV1{ID: o.ID(), Reason: "r"}, "c") })
 		wg.Wait()
-		a, b := f.inbox(consumer.NameFulfillment, completed), f.inbox(consumer.NameFulfillment, rejected)
-		if (a.Outcome == store.OutcomeApplied) == (b.Outcome == store.OutcomeApplied) {
+		a, b := f.inboxRow(fulfillment.Name, completed), f.inboxRow(fulfillment.Name, rejected)
+		if (a.Outcome == inbox.OutcomeApplied) == (b.Outcome == inbox.OutcomeApplied) {
 			t.Fatalf("completed %+v, rejected %+v: want exactly one applied", a, b)
 		}
 		final := f.status(o.ID())
-		if (a.Outcome == store.OutcomeApplied && final != domain.StatusFulfilled) || (b.Outcome == store.OutcomeApplied && final != domain.StatusRejected) {
+		if (a.Outcome == inbox.OutcomeApplied && final != domain.StatusFulfilled) || (b.Outcome == inbox.OutcomeApplied && final != domain.StatusRejected) {
 			t.Fatalf("final status %s disagrees with the inbox", final)
 		}
 		if n := f.one("SELECT count(*)::text FROM order_state_transition WHERE order_id = $1 AND from_status = 'FULFILLMENT_REQUESTED'", o.ID()); n != "1" {
@@ -483,12 +484,12 @@ func TestWarehouseCancelBeforeRequest(t *testing.T) {
 	f := setup(t, options{})
 	o := f.createOrder("c", "A-1")
 	cancelled := f.send(domain.OrderCancelledV1{ID: o.ID()}, "c")
-	if row := f.inbox(consumer.NameWarehouse, cancelled); row.Outcome != store.OutcomeApplied {
+	if row := f.inboxRow(warehouse.Name, cancelled); row.Outcome != inbox.OutcomeApplied {
 		t.Fatalf("cancel: %+v", row)
 	}
 	request := f.send(domain.FulfillmentRequestedV1{ID: o.ID(), Items: []domain.ItemLine{{SKU: "A-1", Quantity: 1}}}, "c")
-	row := f.inbox(consumer.NameWarehouse, request)
-	if row.Outcome != store.OutcomeIgnored || !strings.Contains(row.OutcomeReason, "cancelled") {
+	row := f.inboxRow(warehouse.Name, request)
+	if row.Outcome != inbox.OutcomeIgnored || !strings.Contains(row.OutcomeReason, "cancelled") {
 		t.Fatalf("late request: %+v", row)
 	}
 	if s := f.one("SELECT status FROM stock_reservation WHERE order_id = $1", o.ID()); s != "RELEASED" {
@@ -511,7 +512,7 @@ func newWebhook(t *testing.T, answers ...int) *webhook {
 	w := &webhook{answers: answers}
 	w.server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		w.mu.Lock()
-		w.keys = append(w.keys, r.Header.Get(consumer.HeaderIdempotencyKey))
+		w.keys = append(w.keys, r.Header.Get(notification.HeaderIdempotencyKey))
 		status := w.answers[min(len(w.keys), len(w.answers))-1]
 		w.mu.Unlock()
 		rw.WriteHeader(status)
@@ -534,9 +535,9 @@ func TestWebhookGetsTheSameIdempotencyKeyOnEveryRetry(t *testing.T) {
 	f := setup(t, options{webhook: hook.server.URL})
 	o := f.createOrder("c")
 	id := f.send(domain.SubmittedMessage(o), "c")
-	row := f.inbox(consumer.NameNotification, id)
+	row := f.inboxRow(notification.Name, id)
 	calls := hook.calls()
-	if row.Status != store.InboxProcessed || len(calls) != 3 || calls[0] == "" || calls[0] != calls[1] || calls[1] != calls[2] {
+	if row.Status != inbox.StatusProcessed || len(calls) != 3 || calls[0] == "" || calls[0] != calls[1] || calls[1] != calls[2] {
 		t.Fatalf("inbox %+v, webhook keys %v", row, calls)
 	}
 	if s := f.one("SELECT status || ' ' || attempt_count || ' ' || notification_id FROM customer_notification WHERE order_id = $1", o.ID()); s != "SENT 3 "+calls[0] {
@@ -552,8 +553,8 @@ func TestWebhookRejectionParks(t *testing.T) {
 	f := setup(t, options{webhook: hook.server.URL})
 	o := f.createOrder("c")
 	id := f.send(domain.SubmittedMessage(o), "c")
-	row := f.inbox(consumer.NameNotification, id)
-	if row.Status != store.InboxPermanentFailed || row.LastErrorCode != "webhook_rejected" || len(hook.calls()) != 1 {
+	row := f.inboxRow(notification.Name, id)
+	if row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != "webhook_rejected" || len(hook.calls()) != 1 {
 		t.Fatalf("inbox %+v, %d calls", row, len(hook.calls()))
 	}
 	if s := f.one("SELECT status FROM customer_notification WHERE order_id = $1", o.ID()); s != "FAILED" {
@@ -577,14 +578,14 @@ func TestLockTimeoutIsRetried(t *testing.T) {
 	}
 	id := f.send(domain.SubmittedMessage(o), "c")
 	testenv.WaitFor(t, 10*time.Second, "the lock timeout to be recorded", func() bool {
-		row, err := store.GetInbox(f.ctx, f.pool, consumer.NameFulfillment, id)
-		return err == nil && row.Status == store.InboxRetryableFailed && row.LastErrorCode == "lock_timeout"
+		row, err := inbox.Get(f.ctx, f.pool, fulfillment.Name, id)
+		return err == nil && row.Status == inbox.StatusRetryableFailed && row.LastErrorCode == "lock_timeout"
 	})
 	if err := holder.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	row := f.inbox(consumer.NameFulfillment, id)
-	if row.Status != store.InboxProcessed || row.Attempts < 2 || f.status(o.ID()) != domain.StatusFulfillmentRequested {
+	row := f.inboxRow(fulfillment.Name, id)
+	if row.Status != inbox.StatusProcessed || row.Attempts < 2 || f.status(o.ID()) != domain.StatusFulfillmentRequested {
 		t.Fatalf("after the lock: %+v, order %s", row, f.status(o.ID()))
 	}
 	if n := f.one("SELECT count(*)::text FROM order_state_transition WHERE order_id = $1", o.ID()); n != "2" {

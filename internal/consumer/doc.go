@@ -1,6 +1,5 @@
-// Package consumer holds the three consumers of the order service, each a
-// messaging.Handler run by the same delivery wrapper (inbox row, guarded
-// transition, follow-up outbox rows, ack after commit):
+// Package consumer lists the consumers of order-consumer. Each lives in a
+// folder of its own, with its handlers, its own tables' SQL and its tests:
 //
 //	fulfillment    order.submitted -> FULFILLMENT_REQUESTED, emits fulfillment.requested;
 //	               fulfillment.completed / .rejected -> FULFILLED / REJECTED, emits order.fulfilled / .rejected
@@ -8,56 +7,12 @@
 //	               or .rejected when a sku starts with "OOS-"; order.cancelled -> releases it
 //	notification   order.submitted, .cancelled, .fulfilled, .rejected -> one customer
 //	               notification per (order, kind), delivered to a webhook with an Idempotency-Key
+//	shipping       order.fulfilled -> one shipment per order, ready for the carrier
 //
-// The handlers hold no acknowledgement logic: they change the database in
-// the transaction they are given and say what they did.
+// Every consumer is an inbox.Consumer: a name and one typed handler per
+// message type it reads, run by the same delivery wrapper (inbox row,
+// handler, follow-up outbox rows, commit, then ack). The handlers hold no
+// acknowledgement logic: they change the database in the transaction they
+// are given and say what they did. docs/extending.md is the recipe for a
+// new consumer; All is the one line it adds here.
 package consumer
-
-import (
-	"fmt"
-
-	"go.opentelemetry.io/otel/metric"
-
-	"github.com/yourorg/orders/internal/messaging"
-)
-
-// Names of the consumers (their consumer_name and queue suffix).
-const (
-	NameFulfillment  = "fulfillment"
-	NameWarehouse    = "warehouse"
-	NameNotification = "notification"
-)
-
-// Names lists every consumer, in the order of the flow.
-var Names = []string{NameFulfillment, NameWarehouse, NameNotification}
-
-// Config configures the consumers.
-type Config struct {
-	// Notifier configures the notification webhook.
-	Notifier NotifierConfig
-	// MeterProvider receives the consumers' business metrics (default: the
-	// global one).
-	MeterProvider metric.MeterProvider
-}
-
-// Specs returns the consumers named in names.
-func Specs(names []string, cfg Config) ([]messaging.ConsumerSpec, error) {
-	var specs []messaging.ConsumerSpec
-	for _, name := range names {
-		switch name {
-		case NameFulfillment:
-			f, err := Fulfillment(cfg.MeterProvider)
-			if err != nil {
-				return nil, err
-			}
-			specs = append(specs, f)
-		case NameWarehouse:
-			specs = append(specs, Warehouse())
-		case NameNotification:
-			specs = append(specs, Notification(cfg.Notifier))
-		default:
-			return nil, fmt.Errorf("unknown consumer %q", name)
-		}
-	}
-	return specs, nil
-}

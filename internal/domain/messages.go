@@ -2,6 +2,7 @@ package domain
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,21 +121,57 @@ type messageKey struct {
 	version int
 }
 
-// readers holds a decoder for every (type, version) this service reads.
-var readers = map[messageKey]func([]byte) (Message, error){
-	{TypeOrderSubmitted, 1}:       decodeAs[OrderSubmittedV1],
-	{TypeFulfillmentRequested, 1}: decodeAs[FulfillmentRequestedV1],
-	{TypeFulfillmentCompleted, 1}: decodeAs[FulfillmentCompletedV1],
-	{TypeFulfillmentRejected, 1}:  decodeAs[FulfillmentRejectedV1],
-	{TypeOrderCancelled, 1}:       decodeAs[OrderCancelledV1],
-	{TypeOrderFulfilled, 1}:       decodeAs[OrderFulfilledV1],
-	{TypeOrderRejected, 1}:        decodeAs[OrderRejectedV1],
+// catalogue is every message of this service, by type and version: its
+// decoder, and an example payload with every field set. The examples are
+// part of the contract: docs/catalog.md shows them, and a test checks that
+// each decodes back to itself. A new message type, or a new version of
+// one, is a line here (docs/extending.md).
+var catalogue = map[messageKey]entry{
+	{TypeOrderSubmitted, 1}: entryOf(OrderSubmittedV1{
+		ID: exampleOrderID, CustomerID: "c-1", Currency: "EUR", TotalCents: 2500,
+		Items: []ItemLine{{SKU: "A-1", Quantity: 2, UnitPriceCents: 1250}},
+	}),
+	{TypeFulfillmentRequested, 1}: entryOf(FulfillmentRequestedV1{
+		ID: exampleOrderID, Items: []ItemLine{{SKU: "A-1", Quantity: 2, UnitPriceCents: 1250}},
+	}),
+	{TypeFulfillmentCompleted, 1}: entryOf(FulfillmentCompletedV1{ID: exampleOrderID, ReservationID: uuid.MustParse("0193a3c4-2f6e-7d1a-9b3c-4d5e6f708192")}),
+	{TypeFulfillmentRejected, 1}:  entryOf(FulfillmentRejectedV1{ID: exampleOrderID, Reason: "out of stock", SKUs: []string{"OOS-1"}}),
+	{TypeOrderCancelled, 1}:       entryOf(OrderCancelledV1{ID: exampleOrderID}),
+	{TypeOrderFulfilled, 1}:       entryOf(OrderFulfilledV1{ID: exampleOrderID}),
+	{TypeOrderRejected, 1}:        entryOf(OrderRejectedV1{ID: exampleOrderID, Reason: "out of stock"}),
+}
+
+// exampleOrderID is the order of every example.
+var exampleOrderID = uuid.MustParse("0193a3c4-2f6e-7d1a-9b3c-4d5e6f708190")
+
+// entry is one (type, version) of the catalogue.
+type entry struct {
+	decode  func([]byte) (Message, error)
+	example Message
+}
+
+func entryOf[T Message](example T) entry { return entry{decode: decodeAs[T], example: example} }
+
+// Examples returns the example payload of every (type, version) of the
+// catalogue, sorted by type, then version.
+func Examples() []Message {
+	var out []Message
+	for _, e := range catalogue {
+		out = append(out, e.example)
+	}
+	slices.SortFunc(out, func(a, b Message) int {
+		if c := cmp.Compare(a.MessageType(), b.MessageType()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.MessageVersion(), b.MessageVersion())
+	})
+	return out
 }
 
 // MessageTypes lists every message type of this service, sorted.
 func MessageTypes() []string {
 	var types []string
-	for k := range readers {
+	for k := range catalogue {
 		if !slices.Contains(types, k.typ) {
 			types = append(types, k.typ)
 		}
@@ -145,7 +182,7 @@ func MessageTypes() []string {
 
 // KnownMessageType reports whether typ is a message type of this service.
 func KnownMessageType(typ string) bool {
-	for k := range readers {
+	for k := range catalogue {
 		if k.typ == typ {
 			return true
 		}
@@ -158,14 +195,14 @@ func KnownMessageType(typ string) bool {
 // missing order_id is not. The errors wrap ErrUnknownMessageType,
 // ErrUnsupportedVersion or ErrMalformedMessage.
 func DecodeMessage(typ string, version int, body []byte) (Message, error) {
-	decode, ok := readers[messageKey{typ, version}]
+	e, ok := catalogue[messageKey{typ, version}]
 	if !ok {
 		if KnownMessageType(typ) {
 			return nil, fmt.Errorf("%w: %s version %d", ErrUnsupportedVersion, typ, version)
 		}
 		return nil, fmt.Errorf("%w: %q", ErrUnknownMessageType, typ)
 	}
-	msg, err := decode(body)
+	msg, err := e.decode(body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformedMessage, typ, err)
 	}

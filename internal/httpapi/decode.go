@@ -13,7 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// maxBodyBytes caps a request body (SPEC: 64 KiB, else 413).
+// maxBodyBytes caps a request body (docs/contract.md: 64 KiB, else 413).
 const maxBodyBytes = 64 << 10
 
 // decodeJSON reads the body of c into dst, strictly: the content type must

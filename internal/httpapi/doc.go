@@ -1,4 +1,4 @@
-// Package httpapi is the HTTP API of order-api (SPEC section 3): create,
+// Package httpapi is the HTTP API of order-api (docs/contract.md): create,
 // read, list and cancel orders, health and readiness, and the OpenAPI
 // document. It is the producer end of the outbox: each write commits the
 // order change and its outbox row in one transaction, visible in the

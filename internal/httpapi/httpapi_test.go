@@ -360,7 +360,7 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	t.Logf("%d requests: 1 created, %d replayed, %d told the key was in use", n, replayed, inFlight)
 }
 
-// The bad-input battery of SPEC section 3: each gets its status and a
+// The bad-input battery of docs/contract.md: each gets its status and a
 // problem+json body, and nothing is written.
 func TestCreateOrderBadInput(t *testing.T) {
 	t.Parallel()

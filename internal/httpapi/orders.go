@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -30,6 +31,10 @@ const (
 
 // Producer is the app_id of the messages the API writes.
 const Producer = "order-api"
+
+// messages writes the API's messages to the outbox, in the transaction of
+// the change they announce.
+var messages = outbox.Writer{Producer: Producer}
 
 // List page sizes.
 const (
@@ -175,11 +180,12 @@ func (s *Server) createOrder(c echo.Context) error {
 				return err
 			}
 		}
-		created, err := store.CreateOrder(ctx, tx, order, store.Cause{CorrelationID: cid})
+		cause := domain.Cause{CorrelationID: cid}
+		created, err := store.CreateOrder(ctx, tx, order, cause)
 		if err != nil {
 			return err
 		}
-		if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid, Producer: Producer}, domain.SubmittedMessage(created)); err != nil {
+		if _, err := messages.Write(ctx, tx, cause, domain.SubmittedMessage(created)); err != nil {
 			return err
 		}
 		history, err := store.History(ctx, tx, created.ID())
@@ -289,11 +295,12 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		cancelled bool
 	)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, current, err := store.MoveOrder(ctx, tx, id, domain.TriggerCancel, store.Cause{CorrelationID: cid})
+		cause := domain.Cause{CorrelationID: cid}
+		_, current, err := store.MoveOrder(ctx, tx, id, domain.TriggerCancel, cause)
 		switch {
 		case err == nil:
 			cancelled = true
-			if _, err := store.EnqueueMessages(ctx, tx, store.MessageMeta{CorrelationID: cid, Producer: Producer}, domain.OrderCancelledV1{ID: id}); err != nil {
+			if _, err := messages.Write(ctx, tx, cause, domain.OrderCancelledV1{ID: id}); err != nil {
 				return err
 			}
 		case errors.Is(err, domain.ErrStaleTransition) && current == domain.StatusCancelled:

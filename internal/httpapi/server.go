@@ -43,7 +43,7 @@ type apiMetrics struct {
 	created, cancelled, replays metric.Int64Counter
 }
 
-// New returns the API as an http.Handler, with every route of SPEC section 3.
+// New returns the API as an http.Handler, with every route of docs/contract.md.
 func New(cfg Config, deps Deps) (*echo.Echo, error) {
 	m, err := newAPIMetrics(deps.MeterProvider.Meter("github.com/yourorg/orders/internal/httpapi"))
 	if err != nil {

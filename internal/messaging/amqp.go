@@ -3,7 +3,6 @@ package messaging
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -55,30 +54,4 @@ func DeclareExchange(ch *amqp.Channel) error {
 		return fmt.Errorf("declare exchange %s: %w", domain.EventsExchange, err)
 	}
 	return nil
-}
-
-// Backoff is an exponential backoff with jitter: attempt 1 waits about
-// base, each next attempt about twice as long, never more than maxDelay.
-// The jitter (a random half of the delay) keeps many failing rows or
-// processes from retrying in step.
-func Backoff(attempt int, base, maxDelay time.Duration) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < maxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, maxDelay)
-	half := d / 2
-	return half + rand.N(half+1)
-}
-
-// sleep waits d or until ctx ends, and reports whether the full d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

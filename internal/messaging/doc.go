@@ -1,11 +1,20 @@
-// Package messaging is the RabbitMQ side of the service.
+// Package messaging is the RabbitMQ side of the service, and the home of
+// the two mechanisms this project exists to show:
 //
-// The outbox relay (relay.go) turns committed message_outbox rows into AMQP
-// messages: it claims due rows with FOR UPDATE SKIP LOCKED, publishes them on
-// one long-lived channel in confirm mode with mandatory set and the
-// confirms pipelined, and marks each row by what the broker answered. A
-// basic.return (no queue bound), a nack or a missing confirm sends the row
-// back to PENDING with a backoff; after the last attempt it is FAILED.
+//   - outbox (internal/messaging/outbox): a change and the messages it
+//     announces commit in one PostgreSQL transaction (Writer.Write); the
+//     relay claims the committed rows (FOR UPDATE SKIP LOCKED, with a
+//     lease), publishes them with publisher confirms and mandatory set, and
+//     marks each row by what the broker answered. Nothing committed is
+//     lost; a message may be published twice, never with two ids.
+//   - inbox (internal/messaging/inbox): each consumer records every message
+//     it handles in message_inbox, in the same transaction as the message's
+//     effect and its follow-up messages, and acknowledges only after that
+//     commit; a duplicate finds its row and changes nothing. Failures go
+//     round delayed-retry queues or to a parking lot with their reason.
 //
-// The envelope every message carries is in envelope.go (SPEC section 5).
+// This package holds what both share: the envelope's header names
+// (envelope.go), the connection (Dial) and the exchange, the trace-context
+// carrier, and the metric helpers. docs/architecture.md follows one order
+// through all of it.
 package messaging

@@ -1,43 +1,34 @@
 package messaging
 
-import (
-	amqp "github.com/rabbitmq/amqp091-go"
+import amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/store"
-)
-
-// AMQP header names of the envelope (SPEC section 5).
+// The envelope of every message (docs/messaging.md, "Message contract"): AMQP
+// properties message_id, type, content_type, delivery_mode, timestamp,
+// correlation_id and app_id, and these headers. The outbox keeps the same
+// names in its rows' headers column, so that a row reads like the message
+// it becomes.
 const (
+	// HeaderMessageVersion is the payload's schema version (an integer).
 	HeaderMessageVersion = "message_version"
-	HeaderCausationID    = store.HeaderCausationID
-	HeaderCorrelationID  = store.HeaderCorrelationID
-	HeaderTraceparent    = "traceparent"
-	HeaderTracestate     = "tracestate"
+	// HeaderCausationID is the message_id of the message whose handling
+	// emitted this one; absent when an HTTP request did.
+	HeaderCausationID = "causation_id"
+	// HeaderCorrelationID is the correlation id. On the wire it is the AMQP
+	// correlation_id property; in an outbox row, this header.
+	HeaderCorrelationID = "correlation_id"
+	// HeaderProducer names the process that wrote the message. On the wire
+	// it is the AMQP app_id property; in an outbox row, this header.
+	HeaderProducer = "app_id"
+	// HeaderTraceparent and HeaderTracestate carry the W3C trace context.
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
 )
 
 // ContentTypeJSON is the content type of every message body.
 const ContentTypeJSON = "application/json"
 
-// Publishing builds the AMQP message of an outbox row. The message_id is
-// the row's id on every attempt, so consumers can deduplicate; the
-// timestamp is when the row was written; the headers of the row (trace
-// context, correlation and causation ids) travel as AMQP headers.
-func Publishing(row store.OutboxRow) amqp.Publishing {
-	headers := amqp.Table{HeaderMessageVersion: int32(row.Version)}
-	for k, v := range row.Headers {
-		if k != store.HeaderProducer {
-			headers[k] = v
-		}
-	}
-	return amqp.Publishing{
-		MessageId:     row.ID.String(),
-		Type:          row.Type,
-		ContentType:   ContentTypeJSON,
-		DeliveryMode:  amqp.Persistent,
-		Timestamp:     row.CreatedAt,
-		CorrelationId: row.Headers[store.HeaderCorrelationID],
-		AppId:         row.Headers[store.HeaderProducer],
-		Headers:       headers,
-		Body:          row.Payload,
-	}
+// HeaderString reads a string header, or "".
+func HeaderString(h amqp.Table, key string) string {
+	s, _ := h[key].(string)
+	return s
 }

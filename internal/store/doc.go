@@ -1,15 +1,22 @@
-// Package store is the PostgreSQL side of the service: the connection pool,
-// the schema migrations, and the reads and writes of orders, the outbox, the
-// inbox and HTTP idempotency keys.
+// Package store is the PostgreSQL side of the order: the connection pool,
+// the schema migrations, the orders with their items and history, and the
+// HTTP idempotency keys. It is also the edge where driver errors are
+// translated (Translate, IsTransient), for every package that talks to
+// PostgreSQL. The outbox and the inbox keep their own tables and SQL
+// (internal/messaging/outbox, internal/messaging/inbox).
 //
 // Every function takes a DBTX (a pool, a connection or a transaction), so the
 // caller decides the transaction and it stays visible where it matters:
+// the order and the message announcing it commit together, or neither does
+// (ExampleCreateOrder):
 //
+//	cause := domain.Cause{CorrelationID: correlationID}
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//		if err := store.CreateOrder(ctx, tx, order, meta); err != nil {
+//		created, err := store.CreateOrder(ctx, tx, order, cause)
+//		if err != nil {
 //			return err
 //		}
-//		_, err := store.EnqueueMessages(ctx, tx, meta, domain.SubmittedMessage(order))
+//		_, err = writer.Write(ctx, tx, cause, domain.SubmittedMessage(created))
 //		return err
 //	})
 //

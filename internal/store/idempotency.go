@@ -49,7 +49,7 @@ type StoredResponse struct {
 func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, ttl time.Duration) (*StoredResponse, error) {
 	locked, err := queries.TryLockIdempotencyKey(ctx, tx, req.lockKey())
 	if err != nil {
-		return nil, fmt.Errorf("lock idempotency key: %w", translate(err))
+		return nil, fmt.Errorf("lock idempotency key: %w", Translate(err))
 	}
 	if !locked {
 		return nil, ErrKeyInFlight
@@ -64,7 +64,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, tt
 	if err == nil {
 		return nil, nil // inserted, or took over an expired key
 	}
-	if err = translate(err); !errors.Is(err, domain.ErrNotFound) {
+	if err = Translate(err); !errors.Is(err, domain.ErrNotFound) {
 		return nil, fmt.Errorf("claim idempotency key: %w", err)
 	}
 	// The key is taken and not expired: this is a repeat.
@@ -72,7 +72,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, tt
 		RequestMethod: req.Method, RequestPath: req.Path, IdempotencyKey: req.Key,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read idempotency key: %w", translate(err))
+		return nil, fmt.Errorf("read idempotency key: %w", Translate(err))
 	}
 	switch {
 	case row.RequestHash != req.Hash:
@@ -80,7 +80,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, tt
 	case row.ResponseStatus == nil:
 		return nil, ErrKeyInFlight
 	}
-	return &StoredResponse{Status: int(*row.ResponseStatus), Body: row.ResponseBody, Location: deref(row.ResponseLocation)}, nil
+	return &StoredResponse{Status: int(*row.ResponseStatus), Body: row.ResponseBody, Location: Deref(row.ResponseLocation)}, nil
 }
 
 // CompleteIdempotencyKey stores the response to a key claimed in this
@@ -93,10 +93,10 @@ func CompleteIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest,
 		IdempotencyKey:   req.Key,
 		ResponseStatus:   &status,
 		ResponseBody:     resp.Body,
-		ResponseLocation: nullIfEmpty(resp.Location),
+		ResponseLocation: NilIfEmpty(resp.Location),
 	})
 	if err != nil {
-		return fmt.Errorf("store idempotent response: %w", translate(err))
+		return fmt.Errorf("store idempotent response: %w", Translate(err))
 	}
 	return nil
 }
@@ -108,7 +108,7 @@ func DeleteExpiredIdempotencyKeys(ctx context.Context, db DBTX, ttl time.Duratio
 		TtlSeconds: ttl.Seconds(), MaxRows: int32(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("delete expired idempotency keys: %w", translate(err))
+		return 0, fmt.Errorf("delete expired idempotency keys: %w", Translate(err))
 	}
 	return n, nil
 }

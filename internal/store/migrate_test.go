@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,13 +52,17 @@ func TestMigrationsUpDownUp(t *testing.T) {
 		}
 		return strings.Join(names, ",")
 	}
-	const all = "customer_notification,http_idempotency_key,message_inbox,message_outbox,order_items,order_state_transition,orders,stock_reservation"
+	// The tables of the contract, and any a consumer adds for itself.
+	core := []string{"http_idempotency_key", "message_inbox", "message_outbox", "order_items", "order_state_transition", "orders"}
 
 	if err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := tables(); got != all {
-		t.Fatalf("after up: %s", got)
+	all := tables()
+	for _, table := range core {
+		if !slices.Contains(strings.Split(all, ","), table) {
+			t.Fatalf("after up: %s, without %s", all, table)
+		}
 	}
 	if err := m.DownTo(ctx, 0); err != nil {
 		t.Fatal(err)

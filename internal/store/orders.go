@@ -12,14 +12,6 @@ import (
 	"github.com/yourorg/orders/internal/store/dbsqlc"
 )
 
-// Cause says what made an order change, for its history.
-type Cause struct {
-	// MessageID of the message that caused the change; "" for an HTTP request.
-	MessageID string
-	// CorrelationID ties the change to the request that started the flow.
-	CorrelationID string
-}
-
 // HistoryEntry is one row of an order's state history.
 type HistoryEntry struct {
 	From          domain.Status // "" for the creation of the order
@@ -31,7 +23,7 @@ type HistoryEntry struct {
 
 // CreateOrder inserts a new order, its items and the first row of its
 // history. It returns the order as stored (with its timestamps).
-func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause Cause) (*domain.Order, error) {
+func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause domain.Cause) (*domain.Order, error) {
 	row, err := queries.InsertOrder(ctx, db, dbsqlc.InsertOrderParams{
 		OrderID:    o.ID(),
 		CustomerID: o.CustomerID(),
@@ -41,7 +33,7 @@ func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause Cause) (*d
 		TotalCents: o.TotalCents(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("insert order %s: %w", o.ID(), translate(err))
+		return nil, fmt.Errorf("insert order %s: %w", o.ID(), Translate(err))
 	}
 	items := o.Items()
 	params := dbsqlc.InsertOrderItemsParams{OrderID: o.ID()}
@@ -52,7 +44,7 @@ func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause Cause) (*d
 		params.UnitPricesCents = append(params.UnitPricesCents, it.UnitPriceCents)
 	}
 	if err := queries.InsertOrderItems(ctx, db, params); err != nil {
-		return nil, fmt.Errorf("insert items of order %s: %w", o.ID(), translate(err))
+		return nil, fmt.Errorf("insert items of order %s: %w", o.ID(), Translate(err))
 	}
 	if err := insertTransition(ctx, db, o.ID(), "", o.Status(), cause); err != nil {
 		return nil, err
@@ -66,7 +58,7 @@ func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause Cause) (*d
 func GetOrder(ctx context.Context, db DBTX, id uuid.UUID) (*domain.Order, error) {
 	row, err := queries.GetOrder(ctx, db, id)
 	if err != nil {
-		return nil, fmt.Errorf("get order %s: %w", id, translate(err))
+		return nil, fmt.Errorf("get order %s: %w", id, Translate(err))
 	}
 	return withItems(ctx, db, row)
 }
@@ -87,7 +79,7 @@ func attachItems(ctx context.Context, db DBTX, rows []dbsqlc.Order) ([]*domain.O
 	}
 	itemRows, err := queries.ListOrderItems(ctx, db, ids)
 	if err != nil {
-		return nil, fmt.Errorf("list order items: %w", translate(err))
+		return nil, fmt.Errorf("list order items: %w", Translate(err))
 	}
 	items := make(map[uuid.UUID][]domain.Item, len(rows))
 	for _, it := range itemRows {
@@ -121,7 +113,7 @@ type Move struct {
 // domain.ErrInvalidTransition (t is not possible yet); a missing order is
 // domain.ErrNotFound; cause.MessageID moving the same order twice is
 // domain.ErrConflict.
-func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cause Cause) (Move, domain.Status, error) {
+func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cause domain.Cause) (Move, domain.Status, error) {
 	to, from, err := domain.Target(t)
 	if err != nil {
 		return Move{}, "", err
@@ -135,10 +127,10 @@ func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cau
 	}
 	row, err := queries.MoveOrder(ctx, db, dbsqlc.MoveOrderParams{
 		OrderID: id, ToStatus: string(to), FromStatuses: froms,
-		MessageID: nullIfEmpty(cause.MessageID), CorrelationID: nullIfEmpty(cause.CorrelationID),
+		MessageID: NilIfEmpty(cause.MessageID), CorrelationID: NilIfEmpty(cause.CorrelationID),
 	})
 	if err != nil {
-		return Move{}, "", fmt.Errorf("move order %s on %s: %w", id, t, translate(err))
+		return Move{}, "", fmt.Errorf("move order %s on %s: %w", id, t, Translate(err))
 	}
 	current := domain.Status(row.CurrentStatus)
 	if row.FromStatus == nil {
@@ -151,36 +143,36 @@ func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cau
 // moveFrom is MoveOrder for a trigger with one starting status: a guarded
 // UPDATE (its row lock is the only one needed), and, only when it moved
 // nothing, a read of the status to say why.
-func moveFrom(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, from, to domain.Status, cause Cause) (Move, domain.Status, error) {
+func moveFrom(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, from, to domain.Status, cause domain.Cause) (Move, domain.Status, error) {
 	row, err := queries.MoveOrderFrom(ctx, db, dbsqlc.MoveOrderFromParams{
 		OrderID: id, FromStatus: string(from), ToStatus: string(to),
-		MessageID: nullIfEmpty(cause.MessageID), CorrelationID: nullIfEmpty(cause.CorrelationID),
+		MessageID: NilIfEmpty(cause.MessageID), CorrelationID: NilIfEmpty(cause.CorrelationID),
 	})
 	if err == nil {
 		return Move{From: from, To: to, Version: int(row.Version), CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt}, from, nil
 	}
-	if err = translate(err); !errors.Is(err, domain.ErrNotFound) {
+	if err = Translate(err); !errors.Is(err, domain.ErrNotFound) {
 		return Move{}, "", fmt.Errorf("move order %s on %s: %w", id, t, err)
 	}
 	status, err := queries.GetOrderStatus(ctx, db, id)
 	if err != nil {
-		return Move{}, "", fmt.Errorf("order %s: %w", id, translate(err))
+		return Move{}, "", fmt.Errorf("order %s: %w", id, Translate(err))
 	}
 	current := domain.Status(status)
 	_, err = domain.Next(current, t) // explains why it did not move
 	return Move{}, current, fmt.Errorf("order %s: %w", id, err)
 }
 
-func insertTransition(ctx context.Context, db DBTX, id uuid.UUID, from, to domain.Status, cause Cause) error {
+func insertTransition(ctx context.Context, db DBTX, id uuid.UUID, from, to domain.Status, cause domain.Cause) error {
 	err := queries.InsertTransition(ctx, db, dbsqlc.InsertTransitionParams{
 		OrderID:       id,
-		FromStatus:    nullIfEmpty(string(from)),
+		FromStatus:    NilIfEmpty(string(from)),
 		ToStatus:      string(to),
-		MessageID:     nullIfEmpty(cause.MessageID),
-		CorrelationID: nullIfEmpty(cause.CorrelationID),
+		MessageID:     NilIfEmpty(cause.MessageID),
+		CorrelationID: NilIfEmpty(cause.CorrelationID),
 	})
 	if err != nil {
-		return fmt.Errorf("record transition of order %s to %s: %w", id, to, translate(err))
+		return fmt.Errorf("record transition of order %s to %s: %w", id, to, Translate(err))
 	}
 	return nil
 }
@@ -190,7 +182,7 @@ func insertTransition(ctx context.Context, db DBTX, id uuid.UUID, from, to domai
 func TransitionRecorded(ctx context.Context, db DBTX, id uuid.UUID, messageID string) (bool, error) {
 	ok, err := queries.TransitionExists(ctx, db, dbsqlc.TransitionExistsParams{OrderID: id, MessageID: &messageID})
 	if err != nil {
-		return false, fmt.Errorf("look up transition of order %s by message %s: %w", id, messageID, translate(err))
+		return false, fmt.Errorf("look up transition of order %s by message %s: %w", id, messageID, Translate(err))
 	}
 	return ok, nil
 }
@@ -199,15 +191,15 @@ func TransitionRecorded(ctx context.Context, db DBTX, id uuid.UUID, messageID st
 func History(ctx context.Context, db DBTX, id uuid.UUID) ([]HistoryEntry, error) {
 	rows, err := queries.ListTransitions(ctx, db, id)
 	if err != nil {
-		return nil, fmt.Errorf("history of order %s: %w", id, translate(err))
+		return nil, fmt.Errorf("history of order %s: %w", id, Translate(err))
 	}
 	history := make([]HistoryEntry, len(rows))
 	for i, r := range rows {
 		history[i] = HistoryEntry{
-			From:          domain.Status(deref(r.FromStatus)),
+			From:          domain.Status(Deref(r.FromStatus)),
 			To:            domain.Status(r.ToStatus),
 			MessageID:     r.MessageID,
-			CorrelationID: deref(r.CorrelationID),
+			CorrelationID: Deref(r.CorrelationID),
 			CreatedAt:     r.CreatedAt,
 		}
 	}
@@ -252,7 +244,7 @@ func ListOrders(ctx context.Context, db DBTX, p ListParams) ([]*domain.Order, *C
 		})
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("list orders: %w", translate(err))
+		return nil, nil, fmt.Errorf("list orders: %w", Translate(err))
 	}
 	var next *Cursor
 	if len(rows) > p.Limit {
@@ -273,14 +265,16 @@ var (
 	maxUUID   = uuid.Max
 )
 
-func nullIfEmpty(s string) *string {
+// NilIfEmpty turns "" into SQL NULL for a nullable text column.
+func NilIfEmpty(s string) *string {
 	if s == "" {
 		return nil
 	}
 	return &s
 }
 
-func deref(s *string) string {
+// Deref reads a nullable text column, NULL as "".
+func Deref(s *string) string {
 	if s == nil {
 		return ""
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,7 +79,7 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	if err := waitForDatabase(ctx, pool, orDefault(cfg.ConnectTimeout, 30*time.Second)); err != nil {
+	if err := waitForDatabase(ctx, pool, cmp.Or(cfg.ConnectTimeout, 30*time.Second)); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -103,17 +104,9 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, timeout time.Durat
 	}
 }
 
-func orDefault[T comparable](v, fallback T) T {
-	var zero T
-	if v == zero {
-		return fallback
-	}
-	return v
-}
-
-// translate maps driver errors to the domain's sentinel errors, keeping the
+// Translate maps driver errors to the domain's sentinel errors, keeping the
 // original in the chain for logs.
-func translate(err error) error {
+func Translate(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -131,7 +124,7 @@ func translate(err error) error {
 // (lock_timeout, statement_timeout, serialization_failure, deadlock,
 // database_unavailable), or returns "" when err is not transient.
 func TransientCode(err error) string {
-	if !Transient(err) {
+	if !IsTransient(err) {
 		return ""
 	}
 	var pgErr *pgconn.PgError
@@ -150,11 +143,11 @@ func TransientCode(err error) string {
 	return "database_unavailable"
 }
 
-// Transient reports whether err is worth retrying later as it is: the
+// IsTransient reports whether err is worth retrying later as it is: the
 // database went away, was too busy, or picked this transaction as the loser
 // of a serialization failure, a deadlock or a lock or statement timeout.
 // Constraint violations, bad SQL and missing rows are not transient.
-func Transient(err error) bool {
+func IsTransient(err error) bool {
 	if err == nil {
 		return false
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -51,13 +52,13 @@ func count(t *testing.T, db store.DBTX, table string) int {
 }
 
 // createWithOutbox is the transaction of POST /v1/orders.
-func createWithOutbox(ctx context.Context, db *pgxpool.Pool, o *domain.Order, meta store.MessageMeta, after func(pgx.Tx) error) error {
+func createWithOutbox(ctx context.Context, db *pgxpool.Pool, o *domain.Order, cause domain.Cause, after func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		created, err := store.CreateOrder(ctx, tx, o, store.Cause{CorrelationID: meta.CorrelationID})
+		created, err := store.CreateOrder(ctx, tx, o, cause)
 		if err != nil {
 			return err
 		}
-		if _, err := store.EnqueueMessages(ctx, tx, meta, domain.SubmittedMessage(created)); err != nil {
+		if _, err := (outbox.Writer{Producer: "order-api"}).Write(ctx, tx, cause, domain.SubmittedMessage(created)); err != nil {
 			return err
 		}
 		if after != nil {
@@ -71,7 +72,7 @@ func TestCreateOrderCommitsOrderAndOutboxRowTogether(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	o := newOrder(t)
-	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{CorrelationID: "corr-1"}, nil); err != nil {
+	if err := createWithOutbox(b.ctx, b.pool, o, domain.Cause{CorrelationID: "corr-1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -124,9 +125,9 @@ func TestFailureAfterOutboxInsertLeavesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	o := newOrder(t)
-	err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, func(tx pgx.Tx) error {
+	err := createWithOutbox(b.ctx, b.pool, o, domain.Cause{}, func(tx pgx.Tx) error {
 		// Violate a constraint in the same transaction: the same order again.
-		_, err := store.CreateOrder(b.ctx, tx, o, store.Cause{})
+		_, err := store.CreateOrder(b.ctx, tx, o, domain.Cause{})
 		return err
 	})
 	if !errors.Is(err, domain.ErrConflict) {
@@ -142,44 +143,26 @@ func TestFailureAfterOutboxInsertLeavesNothing(t *testing.T) {
 	}
 }
 
-func TestEnqueueMessagesOneStatementManyRows(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	o := newOrder(t)
-	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
-		t.Fatal(err)
-	}
-	ids, err := store.EnqueueMessages(b.ctx, b.pool, store.MessageMeta{CorrelationID: "c", CausationID: "m-1"},
-		domain.OrderFulfilledV1{ID: o.ID()}, domain.OrderRejectedV1{ID: o.ID(), Reason: "r"})
-	if err != nil || len(ids) != 2 || ids[0] == ids[1] {
-		t.Fatalf("EnqueueMessages = %v, %v", ids, err)
-	}
-	var causation string
-	if err := b.pool.QueryRow(b.ctx, "SELECT headers->>'causation_id' FROM message_outbox WHERE outbox_id = $1", ids[1]).Scan(&causation); err != nil || causation != "m-1" {
-		t.Fatalf("causation_id = %q, %v", causation, err)
-	}
-}
-
 func TestMoveOrderIsGuarded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	o := newOrder(t)
-	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+	if err := createWithOutbox(b.ctx, b.pool, o, domain.Cause{}, nil); err != nil {
 		t.Fatal(err)
 	}
 
-	move, current, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerSubmitted, store.Cause{MessageID: "m-1", CorrelationID: "c"})
+	move, current, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerSubmitted, domain.Cause{MessageID: "m-1", CorrelationID: "c"})
 	if err != nil || current != domain.StatusSubmitted || move.From != domain.StatusSubmitted || move.To != domain.StatusFulfillmentRequested || move.Version != 2 {
 		t.Fatalf("MoveOrder = %+v, %s, %v", move, current, err)
 	}
 	// The same trigger again finds the order past it, and moves nothing.
-	if _, current, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerSubmitted, store.Cause{MessageID: "m-2"}); !errors.Is(err, domain.ErrStaleTransition) || current != domain.StatusFulfillmentRequested {
+	if _, current, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerSubmitted, domain.Cause{MessageID: "m-2"}); !errors.Is(err, domain.ErrStaleTransition) || current != domain.StatusFulfillmentRequested {
 		t.Fatalf("second move: %s, %v; want ErrStaleTransition", current, err)
 	}
 	// One message moves one order once: (order_id, message_id) is unique,
 	// and the transaction that tried rolls back its update too.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, _, err := store.MoveOrder(b.ctx, tx, o.ID(), domain.TriggerFulfillmentCompleted, store.Cause{MessageID: "m-1"})
+		_, _, err := store.MoveOrder(b.ctx, tx, o.ID(), domain.TriggerFulfillmentCompleted, domain.Cause{MessageID: "m-1"})
 		return err
 	})
 	if !errors.Is(err, domain.ErrConflict) {
@@ -193,13 +176,13 @@ func TestMoveOrderIsGuarded(t *testing.T) {
 	}
 	// A move the order is not ready for, and an order that does not exist.
 	fresh := newOrder(t)
-	if err := createWithOutbox(b.ctx, b.pool, fresh, store.MessageMeta{}, nil); err != nil {
+	if err := createWithOutbox(b.ctx, b.pool, fresh, domain.Cause{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, current, err := store.MoveOrder(b.ctx, b.pool, fresh.ID(), domain.TriggerFulfillmentCompleted, store.Cause{}); !errors.Is(err, domain.ErrInvalidTransition) || current != domain.StatusSubmitted {
+	if _, current, err := store.MoveOrder(b.ctx, b.pool, fresh.ID(), domain.TriggerFulfillmentCompleted, domain.Cause{}); !errors.Is(err, domain.ErrInvalidTransition) || current != domain.StatusSubmitted {
 		t.Fatalf("impossible move: %s, %v", current, err)
 	}
-	if _, _, err := store.MoveOrder(b.ctx, b.pool, uuid.New(), domain.TriggerCancel, store.Cause{}); !errors.Is(err, domain.ErrNotFound) {
+	if _, _, err := store.MoveOrder(b.ctx, b.pool, uuid.New(), domain.TriggerCancel, domain.Cause{}); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("missing order: %v", err)
 	}
 	got, _ := store.GetOrder(b.ctx, b.pool, o.ID())
@@ -217,7 +200,7 @@ func TestMoveOrderConcurrently(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	o := newOrder(t)
-	if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+	if err := createWithOutbox(b.ctx, b.pool, o, domain.Cause{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -228,7 +211,7 @@ func TestMoveOrderConcurrently(t *testing.T) {
 			if i%2 == 0 {
 				trigger = domain.TriggerSubmitted
 			}
-			if _, _, err := store.MoveOrder(b.ctx, b.pool, o.ID(), trigger, store.Cause{MessageID: fmt.Sprint("m-", i)}); err == nil {
+			if _, _, err := store.MoveOrder(b.ctx, b.pool, o.ID(), trigger, domain.Cause{MessageID: fmt.Sprint("m-", i)}); err == nil {
 				won.Add(1)
 			} else if !errors.Is(err, domain.ErrStaleTransition) {
 				t.Error(err)
@@ -331,7 +314,7 @@ func TestListOrdersKeysetWhileInserting(t *testing.T) {
 	b := setup(t)
 	insert := func() uuid.UUID {
 		o := newOrder(t)
-		if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+		if err := createWithOutbox(b.ctx, b.pool, o, domain.Cause{}, nil); err != nil {
 			t.Error(err)
 		}
 		return o.ID()
@@ -395,11 +378,11 @@ func TestListOrdersByStatus(t *testing.T) {
 	var cancelled []uuid.UUID
 	for i := range 9 {
 		o := newOrder(t)
-		if err := createWithOutbox(b.ctx, b.pool, o, store.MessageMeta{}, nil); err != nil {
+		if err := createWithOutbox(b.ctx, b.pool, o, domain.Cause{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
-			if _, _, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerCancel, store.Cause{}); err != nil {
+			if _, _, err := store.MoveOrder(b.ctx, b.pool, o.ID(), domain.TriggerCancel, domain.Cause{}); err != nil {
 				t.Fatal(err)
 			}
 			cancelled = append(cancelled, o.ID())

@@ -19,6 +19,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -33,6 +34,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
@@ -80,8 +82,21 @@ func NewDatabase(t testing.TB) *Database {
 
 	name := testDBPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + randomSuffix()
 	admin := connectAdmin(t, ctx)
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, server.template)); err != nil {
-		t.Fatalf("testenv: create database: %v", err)
+	for try := 1; ; try++ {
+		_, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, server.template))
+		if err == nil {
+			break
+		}
+		// Another checkout of the project, at another schema version, may
+		// have dropped this one's template as a leftover (older versions
+		// of this package did): build it again.
+		var pgErr *pgconn.PgError
+		if try == 3 || !errors.As(err, &pgErr) || (pgErr.Code != "3D000" && pgErr.Code != "55006") {
+			t.Fatalf("testenv: create database: %v", err)
+		}
+		if _, _, err := preparePostgres(ctx); err != nil {
+			t.Fatalf("testenv: rebuild the template: %v", err)
+		}
 	}
 	_ = admin.Close(ctx)
 
@@ -196,30 +211,44 @@ func buildTemplate(ctx context.Context, conn *pgx.Conn, adminURL, template strin
 	}
 	// No one may connect to a template: CREATE DATABASE ... TEMPLATE fails
 	// while anyone is.
-	_, err = conn.Exec(ctx, "ALTER DATABASE "+template+" WITH is_template true allow_connections false")
+	if _, err = conn.Exec(ctx, "ALTER DATABASE "+template+" WITH is_template true allow_connections false"); err != nil {
+		return err
+	}
+	// When it was built, so that another checkout at another schema
+	// version (a branch, a worktree) leaves it alone for a day.
+	_, err = conn.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS 'built %d'", template, time.Now().Unix()))
 	return err
 }
 
-// dropLeftovers drops templates of other schema versions and the test
-// databases of runs that were killed before their cleanup (older than an
-// hour).
+// dropLeftovers drops the test databases of runs that were killed before
+// their cleanup (older than an hour), and templates of other schema
+// versions built more than a day ago (another checkout on this machine may
+// be testing with a newer one right now).
 func dropLeftovers(ctx context.Context, conn *pgx.Conn, keep string) {
-	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'orders_template_%' OR datname LIKE $1", testDBPrefix+"%")
+	rows, err := conn.Query(ctx, `SELECT datname, coalesce(shobj_description(oid, 'pg_database'), '') FROM pg_database
+		WHERE datname LIKE 'orders_template_%' OR datname LIKE $1`, testDBPrefix+"%")
 	if err != nil {
 		return
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type leftover struct{ name, comment string }
+	dbs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leftover, error) {
+		var l leftover
+		return l, r.Scan(&l.name, &l.comment)
+	})
 	if err != nil {
 		return
 	}
 	cutoff := time.Now().Add(-time.Hour).Unix()
-	for _, name := range names {
+	for _, db := range dbs {
+		name := db.name
 		if strings.HasPrefix(name, testDBPrefix) {
 			created, _, _ := strings.Cut(strings.TrimPrefix(name, testDBPrefix), "_")
 			if ts, err := strconv.ParseInt(created, 10, 64); err != nil || ts > cutoff {
 				continue
 			}
 		} else if name == keep {
+			continue
+		} else if built, err := strconv.ParseInt(strings.TrimPrefix(db.comment, "built "), 10, 64); err == nil && built > time.Now().Add(-24*time.Hour).Unix() {
 			continue
 		} else {
 			_, _ = conn.Exec(ctx, "ALTER DATABASE "+name+" WITH is_template false")

@@ -20,7 +20,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -135,7 +135,7 @@ func TestMetricsAreDocumentedAndMove(t *testing.T) {
 
 	// A duplicate: the first order.submitted again, as a relay would republish it.
 	before := sumMetric(scrape(t, consumerAdmin), "consumer_messages_duplicates_total")
-	var row store.OutboxRow
+	var row outbox.Row
 	var headers map[string]string
 	err = db.QueryRow(context.Background(), `SELECT outbox_id, message_type, message_version, exchange_name, routing_key, payload, headers, created_at
 		FROM message_outbox WHERE message_type = 'order.submitted' ORDER BY created_at LIMIT 1`).
@@ -144,7 +144,7 @@ func TestMetricsAreDocumentedAndMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	row.Headers = headers
-	s.publishRaw(messaging.Publishing(row))
+	s.publishRaw(outbox.Publishing(row))
 	testenv.WaitFor(t, 15*time.Second, "the duplicate counter to move", func() bool {
 		// order.submitted goes to fulfillment and notification: two duplicates.
 		return sumMetric(scrape(t, consumerAdmin), "consumer_messages_duplicates_total") >= before+2

@@ -105,6 +105,14 @@ type OrderStateTransition struct {
 	CreatedAt     time.Time
 }
 
+type Shipment struct {
+	ShipmentID uuid.UUID
+	OrderID    uuid.UUID
+	Status     string
+	MessageID  string
+	CreatedAt  time.Time
+}
+
 type StockReservation struct {
 	OrderID       uuid.UUID
 	ReservationID uuid.UUID

@@ -1,0 +1,71 @@
+package consumer
+
+import (
+	"fmt"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/yourorg/orders/internal/consumer/fulfillment"
+	"github.com/yourorg/orders/internal/consumer/notification"
+	"github.com/yourorg/orders/internal/consumer/shipping"
+	"github.com/yourorg/orders/internal/consumer/warehouse"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+)
+
+// Deps is what the consumers take from the process that runs them.
+type Deps struct {
+	// MeterProvider receives the consumers' business metrics (default: the
+	// global one).
+	MeterProvider metric.MeterProvider
+	// Notifier configures the notification webhook.
+	Notifier notification.Config
+}
+
+// All returns every consumer of order-consumer, in the order of the flow.
+// Adding a consumer is one line here (docs/extending.md).
+func All(d Deps) []*inbox.Consumer {
+	return []*inbox.Consumer{
+		fulfillment.New(d.MeterProvider),
+		warehouse.New(),
+		notification.New(d.Notifier),
+		shipping.New(),
+	}
+}
+
+// Names lists the names of every consumer, in the order of All.
+func Names() []string {
+	var names []string
+	for _, c := range All(Deps{}) {
+		names = append(names, c.Name())
+	}
+	return names
+}
+
+// Select returns the consumers of all that names lists, in the order of
+// all; no names selects every one. A name that is not a consumer is an
+// error that lists the names there are.
+func Select(all []*inbox.Consumer, names []string) ([]*inbox.Consumer, error) {
+	if len(names) == 0 {
+		return all, nil
+	}
+	byName := map[string]*inbox.Consumer{}
+	var known []string
+	for _, c := range all {
+		byName[c.Name()] = c
+		known = append(known, c.Name())
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		if byName[n] == nil {
+			return nil, fmt.Errorf("unknown consumer %q (there are %v)", n, known)
+		}
+		want[n] = true
+	}
+	var out []*inbox.Consumer
+	for _, c := range all {
+		if want[c.Name()] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}

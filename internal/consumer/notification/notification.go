@@ -1,0 +1,173 @@
+// Package notification records one customer notification per (order,
+// kind) for order.submitted, .cancelled, .fulfilled and .rejected, and
+// delivers it to an HTTP webhook with an Idempotency-Key: the example of an
+// external side effect that a database inbox alone cannot make
+// exactly-once. The delivery is done in two steps (inbox.External): the
+// intent commits with the inbox row, the call happens outside any
+// transaction, the result commits after.
+package notification
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+)
+
+// Config configures the notification webhook.
+type Config struct {
+	// URL receives each notification as a JSON POST; empty turns
+	// delivery off (notifications are recorded as SKIPPED).
+	URL string
+	// Timeout bounds one webhook call. Default 5s.
+	Timeout time.Duration
+	// Client makes the calls. Default: an http.Client with Timeout whose
+	// calls are client spans of the processing trace (and carry its
+	// traceparent to the receiver).
+	Client *http.Client
+	// TracerProvider traces the calls of the default client; default: the
+	// global one.
+	TracerProvider trace.TracerProvider
+}
+
+// HeaderIdempotencyKey is sent with every webhook call: the notification's
+// id, the same on every retry, so that the receiver can tell a retry from a
+// new notification.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// Notification statuses.
+const (
+	notificationPending = "PENDING"
+	notificationSent    = "SENT"
+	notificationSkipped = "SKIPPED"
+	notificationFailed  = "FAILED"
+)
+
+// WebhookBody is what the webhook receives. It names the order and the
+// notification, and carries no personal data.
+type WebhookBody struct {
+	NotificationID uuid.UUID `json:"notification_id"`
+	OrderID        uuid.UUID `json:"order_id"`
+	Kind           string    `json:"kind"`
+	MessageID      string    `json:"message_id"`
+}
+
+// Name is the consumer's name: its consumer_name in the inbox and the
+// name of its queues.
+const Name = "notification"
+
+// New returns the consumer. Every call of one notification carries the
+// same Idempotency-Key.
+func New(cfg Config) *inbox.Consumer {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Client == nil {
+		var opts []otelhttp.Option
+		if cfg.TracerProvider != nil {
+			opts = append(opts, otelhttp.WithTracerProvider(cfg.TracerProvider))
+		}
+		cfg.Client = &http.Client{Timeout: cfg.Timeout, Transport: otelhttp.NewTransport(http.DefaultTransport, opts...)}
+	}
+	n := &notifier{cfg: cfg}
+	c := inbox.NewConsumer(Name)
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderSubmittedV1) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, "order_received")
+	})
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderCancelledV1) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, "order_cancelled")
+	})
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderFulfilledV1) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, "order_fulfilled")
+	})
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderRejectedV1) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, "order_rejected")
+	})
+	return c
+}
+
+type notifier struct{ cfg Config }
+
+// notify records the notification of kind for the order of d, once, and
+// delivers it: in two steps when a webhook is set, else it is SKIPPED.
+func (n *notifier) notify(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, kind string) (inbox.Outcome, error) {
+	note := notification{ID: uuid.Must(uuid.NewV7()), OrderID: d.Message.OrderID(), Kind: kind, Status: notificationPending, MessageID: d.MessageID}
+	if n.cfg.URL == "" {
+		note.Status = notificationSkipped
+	}
+	created, err := createNotification(ctx, tx, note)
+	if err != nil {
+		return inbox.Outcome{}, err
+	}
+	if !created {
+		existing, err := lockNotification(ctx, tx, note.OrderID, kind)
+		if err != nil {
+			return inbox.Outcome{}, err
+		}
+		if existing.Status != notificationPending {
+			return inbox.Ignore(fmt.Sprintf("the %s notification exists already (%s)", kind, existing.Status)), nil
+		}
+		note = *existing // a retry: deliver the same notification, same key
+	}
+	if note.Status == notificationSkipped {
+		return inbox.Applied(), nil
+	}
+	body, err := json.Marshal(WebhookBody{NotificationID: note.ID, OrderID: note.OrderID, Kind: kind, MessageID: note.MessageID})
+	if err != nil {
+		return inbox.Outcome{}, err
+	}
+	return inbox.Outcome{External: &inbox.External{
+		Call: func(ctx context.Context) error { return n.post(ctx, note.ID, body) },
+		Record: func(ctx context.Context, tx pgx.Tx, callErr error) error {
+			switch _, permanent := inbox.Classify(callErr); {
+			case callErr == nil:
+				return recordNotificationAttempt(ctx, tx, note.ID, notificationSent, "")
+			case permanent:
+				return recordNotificationAttempt(ctx, tx, note.ID, notificationFailed, callErr.Error())
+			default:
+				return recordNotificationAttempt(ctx, tx, note.ID, notificationPending, callErr.Error())
+			}
+		},
+	}}, nil
+}
+
+// post calls the webhook. 2xx is delivered; 408, 429 and 5xx, a timeout or
+// a network error are transient (the outcome of a timeout is unknown: the
+// receiver may have it, which is what the Idempotency-Key is for); any
+// other status is permanent.
+func (n *notifier) post(ctx context.Context, id uuid.UUID, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return inbox.Permanent("webhook_misconfigured", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderIdempotencyKey, id.String())
+	resp, err := n.cfg.Client.Do(req)
+	if err != nil {
+		return inbox.Retryable("webhook_unavailable", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
+		return inbox.Retryable("webhook_unavailable", fmt.Errorf("webhook answered %s", resp.Status))
+	default:
+		return inbox.Permanent("webhook_rejected", errors.New("webhook answered "+resp.Status))
+	}
+}

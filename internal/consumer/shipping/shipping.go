@@ -1,0 +1,49 @@
+// Package shipping is the last step of an order's flow: every fulfilled
+// order gets one shipment, ready for the carrier (its table, shipment).
+// It reads order.fulfilled and emits nothing.
+//
+// It was added through the recipe of docs/extending.md: this folder, one
+// migration (00006_shipment.sql) and one line in internal/consumer.All.
+package shipping
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/store"
+)
+
+// Name is the consumer's name: its consumer_name in the inbox and the
+// name of its queues.
+const Name = "shipping"
+
+// StatusReadyToShip is the status of a new shipment.
+const StatusReadyToShip = "READY_TO_SHIP"
+
+// New returns the consumer.
+func New() *inbox.Consumer {
+	c := inbox.NewConsumer(Name)
+	inbox.Handle(c, ship)
+	return c
+}
+
+// ship creates the shipment of a fulfilled order, unless it has one.
+func ship(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderFulfilledV1) (inbox.Outcome, error) {
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO shipment (shipment_id, order_id, status, message_id)
+		VALUES ($1, $2, $3, $4)
+		ON CONFLICT (order_id) DO NOTHING`,
+		uuid.Must(uuid.NewV7()), m.ID, StatusReadyToShip, d.MessageID)
+	if err != nil {
+		return inbox.Outcome{}, fmt.Errorf("insert shipment of order %s: %w", m.ID, store.Translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return inbox.Ignore("the order has a shipment already"), nil
+	}
+	return inbox.Applied(), nil
+}

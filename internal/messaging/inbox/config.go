@@ -1,0 +1,80 @@
+package inbox
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Config configures the consumers of a process. Zero fields take
+// the defaults noted on each.
+type Config struct {
+	// Prefetch is how many unacknowledged deliveries the broker sends each
+	// consumer at once. Default 32.
+	Prefetch int
+	// Workers is how many deliveries each consumer processes at once.
+	// Default 8.
+	Workers int
+	// MaxAttempts is how many times a transient failure is retried before
+	// the message is parked as poison. Default 5.
+	MaxAttempts int
+	// RetryDelays are the waits before the retries, growing; the last one
+	// repeats. Default 1s, 5s, 30s, 2m.
+	RetryDelays []time.Duration
+	// DeliveryLimit is the work queues' x-delivery-limit: redeliveries
+	// (crashes, nacks) after which the broker parks a message. Default 20.
+	DeliveryLimit int
+	// ProcessingLease is how long a message may stay PROCESSING between the
+	// two steps of an external side effect before another delivery takes it
+	// over. Default 1m.
+	ProcessingLease time.Duration
+	// ShutdownTimeout bounds the wait for the deliveries in progress on
+	// stop; what is not done then is left unacknowledged for redelivery.
+	// Default 15s.
+	ShutdownTimeout time.Duration
+	// InboxRetention is how long PROCESSED inbox rows are kept: at least
+	// as long as a message may be delivered or replayed again. 0 keeps them
+	// forever.
+	InboxRetention time.Duration
+	// Producer is the app_id of the follow-up messages. Default
+	// "order-consumer".
+	Producer string
+}
+
+func (c *Config) setDefaults() {
+	c.Prefetch = cmp.Or(c.Prefetch, 32)
+	c.Workers = cmp.Or(c.Workers, 8)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
+	if len(c.RetryDelays) == 0 {
+		c.RetryDelays = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+	}
+	c.DeliveryLimit = cmp.Or(c.DeliveryLimit, 20)
+	c.ProcessingLease = cmp.Or(c.ProcessingLease, time.Minute)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 15*time.Second)
+	c.Producer = cmp.Or(c.Producer, "order-consumer")
+}
+
+// Validate reports settings that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Prefetch < 1 || c.Workers < 1 || c.MaxAttempts < 1 || c.DeliveryLimit < 1 {
+		errs = append(errs, errors.New("prefetch, workers, max attempts and delivery limit must be at least 1"))
+	}
+	for _, d := range c.RetryDelays {
+		if d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("retry delay %s is shorter than a millisecond", d))
+		}
+	}
+	if !slices.IsSorted(c.RetryDelays) {
+		errs = append(errs, errors.New("retry delays must grow"))
+	}
+	if c.InboxRetention < 0 {
+		errs = append(errs, errors.New("inbox retention must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// scope is the instrumentation scope of the inbox's spans and metrics.
+const scope = "github.com/yourorg/orders/internal/messaging/inbox"

@@ -1,0 +1,93 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/domain"
+)
+
+// Consumer is one consumer: its name (its consumer_name in the inbox and
+// the name of its queues) and a handler for each message it reads. The
+// handlers are the single source of what the consumer reads: its queue
+// bindings, its metrics' label values and the dispatch of each delivery
+// all come from them, so none of these can drift from the code.
+//
+//	c := inbox.NewConsumer("shipping")
+//	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderFulfilledV1) (inbox.Outcome, error) {
+//		// change the database in tx; say what you did
+//		return inbox.Applied(), nil
+//	})
+type Consumer struct {
+	name     string
+	handlers map[handlerKey]handler
+}
+
+// handlerKey names one version of one message type.
+type handlerKey struct {
+	typ     string
+	version int
+}
+
+// handler runs one delivery whose payload is known to be of its type.
+type handler func(ctx context.Context, tx pgx.Tx, d *Delivery) (Outcome, error)
+
+// NewConsumer returns a consumer named name, with no handlers yet.
+func NewConsumer(name string) *Consumer {
+	return &Consumer{name: name, handlers: map[handlerKey]handler{}}
+}
+
+// Handle registers h for the messages of type M (one version of one
+// message type of the domain's catalogue). The handler gets the payload
+// decoded and typed; it runs in the transaction that holds the message's
+// inbox row, and knows nothing of acknowledgements: the consumer commits,
+// acknowledges, retries or parks by what it returns. Wrap an error with
+// Permanent when no retry can help.
+//
+// Registering a type twice on one consumer is a programming error: Handle
+// panics, at start-up.
+func Handle[M domain.Message](c *Consumer, h func(ctx context.Context, tx pgx.Tx, d *Delivery, m M) (Outcome, error)) {
+	var zero M
+	k := handlerKey{zero.MessageType(), zero.MessageVersion()}
+	if _, dup := c.handlers[k]; dup {
+		panic(fmt.Sprintf("inbox: consumer %s registers %s version %d twice", c.name, k.typ, k.version))
+	}
+	c.handlers[k] = func(ctx context.Context, tx pgx.Tx, d *Delivery) (Outcome, error) {
+		m, ok := d.Message.(M)
+		if !ok { // the catalogue decodes each (type, version) into one Go type
+			return Outcome{}, Permanent("unexpected_type", fmt.Errorf("%s version %d decoded as %T, want %T", d.Type, d.Version, d.Message, zero))
+		}
+		return h(ctx, tx, d, m)
+	}
+}
+
+// Name is the consumer's name.
+func (c *Consumer) Name() string { return c.name }
+
+// Types lists the message types the consumer reads, sorted: the routing
+// keys its queue is bound to.
+func (c *Consumer) Types() []string {
+	var types []string
+	for k := range c.handlers {
+		if !slices.Contains(types, k.typ) {
+			types = append(types, k.typ)
+		}
+	}
+	slices.Sort(types)
+	return types
+}
+
+// handlerOf finds the handler of a delivery. A type the consumer does not
+// read, or a version it has no handler for, is a permanent failure.
+func (c *Consumer) handlerOf(d *Delivery) (handler, error) {
+	if h, ok := c.handlers[handlerKey{d.Type, d.Version}]; ok {
+		return h, nil
+	}
+	if slices.Contains(c.Types(), d.Type) {
+		return nil, Permanent("unsupported_version", fmt.Errorf("consumer %s has no handler for %s version %d", c.name, d.Type, d.Version))
+	}
+	return nil, Permanent("unexpected_type", fmt.Errorf("consumer %s does not handle %s", c.name, d.Type))
+}

@@ -1,0 +1,32 @@
+// Package inbox is the consumer side: a delivery wrapper that applies each
+// message at most once per consumer, whatever the duplicates, redeliveries,
+// crashes and replays, and never loses one.
+//
+// A consumer (consumer.go) is a name and one typed handler per message
+// type it reads:
+//
+//	c := inbox.NewConsumer("shipping")
+//	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderFulfilledV1) (inbox.Outcome, error) {
+//		// change the database in tx only
+//		return inbox.Applied(), nil
+//	})
+//
+// Consumers (consumers.go) runs a process's consumers, each on its own
+// connection and queues (topology.go), and for every delivery the same
+// pipeline (pipeline.go):
+//
+//	validate the envelope -> BEGIN -> inbox row (insert, or find: a
+//	duplicate) -> handler -> follow-up outbox rows -> COMMIT -> ack
+//
+// The inbox row (rows.go, queries/inbox.sql) is keyed on (consumer_name,
+// message_id); a concurrent delivery of the same message waits on that key.
+// A failure (failure.go) is recorded on the row and classified: transient
+// ones go round delayed-retry queues, permanent ones and exhausted retries
+// to the consumer's parking lot with headers that say why; the delivery is
+// acknowledged only once the message is safely somewhere else. An effect
+// outside the database (a webhook) takes two transactions (External).
+// Replay (replay.go) moves parked messages back, keeping their ids.
+//
+// docs/messaging.md draws the queues and the wrapper; docs/extending.md is
+// the recipe for a new consumer.
+package inbox

@@ -1,0 +1,169 @@
+// Package inboxtest runs consumers in a test, against the real PostgreSQL
+// and RabbitMQ, on a database and a vhost of the test's own: the kit for a
+// consumer's tests (docs/extending.md).
+//
+//	h := inboxtest.Start(t, shipping.New())
+//	id := h.Deliver(domain.OrderFulfilledV1{ID: orderID})
+//	row := h.WaitDone(shipping.Name, id) // PROCESSED, or parked
+//	h.Redeliver(id)                     // the same message again: a duplicate
+package inboxtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// Harness is a running set of consumers and what a test needs around them.
+type Harness struct {
+	T       testing.TB
+	Ctx     context.Context
+	Pool    *pgxpool.Pool // the test's own connections to its database
+	AMQPURL string
+	Metrics *testenv.Metrics // the consumers' metrics
+
+	mu   sync.Mutex
+	sent map[string]amqp.Publishing // by message id, for Redeliver
+}
+
+// Config is the consumers' configuration in tests: quick retries, a short
+// processing lease.
+func Config() inbox.Config {
+	return inbox.Config{
+		Prefetch: 8, Workers: 4, MaxAttempts: 3,
+		RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
+		DeliveryLimit:   5,
+		ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
+	}
+}
+
+// Start runs consumers on a fresh database and vhost until the test ends,
+// and returns when they are consuming.
+func Start(t testing.TB, consumers ...*inbox.Consumer) *Harness {
+	t.Helper()
+	db := testenv.NewDatabase(t)
+	h := &Harness{T: t, Ctx: t.Context(), Pool: db.Pool, AMQPURL: testenv.NewVhost(t), Metrics: testenv.NewMetrics(),
+		sent: map[string]amqp.Publishing{}}
+	pool, err := store.NewPool(h.Ctx, store.PoolConfig{URL: db.URL, AppName: "consumers-under-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	cs, err := inbox.NewConsumers(Config(), inbox.Deps{
+		Pool: pool, AMQPURL: h.AMQPURL, Logger: testenv.Logger(), MeterProvider: h.Metrics.Provider,
+	}, consumers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = cs.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	testenv.WaitFor(t, 15*time.Second, "the consumers to be consuming", func() bool { return cs.Ready(h.Ctx) == nil })
+	return h
+}
+
+// Deliver publishes m to the exchange with the envelope the relay would
+// give it, and returns its message id.
+func (h *Harness) Deliver(m domain.Message) string {
+	h.T.Helper()
+	body, err := json.Marshal(m)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	msg := amqp.Publishing{
+		MessageId: uuid.Must(uuid.NewV7()).String(), Type: m.MessageType(), ContentType: messaging.ContentTypeJSON,
+		DeliveryMode: amqp.Persistent, Timestamp: time.Now(), CorrelationId: "test-" + uuid.NewString()[:8], AppId: "inboxtest",
+		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(m.MessageVersion())}, Body: body,
+	}
+	h.publish(msg)
+	h.mu.Lock()
+	h.sent[msg.MessageId] = msg
+	h.mu.Unlock()
+	return msg.MessageId
+}
+
+// Redeliver publishes the message Deliver sent as id once more: a
+// duplicate, as a relay that lost a confirm would send it.
+func (h *Harness) Redeliver(id string) {
+	h.T.Helper()
+	h.mu.Lock()
+	msg, ok := h.sent[id]
+	h.mu.Unlock()
+	if !ok {
+		h.T.Fatalf("inboxtest: no message %s was delivered", id)
+	}
+	h.publish(msg)
+}
+
+func (h *Harness) publish(msg amqp.Publishing) {
+	h.T.Helper()
+	conn, err := amqp.Dial(h.AMQPURL)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		h.T.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(h.Ctx, domain.EventsExchange, msg.Type, true, false, msg)
+	if err != nil || !dc.Wait() {
+		h.T.Fatalf("inboxtest: publish %s: %v", msg.Type, err)
+	}
+}
+
+// WaitDone waits until consumer is done with message id (its inbox row is
+// PROCESSED, PERMANENT_FAILED or POISONED) and returns the row.
+func (h *Harness) WaitDone(consumer, id string) inbox.Row {
+	h.T.Helper()
+	var row inbox.Row
+	testenv.WaitFor(h.T, 15*time.Second, fmt.Sprintf("%s to be done with %s", consumer, id), func() bool {
+		var err error
+		row, err = inbox.Get(h.Ctx, h.Pool, consumer, id)
+		if err != nil && !errors.Is(err, domain.ErrNotFound) {
+			h.T.Fatal(err)
+		}
+		return row.Status == inbox.StatusProcessed || row.Status == inbox.StatusPermanentFailed || row.Status == inbox.StatusPoisoned
+	})
+	return row
+}
+
+// WaitDuplicates waits until the consumers have acknowledged n duplicates
+// in all.
+func (h *Harness) WaitDuplicates(n int64) {
+	h.T.Helper()
+	testenv.WaitFor(h.T, 15*time.Second, fmt.Sprintf("%d duplicates", n), func() bool {
+		return h.Metrics.Counter(h.T, "consumer.messages.duplicates") >= n
+	})
+}
+
+// Count runs a SELECT count(*) ... query in the test's database.
+func (h *Harness) Count(query string, args ...any) int {
+	h.T.Helper()
+	var n int
+	if err := h.Pool.QueryRow(h.Ctx, query, args...).Scan(&n); err != nil {
+		h.T.Fatal(err)
+	}
+	return n
+}

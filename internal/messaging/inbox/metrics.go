@@ -1,0 +1,130 @@
+package inbox
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/yourorg/orders/internal/messaging"
+)
+
+var (
+	attrConsumer = attribute.Key("consumer_name")
+	attrCode     = attribute.Key("reason_code")
+	attrStatus   = attribute.Key("status")
+)
+
+// consumerMetrics are the consumers' instruments (docs/observability.md).
+type consumerMetrics struct {
+	received, redelivered, processed, duplicates, retried  metric.Int64Counter
+	permanent, poisoned, parked, requeued, payloadMismatch metric.Int64Counter
+	duration, txDuration                                   metric.Float64Histogram
+	attempt                                                metric.Int64Histogram
+}
+
+// zero starts the counters of a consumer at zero for every label value
+// known in advance, so that rate() and alerts see a series before the
+// first event. (Reason codes are not known in advance.)
+func (m *consumerMetrics) zero(c *Consumer) {
+	ctx := context.Background()
+	consumer := attrConsumer.String(c.name)
+	for _, typ := range c.Types() {
+		attrs := metric.WithAttributes(consumer, messaging.AttrMessageType.String(typ))
+		m.received.Add(ctx, 0, attrs)
+		m.redelivered.Add(ctx, 0, attrs)
+		m.duplicates.Add(ctx, 0, attrs)
+		for _, outcome := range []string{"processed", "ignored"} {
+			m.processed.Add(ctx, 0, metric.WithAttributes(consumer, messaging.AttrMessageType.String(typ), messaging.AttrOutcome.String(outcome)))
+		}
+	}
+	for _, c := range []metric.Int64Counter{m.poisoned, m.requeued, m.payloadMismatch} {
+		c.Add(ctx, 0, metric.WithAttributes(consumer))
+	}
+}
+
+func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, error) {
+	var (
+		m   consumerMetrics
+		err error
+	)
+	mc := &messaging.Counters{Meter: meter}
+	counter := mc.Counter
+	m.received = counter("consumer.messages.received", "Deliveries received, by consumer and message type.")
+	m.redelivered = counter("consumer.messages.redelivered", "Deliveries the broker marked redelivered (delivered before, not acknowledged).")
+	m.processed = counter("consumer.messages.processed", "Messages processed and acknowledged, by outcome: processed (applied) or ignored (stale).")
+	m.duplicates = counter("consumer.messages.duplicates", "Deliveries of messages already PROCESSED: acknowledged, nothing applied.")
+	m.retried = counter("consumer.messages.retried", "Transient failures sent to a retry queue, by reason code.")
+	m.permanent = counter("consumer.messages.permanent_failures", "Permanent failures (invalid message, impossible transition), by reason code.")
+	m.poisoned = counter("consumer.messages.poisoned", "Messages whose retries ran out.")
+	m.parked = counter("consumer.messages.parked", "Messages moved to the parking lot, by reason code.")
+	m.requeued = counter("consumer.messages.requeued", "Deliveries given back to the broker because their failure could not be recorded or moved on.")
+	m.payloadMismatch = counter("consumer.inbox.payload_mismatch", "Duplicates whose body differs from the first delivery: a producer reused a message_id.")
+	if mc.Err != nil {
+		return nil, mc.Err
+	}
+	if m.duration, err = meter.Float64Histogram("consumer.processing.duration", metric.WithUnit("s"), messaging.SecondsBuckets,
+		metric.WithDescription("From receiving a delivery to acknowledging it, by consumer and outcome (processed, ignored, duplicate, retried, parked).")); err != nil {
+		return nil, err
+	}
+	if m.txDuration, err = meter.Float64Histogram("consumer.db.transaction.duration", metric.WithUnit("s"), messaging.SecondsBuckets,
+		metric.WithDescription("Duration of each processing transaction.")); err != nil {
+		return nil, err
+	}
+	if m.attempt, err = meter.Int64Histogram("inbox.attempt", metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20),
+		metric.WithDescription("The processing attempt of each message as it starts (1 = first).")); err != nil {
+		return nil, err
+	}
+
+	rows, err := meter.Int64ObservableGauge("inbox.rows", metric.WithUnit("{message}"),
+		metric.WithDescription("Inbox rows not PROCESSED, by consumer and status (PROCESSING, RETRYABLE_FAILED, PERMANENT_FAILED, POISONED)."))
+	if err != nil {
+		return nil, err
+	}
+	oldest, err := meter.Float64ObservableGauge("inbox.oldest_unprocessed_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest inbox row not PROCESSED, by consumer."))
+	if err != nil {
+		return nil, err
+	}
+	processingAge, err := meter.Float64ObservableGauge("inbox.processing_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest committed PROCESSING row (a two-step side effect in progress, or stuck), by consumer."))
+	if err != nil {
+		return nil, err
+	}
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		stats, err := Stats(ctx, cs.deps.Pool)
+		if err != nil {
+			return err
+		}
+		// Every consumer of this process and every status not PROCESSED is
+		// reported, at zero when it has no rows.
+		type key struct{ consumer, status string }
+		counts := map[key]int64{}
+		oldestBy, processingBy := map[string]time.Duration{}, map[string]time.Duration{}
+		for _, c := range cs.loops {
+			oldestBy[c.def.name], processingBy[c.def.name] = 0, 0
+			for _, status := range []string{StatusProcessing, StatusRetryableFailed, StatusPermanentFailed, StatusPoisoned} {
+				counts[key{c.def.name, status}] = 0
+			}
+		}
+		for _, s := range stats {
+			counts[key{s.Consumer, s.Status}] = s.Rows
+			oldestBy[s.Consumer] = max(oldestBy[s.Consumer], s.OldestAge)
+			if s.Status == StatusProcessing {
+				processingBy[s.Consumer] = s.OldestAge
+			}
+		}
+		for k, n := range counts {
+			o.ObserveInt64(rows, n, metric.WithAttributes(attrConsumer.String(k.consumer), attrStatus.String(k.status)))
+		}
+		for consumer, age := range oldestBy {
+			o.ObserveFloat64(oldest, age.Seconds(), metric.WithAttributes(attrConsumer.String(consumer)))
+			o.ObserveFloat64(processingAge, processingBy[consumer].Seconds(), metric.WithAttributes(attrConsumer.String(consumer)))
+		}
+		return nil
+	}, rows, oldest, processingAge)
+	return &m, err
+}

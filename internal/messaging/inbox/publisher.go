@@ -1,0 +1,75 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// republish copies a delivery into a new publishing: the same message id,
+// properties, headers and body.
+func republish(raw amqp.Delivery) amqp.Publishing {
+	headers := amqp.Table{}
+	for k, v := range raw.Headers {
+		// The broker's own bookkeeping of the earlier trips stays behind.
+		if k != "x-death" && k != "x-delivery-count" && !strings.HasPrefix(k, "x-first-death-") {
+			headers[k] = v
+		}
+	}
+	return amqp.Publishing{
+		Headers: headers, ContentType: raw.ContentType, ContentEncoding: raw.ContentEncoding,
+		DeliveryMode: amqp.Persistent, Priority: raw.Priority, CorrelationId: raw.CorrelationId,
+		ReplyTo: raw.ReplyTo, Expiration: raw.Expiration, MessageId: raw.MessageId, Timestamp: raw.Timestamp,
+		Type: raw.Type, UserId: raw.UserId, AppId: raw.AppId, Body: raw.Body,
+	}
+}
+
+// confirmPublisher publishes the consumers' retries and parkings, one at a
+// time, and reports success only once the broker confirmed the message and
+// did not return it. These are rare, so one at a time is plenty.
+type confirmPublisher struct {
+	mu      sync.Mutex
+	ch      *amqp.Channel
+	returns chan amqp.Return
+}
+
+func newConfirmPublisher(conn *amqp.Connection) (*confirmPublisher, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open publisher channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	return &confirmPublisher{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 1))}, nil
+}
+
+// publish sends msg to queue through the default exchange.
+func (p *confirmPublisher) publish(ctx context.Context, queue string, msg amqp.Publishing) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
+	if err != nil {
+		return err
+	}
+	acked, err := dc.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("no confirm: %w", err)
+	}
+	select { // a return comes before the ack of the same message
+	case ret := <-p.returns:
+		return fmt.Errorf("returned: %d %s (queue %s missing?)", ret.ReplyCode, ret.ReplyText, queue)
+	default:
+	}
+	if !acked {
+		return errors.New("nacked by RabbitMQ")
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
+	"github.com/yourorg/orders/internal/store"
+)
+
+var queries = dbsqlc.New()
+
+// The statuses of an inbox row (docs/state-machines.md).
+const (
+	StatusProcessing      = "PROCESSING"
+	StatusProcessed       = "PROCESSED"
+	StatusRetryableFailed = "RETRYABLE_FAILED"
+	StatusPermanentFailed = "PERMANENT_FAILED"
+	StatusPoisoned        = "POISONED"
+)
+
+// Outcomes of a PROCESSED message.
+const (
+	OutcomeApplied = "APPLIED"
+	OutcomeIgnored = "IGNORED"
+)
+
+// Entry is what the inbox records of a delivered message.
+type Entry struct {
+	Consumer      string
+	MessageID     string
+	Type          string
+	Version       int
+	AggregateID   string
+	PayloadHash   string
+	CorrelationID string
+	CausationID   string
+	TraceID       string
+}
+
+// Decision says what to do with a delivery.
+type Decision struct {
+	// Process: this delivery owns the message now; apply it in this
+	// transaction. The row already reads PROCESSED (APPLIED): that becomes
+	// true when, and only if, the transaction commits. Attempt counts the
+	// processing attempts so far, this one included.
+	Process bool
+	Attempt int
+	// Duplicate: the message was PROCESSED before; apply nothing.
+	Duplicate bool
+	// PayloadMismatch: a duplicate whose body differs from the first one:
+	// a producer reused a message_id. Worth a warning, not a second effect.
+	PayloadMismatch bool
+	// Busy: another delivery of the message holds it (a two-step handler
+	// between its steps, within its lease).
+	Busy bool
+}
+
+// Begin records the delivery of e in tx and decides, on the inbox row,
+// what the consumer does:
+//   - no row yet: insert it and process (the first delivery);
+//   - PROCESSED: a duplicate, process nothing;
+//   - PROCESSING, started less than lease ago: busy elsewhere;
+//   - anything else (a failed attempt, a parked message replayed, a
+//     PROCESSING row whose worker died): process again.
+//
+// A concurrent delivery of the same message waits on the primary key until
+// this transaction ends, then sees what it committed. The row is written
+// as PROCESSED from the start: nothing outside this transaction sees it
+// before the commit, and a rollback removes it together with the effect.
+func Begin(ctx context.Context, tx store.DBTX, e Entry, lease time.Duration) (Decision, error) {
+	attempt, err := queries.InsertInbox(ctx, tx, dbsqlc.InsertInboxParams{
+		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
+		AggregateID: store.NilIfEmpty(e.AggregateID), PayloadHash: e.PayloadHash, CorrelationID: store.NilIfEmpty(e.CorrelationID),
+		CausationID: store.NilIfEmpty(e.CausationID), TraceID: store.NilIfEmpty(e.TraceID),
+	})
+	if err == nil {
+		return Decision{Process: true, Attempt: int(attempt)}, nil
+	}
+	if err = store.Translate(err); !errors.Is(err, domain.ErrNotFound) {
+		return Decision{}, fmt.Errorf("insert inbox row: %w", err)
+	}
+
+	row, err := queries.LockInbox(ctx, tx, dbsqlc.LockInboxParams{LeaseSeconds: lease.Seconds(), ConsumerName: e.Consumer, MessageID: e.MessageID})
+	if err != nil {
+		return Decision{}, fmt.Errorf("lock inbox row: %w", store.Translate(err))
+	}
+	switch {
+	case row.Status == StatusProcessed:
+		if err := queries.TouchInbox(ctx, tx, dbsqlc.TouchInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID}); err != nil {
+			return Decision{}, fmt.Errorf("touch inbox row: %w", store.Translate(err))
+		}
+		return Decision{Duplicate: true, PayloadMismatch: row.PayloadHash != e.PayloadHash}, nil
+	case row.Status == StatusProcessing && !row.Stale:
+		return Decision{Busy: true}, nil
+	}
+	attempt, err = queries.RestartInbox(ctx, tx, dbsqlc.RestartInboxParams{TraceID: store.NilIfEmpty(e.TraceID), ConsumerName: e.Consumer, MessageID: e.MessageID})
+	if err != nil {
+		return Decision{}, fmt.Errorf("restart inbox row: %w", store.Translate(err))
+	}
+	return Decision{Process: true, Attempt: int(attempt)}, nil
+}
+
+// MarkProcessed records, in the transaction of the effect, how a
+// message ended: outcome APPLIED, or IGNORED with the reason.
+func MarkProcessed(ctx context.Context, tx store.DBTX, consumer, messageID, outcome, reason string) error {
+	err := queries.MarkInboxProcessed(ctx, tx, dbsqlc.MarkInboxProcessedParams{
+		Outcome: &outcome, OutcomeReason: store.NilIfEmpty(reason), ConsumerName: consumer, MessageID: messageID,
+	})
+	if err != nil {
+		return fmt.Errorf("mark inbox row processed: %w", store.Translate(err))
+	}
+	return nil
+}
+
+// Hold leaves the row PROCESSING when the transaction commits: the
+// first step of a two-step side effect. MarkProcessed ends it.
+func Hold(ctx context.Context, tx store.DBTX, consumer, messageID string) error {
+	if err := queries.HoldInbox(ctx, tx, dbsqlc.HoldInboxParams{ConsumerName: consumer, MessageID: messageID}); err != nil {
+		return fmt.Errorf("hold inbox row: %w", store.Translate(err))
+	}
+	return nil
+}
+
+// Failure is a failed processing attempt.
+type Failure struct {
+	Status  string // RETRYABLE_FAILED, PERMANENT_FAILED or POISONED
+	Code    string // a short, stable error code
+	Message string // what went wrong, without payload data
+}
+
+// RecordFailure writes a failed attempt of e, after the transaction of
+// the attempt rolled back, and returns the row's attempt count. A PROCESSED
+// row is never touched (domain.ErrConflict): what committed stays.
+func RecordFailure(ctx context.Context, db store.DBTX, e Entry, f Failure) (int, error) {
+	row, err := queries.RecordInboxFailure(ctx, db, dbsqlc.RecordInboxFailureParams{
+		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
+		AggregateID: store.NilIfEmpty(e.AggregateID), Status: f.Status, PayloadHash: e.PayloadHash,
+		LastErrorCode: store.NilIfEmpty(f.Code), LastErrorMessage: store.NilIfEmpty(f.Message),
+		CorrelationID: store.NilIfEmpty(e.CorrelationID), CausationID: store.NilIfEmpty(e.CausationID), TraceID: store.NilIfEmpty(e.TraceID),
+	})
+	if err != nil {
+		if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
+			return 0, fmt.Errorf("%w: message %s is already PROCESSED by %s", domain.ErrConflict, e.MessageID, e.Consumer)
+		}
+		return 0, fmt.Errorf("record inbox failure: %w", err)
+	}
+	return int(row.AttemptCount), nil
+}
+
+// Row is the stored state of one message for one consumer.
+type Row struct {
+	Status, Outcome, OutcomeReason, LastErrorCode, LastErrorMessage string
+	Attempts                                                        int
+}
+
+// Get reads the inbox row of a message (tests, tools).
+func Get(ctx context.Context, db store.DBTX, consumer, messageID string) (Row, error) {
+	row, err := queries.GetInbox(ctx, db, dbsqlc.GetInboxParams{ConsumerName: consumer, MessageID: messageID})
+	if err != nil {
+		return Row{}, fmt.Errorf("get inbox row: %w", store.Translate(err))
+	}
+	return Row{
+		Status: row.Status, Outcome: store.Deref(row.Outcome), OutcomeReason: store.Deref(row.OutcomeReason),
+		LastErrorCode: store.Deref(row.LastErrorCode), LastErrorMessage: store.Deref(row.LastErrorMessage), Attempts: int(row.AttemptCount),
+	}, nil
+}
+
+// DeleteProcessed deletes up to limit rows processed longer than
+// retention ago, and says how many.
+func DeleteProcessed(ctx context.Context, db store.DBTX, retention time.Duration, limit int) (int64, error) {
+	n, err := queries.DeleteProcessedInbox(ctx, db, dbsqlc.DeleteProcessedInboxParams{RetentionSeconds: retention.Seconds(), MaxRows: int32(limit)})
+	if err != nil {
+		return 0, fmt.Errorf("delete processed inbox rows: %w", store.Translate(err))
+	}
+	return n, nil
+}
+
+// Stat counts the rows of one consumer in one status (not PROCESSED).
+type Stat struct {
+	Consumer, Status string
+	Rows             int64
+	OldestAge        time.Duration
+}
+
+// Stats counts the inbox rows that are not PROCESSED.
+func Stats(ctx context.Context, db store.DBTX) ([]Stat, error) {
+	rows, err := queries.InboxStats(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("inbox stats: %w", store.Translate(err))
+	}
+	out := make([]Stat, len(rows))
+	for i, r := range rows {
+		out[i] = Stat{Consumer: r.ConsumerName, Status: r.Status, Rows: r.RowCount,
+			OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
+	}
+	return out, nil
+}

@@ -1,0 +1,100 @@
+package inbox
+
+import (
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+)
+
+// The queues of a consumer named N (docs/messaging.md draws them):
+//
+//	orders.N             its work queue: a quorum queue bound to orders.events
+//	                     for N's message types, with an explicit delivery limit
+//	orders.N.retry.<d>   one per retry delay d: no consumer; a message waits
+//	                     there d (x-message-ttl), then dead-letters back to
+//	                     orders.N
+//	orders.N.dlq         the parking lot: messages that cannot be handled,
+//	                     with headers saying why; also where the broker puts
+//	                     a message redelivered more than the delivery limit
+//
+// Declaring is idempotent; every consumer declares its topology at start
+// and after every reconnect. A declaration whose arguments differ from the
+// queue's (a changed delivery limit, say) fails with PRECONDITION_FAILED.
+
+// QueueName is the work queue of consumer name.
+func QueueName(consumer string) string { return "orders." + consumer }
+
+// ParkingLotName is the parking-lot queue of a work queue.
+func ParkingLotName(queue string) string { return queue + ".dlq" }
+
+// RetryQueueName is the queue a message of queue waits in for delay.
+func RetryQueueName(queue string, delay time.Duration) string {
+	return fmt.Sprintf("%s.retry.%s", queue, delay)
+}
+
+// Topology describes the queues of one consumer.
+type Topology struct {
+	Consumer      string
+	Types         []string        // the message types it is bound to
+	RetryDelays   []time.Duration // the delayed-retry steps, shortest first
+	DeliveryLimit int             // x-delivery-limit of the work queue
+}
+
+// Declare declares the exchange and the consumer's queues and bindings.
+func (t Topology) Declare(ch *amqp.Channel) error {
+	if err := messaging.DeclareExchange(ch); err != nil {
+		return err
+	}
+	queue := QueueName(t.Consumer)
+	dlq := ParkingLotName(queue)
+	declare := func(name string, args amqp.Table) error {
+		args["x-queue-type"] = "quorum"
+		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+			return fmt.Errorf("declare queue %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := declare(dlq, amqp.Table{}); err != nil {
+		return err
+	}
+	if err := declare(queue, amqp.Table{
+		// A message redelivered this often (a consumer crashing on it, or
+		// unable to reach the database) goes to the parking lot.
+		"x-delivery-limit":          int64(t.DeliveryLimit),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": dlq,
+		// Dead-letter at least once (not the quorum default, at most once).
+		"x-dead-letter-strategy": "at-least-once",
+		"x-overflow":             "reject-publish",
+	}); err != nil {
+		return err
+	}
+	for _, d := range t.RetryDelays {
+		if err := declare(RetryQueueName(queue, d), amqp.Table{
+			"x-message-ttl":             d.Milliseconds(),
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": queue,
+			"x-dead-letter-strategy":    "at-least-once",
+			"x-overflow":                "reject-publish",
+		}); err != nil {
+			return err
+		}
+	}
+	for _, typ := range t.Types {
+		if err := ch.QueueBind(queue, typ, domain.EventsExchange, false, nil); err != nil {
+			return fmt.Errorf("bind %s to %s: %w", queue, typ, err)
+		}
+	}
+	return nil
+}
+
+// retryQueue is the queue for the retry after attempt (1-based): the
+// delays grow with the attempts, and the last one repeats.
+func (t Topology) retryQueue(attempt int) string {
+	i := min(max(attempt, 1), len(t.RetryDelays)) - 1
+	return RetryQueueName(QueueName(t.Consumer), t.RetryDelays[i])
+}

@@ -1,0 +1,167 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/messaging"
+
+	"go.opentelemetry.io/otel/codes"
+)
+
+// outcome is what became of one claimed row.
+type outcome struct {
+	row    Row
+	result string // a publish-attempt outcome, below
+	reason string // for failures: what goes into last_error
+}
+
+// Publish attempt outcomes (the "outcome" label of outbox.publish.attempts).
+const (
+	outcomeConfirmed      = "confirmed"
+	outcomeNacked         = "nacked"
+	outcomeUnroutable     = "unroutable"
+	outcomeTimeout        = "timeout"
+	outcomeConnectionLost = "connection_lost"
+	outcomeNotPublished   = "not_published"
+	outcomeShutdown       = "shutdown"
+)
+
+// confirmLoop waits for the confirms of each batch, in order, and marks its
+// rows: confirmed ones PUBLISHED; returned, nacked and timed-out ones back
+// to PENDING (or FAILED); and, when ctx ends first (the shutdown deadline),
+// unconfirmed ones handed back untried. A confirm that never comes means
+// the channel cannot be trusted: stop ends the session, and the loop goes
+// on marking what is still in flight.
+func (s *session) confirmLoop(ctx context.Context, stop context.CancelCauseFunc) error {
+	var fatal error
+	for b := range s.inflight {
+		outcomes := s.awaitConfirms(ctx, b)
+		endSpans(b, outcomes)
+		err := s.mark(outcomes)
+		s.window.Release(int64(len(b.rows)))
+		s.inFlight.Add(-int64(len(b.rows)))
+		if err != nil {
+			return err
+		}
+		for _, o := range outcomes {
+			if o.result == outcomeTimeout && fatal == nil {
+				fatal = errors.New("publisher confirm timed out")
+				stop(fatal)
+			}
+		}
+	}
+	return fatal
+}
+
+// awaitConfirms waits for each confirm of batch b until its confirm
+// deadline or the shutdown deadline (ctx), and says what became of each row.
+func (s *session) awaitConfirms(ctx context.Context, b *batch) []outcome {
+	deadline := time.NewTimer(time.Until(b.publishedAt.Add(s.cfg.ConfirmTimeout)))
+	defer deadline.Stop()
+	outcomes := make([]outcome, len(b.rows))
+	timedOut, stopping := false, false
+	for i, row := range b.rows {
+		o := &outcomes[i]
+		o.row = row
+		if i >= len(b.confirms) {
+			o.result, o.reason = outcomeNotPublished, "not published: the channel closed first"
+			continue
+		}
+		dc := b.confirms[i]
+	wait:
+		for !timedOut && !stopping {
+			select {
+			case ret, ok := <-s.returns:
+				s.keepReturn(ret, ok)
+			case <-dc.Done():
+				break wait
+			case <-deadline.C:
+				timedOut = true
+			case <-ctx.Done():
+				stopping = true
+			}
+		}
+		if !isDone(dc) {
+			if stopping {
+				o.result, o.reason = outcomeShutdown, "no confirm before shutdown"
+			} else {
+				o.result = outcomeTimeout
+				o.reason = fmt.Sprintf("no publisher confirm within %s (the broker may have the message: a duplicate is possible)", s.cfg.ConfirmTimeout)
+			}
+			continue
+		}
+		// RabbitMQ sends basic.return before the ack of the same message, and
+		// the client hands the return over before it resolves the confirm:
+		// by now a return for this message is in the map or the channel.
+		s.drainReturns()
+		msgID := row.ID.String()
+		ret, wasReturned := s.returned[msgID]
+		delete(s.returned, msgID)
+		switch {
+		case wasReturned:
+			o.result = outcomeUnroutable
+			o.reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
+				ret.ReplyCode, ret.ReplyText, row.Exchange, row.RoutingKey)
+		case dc.Acked():
+			o.result = outcomeConfirmed
+			s.metrics.confirmLatency.Record(context.Background(), time.Since(b.publishedAt).Seconds())
+		case s.ch.IsClosed():
+			o.result, o.reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
+		default:
+			o.result, o.reason = outcomeNacked, "nacked by RabbitMQ"
+		}
+	}
+	return outcomes
+}
+
+// endSpans ends the publish spans of a batch with what the broker said.
+func endSpans(b *batch, outcomes []outcome) {
+	failed := 0
+	for i, span := range b.spans {
+		span.SetAttributes(messaging.AttrOutcome.String(outcomes[i].result))
+		if outcomes[i].result != outcomeConfirmed {
+			failed++
+			span.SetStatus(codes.Error, outcomes[i].reason)
+		}
+		span.End()
+	}
+	if failed > 0 {
+		b.batchSpan.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages not confirmed", failed, len(outcomes)))
+	}
+	b.batchSpan.End()
+}
+
+func (s *session) drainReturns() {
+	for s.returns != nil {
+		select {
+		case ret, ok := <-s.returns:
+			s.keepReturn(ret, ok)
+		default:
+			return
+		}
+	}
+}
+
+// keepReturn notes a returned message; when the channel has closed (ok is
+// false) it stops listening for returns.
+func (s *session) keepReturn(ret amqp.Return, ok bool) {
+	if !ok {
+		s.returns = nil // a nil channel never fires in a select
+		return
+	}
+	s.returned[ret.MessageId] = ret
+}
+
+func isDone(dc *amqp.DeferredConfirmation) bool {
+	select {
+	case <-dc.Done():
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,32 @@
+// Package outbox is the transactional outbox: messages are rows of
+// message_outbox, written in the transaction of the change they announce,
+// and published to RabbitMQ by the relay after that transaction commits.
+//
+// Writing (write.go) is one statement in the caller's transaction:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		order, err := store.CreateOrder(ctx, tx, o, cause)
+//		if err != nil {
+//			return err
+//		}
+//		_, err = writer.Write(ctx, tx, cause, domain.SubmittedMessage(order))
+//		return err
+//	})
+//
+// A statement trigger sends NOTIFY message_outbox on commit, which wakes the
+// relay (listen.go); a poll tick covers lost notifications.
+//
+// The relay (relay.go, session.go, confirm.go, mark.go) claims due PENDING
+// rows with FOR UPDATE SKIP LOCKED and a lease (rows.go,
+// queries/outbox.sql), publishes them on one confirm channel with mandatory
+// set and the confirms pipelined (publish.go builds each message's
+// envelope), and marks each row by what the broker said: PUBLISHED when
+// confirmed; back to PENDING with a backoff on a return, a nack or no
+// confirm in time; FAILED after the last attempt. Every mark names the
+// attempt that claimed the row, so a relay whose lease ran out cannot
+// overwrite a newer claim, and a vanished relay's rows come back when its
+// lease ends. Run as many relays as you like.
+//
+// docs/outbox-relay.md draws the relay; docs/state-machines.md the row's
+// life cycle; metrics.go lists the relay's instruments.
+package outbox

@@ -1,0 +1,143 @@
+package outbox
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+)
+
+// relayMetrics are the relay's instruments (docs/observability.md lists
+// them with the alerts to set).
+type relayMetrics struct {
+	published          metric.Int64Counter
+	attempts           metric.Int64Counter
+	unroutable         metric.Int64Counter
+	failed             metric.Int64Counter
+	recovered          metric.Int64Counter
+	confirmLatency     metric.Float64Histogram
+	publishDelay       metric.Float64Histogram
+	attemptsPerMessage metric.Int64Histogram
+	batchSize          metric.Int64Histogram
+}
+
+func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
+	var (
+		m   relayMetrics
+		err error
+	)
+	mc := &messaging.Counters{Meter: meter}
+	counter := mc.Counter
+	m.published = counter("outbox.published", "Outbox rows published and confirmed by the broker, by message type.")
+	m.attempts = counter("outbox.publish.attempts", "Publish attempts by outcome: confirmed, nacked, unroutable, timeout, connection_lost, not_published, shutdown.")
+	m.unroutable = counter("outbox.unroutable", "Messages the broker returned as unroutable (mandatory, no queue bound), by message type.")
+	m.failed = counter("outbox.failed", "Outbox rows that became FAILED: publish attempts exhausted.")
+	m.recovered = counter("outbox.lease.recovered", "PUBLISHING rows taken back after their relay's lease expired.")
+	if mc.Err != nil {
+		return nil, mc.Err
+	}
+	// Counters start at zero for every label value known in advance, so
+	// that rate() and alerts see a series before the first event.
+	ctx := context.Background()
+	for _, typ := range domain.MessageTypes() {
+		attrs := metric.WithAttributes(messaging.AttrMessageType.String(typ))
+		m.published.Add(ctx, 0, attrs)
+		m.unroutable.Add(ctx, 0, attrs)
+	}
+	m.failed.Add(ctx, 0)
+	m.recovered.Add(ctx, 0)
+	if m.confirmLatency, err = meter.Float64Histogram("outbox.confirm.latency", metric.WithUnit("s"), messaging.SecondsBuckets,
+		metric.WithDescription("From publish to the broker's confirm.")); err != nil {
+		return nil, err
+	}
+	if m.publishDelay, err = meter.Float64Histogram("outbox.publish.delay", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+		metric.WithDescription("From the outbox row's commit (created_at) to the broker's confirm.")); err != nil {
+		return nil, err
+	}
+	if m.attemptsPerMessage, err = meter.Int64Histogram("outbox.publish.attempt_number",
+		metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20),
+		metric.WithDescription("The attempt on which each confirmed row was published (1 = first try).")); err != nil {
+		return nil, err
+	}
+	if m.batchSize, err = meter.Int64Histogram("outbox.claim.batch_size", metric.WithUnit("{message}"),
+		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000),
+		metric.WithDescription("Rows per claim.")); err != nil {
+		return nil, err
+	}
+
+	// The backlog is read from the table at scrape time, so it is right
+	// whichever relay is scraped (the same for all of them).
+	pending, err := meter.Int64ObservableGauge("outbox.pending", metric.WithUnit("{message}"),
+		metric.WithDescription("Outbox rows waiting to be published (PENDING), by message type."))
+	if err != nil {
+		return nil, err
+	}
+	oldest, err := meter.Float64ObservableGauge("outbox.pending.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest PENDING outbox row."))
+	if err != nil {
+		return nil, err
+	}
+	publishing, err := meter.Int64ObservableGauge("outbox.publishing", metric.WithUnit("{message}"),
+		metric.WithDescription("Outbox rows claimed by a relay and not yet marked (PUBLISHING)."))
+	if err != nil {
+		return nil, err
+	}
+	failedRows, err := meter.Int64ObservableGauge("outbox.failed.rows", metric.WithUnit("{message}"),
+		metric.WithDescription("Outbox rows in FAILED, waiting for an operator, by message type."))
+	if err != nil {
+		return nil, err
+	}
+	inFlight, err := meter.Int64ObservableGauge("relay.in_flight", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages this relay published and has not yet seen confirmed."))
+	if err != nil {
+		return nil, err
+	}
+	connected, err := meter.Int64ObservableGauge("relay.broker.connected",
+		metric.WithDescription("1 while this relay holds an open confirm channel to RabbitMQ."))
+	if err != nil {
+		return nil, err
+	}
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(inFlight, r.inFlight.Load())
+		o.ObserveInt64(connected, boolInt(r.connected.Load()))
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		stats, err := Stats(ctx, r.pool)
+		if err != nil {
+			return err
+		}
+		// Every known type is reported, at zero when it has no rows.
+		counts := map[string]map[string]int64{"PENDING": {}, "PUBLISHING": {}, "FAILED": {}}
+		for _, typ := range domain.MessageTypes() {
+			for status := range counts {
+				counts[status][typ] = 0
+			}
+		}
+		var oldestAge time.Duration
+		for _, s := range stats {
+			counts[s.Status][s.MessageType] = s.Rows
+			if s.Status == "PENDING" {
+				oldestAge = max(oldestAge, s.OldestAge)
+			}
+		}
+		for status, gauge := range map[string]metric.Int64ObservableGauge{"PENDING": pending, "PUBLISHING": publishing, "FAILED": failedRows} {
+			for typ, n := range counts[status] {
+				o.ObserveInt64(gauge, n, metric.WithAttributes(messaging.AttrMessageType.String(typ)))
+			}
+		}
+		o.ObserveFloat64(oldest, oldestAge.Seconds())
+		return nil
+	}, pending, oldest, publishing, failedRows, inFlight, connected)
+	return &m, err
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,170 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/messaging"
+)
+
+// Deps is what a relay runs on.
+type Deps struct {
+	Pool           *pgxpool.Pool
+	AMQPURL        string
+	Logger         *slog.Logger
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider // default: the global one
+}
+
+// Relay publishes committed outbox rows. Run several at once if you like:
+// claims never overlap (SKIP LOCKED) and a dead relay's rows come back
+// when its lease ends.
+type Relay struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	url     string
+	log     *slog.Logger
+	metrics *relayMetrics
+	tracer  trace.Tracer
+
+	wake      chan struct{} // a rows-may-be-due signal; holds at most one
+	connected atomic.Bool   // a confirm channel is open
+	inFlight  atomic.Int64
+
+	// beforeMark, when set (tests only), runs after the broker confirmed a
+	// batch and before its rows are marked. An error stops the relay right
+	// there, as a crash would.
+	beforeMark func([]Claim) error
+}
+
+// errStopped ends Run on a beforeMark error: the test's stand-in for a crash.
+var errStopped = errors.New("relay stopped before marking confirmed rows")
+
+// NewRelay returns a relay; Run starts it.
+func NewRelay(cfg Config, deps Deps) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("relay config: %w", err)
+	}
+	r := &Relay{
+		cfg:    cfg,
+		pool:   deps.Pool,
+		url:    deps.AMQPURL,
+		log:    deps.Logger.With(slog.String("relay_id", cfg.ID)),
+		wake:   make(chan struct{}, 1),
+		tracer: messaging.Tracer(deps.TracerProvider, scope),
+	}
+	m, err := newRelayMetrics(deps.MeterProvider.Meter(scope), r)
+	if err != nil {
+		return nil, err
+	}
+	r.metrics = m
+	return r, nil
+}
+
+// ID is the relay's claimer id.
+func (r *Relay) ID() string { return r.cfg.ID }
+
+// Ready reports whether the relay can publish: it holds an open confirm
+// channel and the database answers.
+func (r *Relay) Ready(ctx context.Context) error {
+	if !r.connected.Load() {
+		return errors.New("not connected to RabbitMQ")
+	}
+	if err := r.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	return nil
+}
+
+// Run publishes until ctx ends, then stops claiming, waits up to
+// ShutdownTimeout for the confirms of what it published, marks those rows,
+// and hands the rest back. Lost broker connections are re-established with
+// backoff; nothing claimed is lost meanwhile (its rows are marked failed
+// and retried, or recovered when their lease ends).
+func (r *Relay) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx) // ends the helpers below when Run returns
+	defer cancel()
+	if !r.cfg.NotifyOff {
+		wg.Go(func() { r.listen(ctx) })
+	}
+	wg.Go(func() { r.maintain(ctx) })
+
+	r.log.InfoContext(ctx, "relay starting", slog.Int("batch_size", r.cfg.BatchSize),
+		slog.Int("max_in_flight", r.cfg.MaxInFlight), slog.Bool("notify", !r.cfg.NotifyOff))
+	var crashed error // a test's stand-in for a crash (beforeMark) ends the relay
+	background.Reconnect{
+		What: "broker session", Base: 500 * time.Millisecond, MaxDelay: 30 * time.Second, Logger: r.log,
+		Session: func(ctx context.Context) error {
+			err := r.session(ctx)
+			if errors.Is(err, errStopped) {
+				crashed = err
+				cancel()
+			}
+			return err
+		},
+	}.Run(ctx)
+	if crashed != nil {
+		return crashed
+	}
+	r.log.InfoContext(ctx, "relay stopped")
+	return nil
+}
+
+// signal wakes the claim loop; a signal already pending absorbs this one.
+func (r *Relay) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maintain runs the relay's clock: the poll tick (a wake-up in case a
+// NOTIFY was missed or a retry came due), lease recovery, and retention.
+func (r *Relay) maintain(ctx context.Context) {
+	if r.cfg.Retention > 0 {
+		go background.Retention{
+			What: "published outbox rows", Logger: r.log,
+			Delete: func(ctx context.Context, limit int) (int64, error) {
+				return DeletePublished(ctx, r.pool, r.cfg.Retention, limit)
+			},
+		}.Run(ctx)
+	}
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+			r.signal()
+			r.recoverExpired(ctx)
+		}
+	}
+}
+
+// recoverExpired hands back the rows of relays whose lease ran out.
+func (r *Relay) recoverExpired(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
+	n, err := RecoverExpiredClaims(ctx, r.pool, r.cfg.MaxAttempts)
+	if err != nil && ctx.Err() == nil {
+		r.log.WarnContext(ctx, "recovering expired claims failed", slog.String("error", err.Error()))
+	}
+	if n > 0 {
+		r.metrics.recovered.Add(ctx, n)
+		r.log.WarnContext(ctx, "recovered outbox rows whose relay lease expired", slog.Int64("rows", n))
+	}
+}

@@ -1,0 +1,645 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+type relayBundle struct {
+	t       testing.TB
+	ctx     context.Context
+	pool    *pgxpool.Pool // the test's own connections
+	dbURL   string
+	amqpURL string
+	ch      *amqp.Channel
+	metrics *testenv.Metrics // shared by the test's relays
+}
+
+// setupRelay gives a test its own database and vhost, with the exchange
+// declared.
+func setupRelay(t testing.TB) *relayBundle {
+	t.Helper()
+	db := testenv.NewDatabase(t)
+	b := &relayBundle{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t)}
+	b.ch = testenv.NewChannel(t, b.amqpURL)
+	if err := messaging.DeclareExchange(b.ch); err != nil {
+		t.Fatal(err)
+	}
+	b.metrics = testenv.NewMetrics()
+	return b
+}
+
+// bindQueue declares a quorum queue bound to the exchange with keys.
+func (b *relayBundle) bindQueue(name string, keys ...string) {
+	b.t.Helper()
+	if _, err := b.ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		b.t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := b.ch.QueueBind(name, k, domain.EventsExchange, false, nil); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+}
+
+const relayAppName = "outbox-relay-under-test"
+
+// writer writes the tests' messages, as order-api would.
+var writer = outbox.Writer{Producer: "order-api"}
+
+// testRelayConfig is fast: short polls, leases, timeouts and backoffs.
+func testRelayConfig() outbox.Config {
+	return outbox.Config{
+		BatchSize:       100,
+		MaxInFlight:     400,
+		PollInterval:    100 * time.Millisecond,
+		Lease:           5 * time.Second,
+		ConfirmTimeout:  2 * time.Second,
+		MaxAttempts:     5,
+		BackoffBase:     10 * time.Millisecond,
+		BackoffMax:      100 * time.Millisecond,
+		ShutdownTimeout: 2 * time.Second,
+	}
+}
+
+type runningRelay struct {
+	*outbox.Relay
+	stop func() error // cancels Run and returns what it returned
+	done chan struct{}
+}
+
+// startRelay runs a relay until the test ends or stop is called.
+func (b *relayBundle) startRelay(cfg outbox.Config, amqpURL string, hook func(*outbox.Relay)) *runningRelay {
+	b.t.Helper()
+	// Each relay has a pool of its own, as in production, named so that a
+	// test can find (and kill) its sessions.
+	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: b.dbURL, AppName: relayAppName, AsyncCommit: true})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(pool.Close)
+	r, err := outbox.NewRelay(cfg, outbox.Deps{
+		Pool: pool, AMQPURL: amqpURL, Logger: testenv.Logger(),
+		MeterProvider: b.metrics.Provider,
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if hook != nil {
+		hook(r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rr := &runningRelay{Relay: r, done: make(chan struct{})}
+	var runErr error
+	go func() {
+		defer close(rr.done)
+		runErr = r.Run(ctx)
+	}()
+	rr.stop = func() error {
+		cancel()
+		<-rr.done
+		return runErr
+	}
+	b.t.Cleanup(func() { _ = rr.stop() })
+	return rr
+}
+
+// enqueue commits n order.cancelled messages, in transactions of up to 500.
+func (b *relayBundle) enqueue(n int, cause domain.Cause) []uuid.UUID {
+	b.t.Helper()
+	var ids []uuid.UUID
+	for n > 0 {
+		size := min(n, 500)
+		msgs := make([]domain.Message, size)
+		for i := range msgs {
+			msgs[i] = domain.OrderCancelledV1{ID: uuid.Must(uuid.NewV7())}
+		}
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			got, err := writer.Write(b.ctx, tx, cause, msgs...)
+			ids = append(ids, got...)
+			return err
+		})
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		n -= size
+	}
+	return ids
+}
+
+// receive consumes queue until want messages arrived (or timeout) and
+// returns them. It keeps listening for quiet a moment longer, to catch
+// duplicates.
+func (b *relayBundle) receive(queue string, want int, timeout, quiet time.Duration) []amqp.Delivery {
+	b.t.Helper()
+	conn, err := amqp.Dial(b.amqpURL)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var got []amqp.Delivery
+	deadline := time.After(timeout)
+	for len(got) < want {
+		select {
+		case d := <-deliveries:
+			got = append(got, d)
+		case <-deadline:
+			b.t.Fatalf("received %d of %d messages from %s", len(got), want, queue)
+		}
+	}
+	for {
+		select {
+		case d := <-deliveries:
+			got = append(got, d)
+		case <-time.After(quiet):
+			return got
+		}
+	}
+}
+
+func (b *relayBundle) statusCounts() map[string]int {
+	b.t.Helper()
+	rows, err := b.pool.Query(b.ctx, "SELECT status, count(*) FROM message_outbox GROUP BY status")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			b.t.Fatal(err)
+		}
+		counts[s] = n
+	}
+	return counts
+}
+
+func (b *relayBundle) allPublished(n int) func() bool {
+	return func() bool { return b.statusCounts()["PUBLISHED"] == n }
+}
+
+func (b *relayBundle) counter(name string) int64 {
+	b.t.Helper()
+	return b.metrics.Counter(b.t, name)
+}
+
+// The message carries the envelope (docs/messaging.md), and its row ends
+// PUBLISHED.
+func TestRelayPublishesTheEnvelope(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	ids := b.enqueue(1, domain.Cause{CorrelationID: "corr-1", MessageID: "cause-1"})
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+
+	d := b.receive("observer", 1, 10*time.Second, 0)[0]
+	if d.MessageId != ids[0].String() || d.Type != domain.TypeOrderCancelled || d.ContentType != "application/json" ||
+		d.DeliveryMode != amqp.Persistent || d.CorrelationId != "corr-1" || d.AppId != "order-api" ||
+		d.Exchange != domain.EventsExchange || d.RoutingKey != domain.TypeOrderCancelled || d.Timestamp.IsZero() {
+		t.Fatalf("envelope: %+v", d)
+	}
+	if d.Headers[messaging.HeaderMessageVersion] != int32(1) || d.Headers["causation_id"] != "cause-1" || d.Headers["correlation_id"] != "corr-1" {
+		t.Fatalf("headers: %v", d.Headers)
+	}
+	if _, leaked := d.Headers["app_id"]; leaked {
+		t.Fatalf("app_id travels as a property, not a header: %v", d.Headers)
+	}
+	if _, err := domain.DecodeMessage(d.Type, 1, d.Body); err != nil {
+		t.Fatalf("body: %v", err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the row to be PUBLISHED", b.allPublished(1))
+	var publishedAt *time.Time
+	var claimedBy *string
+	if err := b.pool.QueryRow(b.ctx, "SELECT published_at, claimed_by FROM message_outbox").Scan(&publishedAt, &claimedBy); err != nil || publishedAt == nil || claimedBy != nil {
+		t.Fatalf("published_at %v claimed_by %v: %v", publishedAt, claimedBy, err)
+	}
+	if got := b.counter("outbox.published"); got != 1 {
+		t.Fatalf("outbox.published = %d", got)
+	}
+}
+
+// Three relays over 2,000 rows: every row ends PUBLISHED and reaches the
+// queue at least once; no row is ever claimed by two relays at once (every
+// row was claimed exactly once: attempt_count 1, and each claim was marked
+// by one relay only).
+func TestThreeRelaysShareTheBacklog(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	const rows = 2000
+	ids := b.enqueue(rows, domain.Cause{})
+
+	var mu sync.Mutex
+	markedBy := map[uuid.UUID][]string{}
+	hook := func(name string) func(*outbox.Relay) {
+		return func(r *outbox.Relay) {
+			outbox.SetBeforeMark(r, func(claims []outbox.Claim) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, c := range claims {
+					markedBy[c.ID] = append(markedBy[c.ID], fmt.Sprintf("%s#%d", name, c.Attempt))
+				}
+				return nil
+			})
+		}
+	}
+	for i := range 3 {
+		cfg := testRelayConfig()
+		cfg.BatchSize = 50 // small batches, so that the relays interleave
+		b.startRelay(cfg, b.amqpURL, hook(fmt.Sprint("relay-", i)))
+	}
+	testenv.WaitFor(t, 60*time.Second, "every row to be PUBLISHED", b.allPublished(rows))
+
+	got := b.receive("observer", rows, 30*time.Second, 500*time.Millisecond)
+	seen := map[string]int{}
+	for _, d := range got {
+		seen[d.MessageId]++
+	}
+	duplicates := len(got) - len(seen)
+	for _, id := range ids {
+		if seen[id.String()] == 0 {
+			t.Fatalf("row %s never reached the queue", id)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	perRelay := map[string]int{}
+	for id, marks := range markedBy {
+		if len(marks) != 1 {
+			t.Errorf("row %s was confirmed under %d claims: %v", id, len(marks), marks)
+		}
+		perRelay[strings.Split(marks[0], "#")[0]]++
+	}
+	var maxAttempt int
+	if err := b.pool.QueryRow(b.ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&maxAttempt); err != nil || maxAttempt != 1 {
+		t.Fatalf("max attempt_count = %d (%v): a row was claimed twice", maxAttempt, err)
+	}
+	t.Logf("%d rows, %d deliveries, %d duplicates; rows per relay: %v", rows, len(got), duplicates, perRelay)
+}
+
+// A crash after the broker's confirm and before the database mark: the row
+// stays PUBLISHING, comes back when the lease ends, and is published again
+// with the same message_id.
+func TestCrashBetweenConfirmAndMarkRepublishesSameMessageID(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	ids := b.enqueue(3, domain.Cause{})
+
+	cfg := testRelayConfig()
+	cfg.Lease = 3 * time.Second
+	crashed := b.startRelay(cfg, b.amqpURL, func(r *outbox.Relay) {
+		outbox.SetBeforeMark(r, func([]outbox.Claim) error { return errors.New("injected crash") })
+	})
+	first := b.receive("observer", 3, 10*time.Second, 0)
+	<-crashed.done
+	if err := crashed.stop(); err == nil || !strings.Contains(err.Error(), "injected crash") {
+		t.Fatalf("crashed relay returned %v", err)
+	}
+	if got := b.statusCounts(); got["PUBLISHING"] != 3 {
+		t.Fatalf("after the crash: %v, want 3 PUBLISHING", got)
+	}
+
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	second := b.receive("observer", 3, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "the rows to be PUBLISHED", b.allPublished(3))
+
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id.String()] = true
+	}
+	for _, d := range append(first, second...) {
+		if !want[d.MessageId] {
+			t.Fatalf("unexpected message_id %s", d.MessageId)
+		}
+	}
+	firstIDs, secondIDs := messageIDs(first), messageIDs(second)
+	if fmt.Sprint(firstIDs) != fmt.Sprint(secondIDs) {
+		t.Fatalf("republished %v, first published %v", secondIDs, firstIDs)
+	}
+	var attempts int
+	_ = b.pool.QueryRow(b.ctx, "SELECT min(attempt_count) FROM message_outbox").Scan(&attempts)
+	if attempts != 2 {
+		t.Fatalf("attempt_count = %d, want 2", attempts)
+	}
+}
+
+func messageIDs(ds []amqp.Delivery) []string {
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.MessageId
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// An unroutable message (no queue bound for its type) is returned by the
+// broker; with mandatory it is never marked PUBLISHED: it is retried, then
+// FAILED with "unroutable", while the other rows flow.
+func TestUnroutableMessageEndsFailedWhileOthersFlow(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("cancelled-only", domain.TypeOrderCancelled)
+	good := b.enqueue(20, domain.Cause{})
+	var unroutable uuid.UUID
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		ids, err := writer.Write(b.ctx, tx, domain.Cause{}, domain.OrderFulfilledV1{ID: uuid.New()})
+		unroutable = ids[0]
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := b.enqueue(20, domain.Cause{})
+
+	cfg := testRelayConfig()
+	cfg.MaxAttempts = 3
+	b.startRelay(cfg, b.amqpURL, nil)
+
+	got := b.receive("cancelled-only", len(good)+len(more), 10*time.Second, 0)
+	if len(got) != 40 {
+		t.Fatalf("received %d", len(got))
+	}
+	var status, lastError string
+	var attempts int
+	testenv.WaitFor(t, 10*time.Second, "the unroutable row to be FAILED", func() bool {
+		_ = b.pool.QueryRow(b.ctx, "SELECT status, coalesce(last_error, ''), attempt_count FROM message_outbox WHERE outbox_id = $1", unroutable).
+			Scan(&status, &lastError, &attempts)
+		return status == "FAILED"
+	})
+	if !strings.Contains(lastError, "unroutable") || attempts != 3 {
+		t.Fatalf("FAILED row: attempts %d, last_error %q", attempts, lastError)
+	}
+	if c := b.statusCounts(); c["PUBLISHED"] != 40 || c["FAILED"] != 1 {
+		t.Fatalf("status counts %v", c)
+	}
+	if got := b.counter("outbox.unroutable"); got != 3 {
+		t.Fatalf("outbox.unroutable = %d, want 3", got)
+	}
+}
+
+// The broker goes away (the connection is cut) while rows are pending:
+// nothing is marked, and everything is published once it is back.
+func TestBrokerDownNothingMarkedEverythingPublishedAfter(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	relay := b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+
+	proxy.Cut()
+	testenv.WaitFor(t, 10*time.Second, "the relay to notice", func() bool { return relay.Ready(b.ctx) != nil })
+	ids := b.enqueue(300, domain.Cause{})
+	time.Sleep(time.Second) // the relay keeps trying to reconnect meanwhile
+	if c := b.statusCounts(); c["PENDING"] != len(ids) {
+		t.Fatalf("while the broker is down: %v, want all %d PENDING", c, len(ids))
+	}
+
+	proxy.Restore()
+	testenv.WaitFor(t, 30*time.Second, "every row to be PUBLISHED", b.allPublished(len(ids)))
+	got := b.receive("observer", len(ids), 10*time.Second, 0)
+	if len(messageIDSet(got)) != len(ids) {
+		t.Fatalf("received %d distinct of %d", len(messageIDSet(got)), len(ids))
+	}
+}
+
+// The connection drops in the middle of a backlog: whatever was in flight
+// is retried, and every row reaches the queue at least once.
+func TestConnectionLostMidBacklog(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	ids := b.enqueue(3000, domain.Cause{})
+	b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
+
+	testenv.WaitFor(t, 30*time.Second, "some rows to be published", func() bool { return b.statusCounts()["PUBLISHED"] > 300 })
+	proxy.Cut()
+	time.Sleep(300 * time.Millisecond)
+	proxy.Restore()
+
+	testenv.WaitFor(t, 60*time.Second, "every row to be PUBLISHED", b.allPublished(len(ids)))
+	got := b.receive("observer", len(ids), 30*time.Second, 500*time.Millisecond)
+	if set := messageIDSet(got); len(set) != len(ids) {
+		t.Fatalf("received %d distinct of %d", len(set), len(ids))
+	}
+	t.Logf("%d rows, %d deliveries (%d duplicates from the cut)", len(ids), len(got), len(got)-len(ids))
+}
+
+func messageIDSet(ds []amqp.Delivery) map[string]bool {
+	set := map[string]bool{}
+	for _, d := range ds {
+		set[d.MessageId] = true
+	}
+	return set
+}
+
+// A confirm that never comes (a black-holed network): the rows go back to
+// PENDING with the reason, the relay reconnects, and they are published.
+func TestConfirmTimeoutRetries(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	relay := b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+
+	proxy.Stall()
+	b.enqueue(10, domain.Cause{})
+	var lastError string
+	testenv.WaitFor(t, 15*time.Second, "a confirm timeout to be recorded", func() bool {
+		_ = b.pool.QueryRow(b.ctx, "SELECT coalesce(max(last_error), '') FROM message_outbox").Scan(&lastError)
+		return strings.Contains(lastError, "no publisher confirm")
+	})
+	proxy.Heal()
+	testenv.WaitFor(t, 30*time.Second, "every row to be PUBLISHED", b.allPublished(10))
+	if got := messageIDSet(b.receive("observer", 10, 10*time.Second, 0)); len(got) != 10 {
+		t.Fatalf("received %d distinct", len(got))
+	}
+}
+
+// On shutdown the relay stops claiming, waits for outstanding confirms up to
+// its deadline, and hands the unconfirmed rows back (PENDING, attempt not
+// counted) for the next relay.
+func TestShutdownHandsBackUnconfirmedRows(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	cfg := testRelayConfig()
+	cfg.ConfirmTimeout = 4 * time.Second
+	cfg.ShutdownTimeout = 500 * time.Millisecond
+	relay := b.startRelay(cfg, proxy.Rewrite(b.amqpURL), nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+
+	proxy.Stall() // publishes go out, confirms never come back
+	b.enqueue(5, domain.Cause{})
+	testenv.WaitFor(t, 5*time.Second, "the rows to be claimed", func() bool { return b.statusCounts()["PUBLISHING"] == 5 })
+	if err := relay.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var maxAttempt int
+	_ = b.pool.QueryRow(b.ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&maxAttempt)
+	if c := b.statusCounts(); c["PENDING"] != 5 || maxAttempt != 0 {
+		t.Fatalf("after shutdown: %v, max attempt %d; want 5 PENDING, attempts not counted", c, maxAttempt)
+	}
+	proxy.Heal()
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(5))
+}
+
+// A claimed row whose relay vanished (no process will ever mark it)
+// becomes claimable when its lease ends, and is published.
+func TestVanishedRelaysRowsComeBackAfterTheLease(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	ids := b.enqueue(4, domain.Cause{})
+	claimed, err := outbox.ClaimRows(b.ctx, b.pool, "ghost-relay", 10, time.Second)
+	if err != nil || len(claimed) != 4 {
+		t.Fatalf("ghost claim: %d rows, %v", len(claimed), err)
+	}
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+
+	got := b.receive("observer", 4, 15*time.Second, 0)
+	if len(messageIDSet(got)) != len(ids) {
+		t.Fatalf("received %d", len(got))
+	}
+	testenv.WaitFor(t, 5*time.Second, "every row to be PUBLISHED", b.allPublished(4))
+	var attempts int
+	_ = b.pool.QueryRow(b.ctx, "SELECT min(attempt_count) FROM message_outbox").Scan(&attempts)
+	if attempts != 2 {
+		t.Fatalf("attempt_count = %d, want 2 (the ghost's and ours)", attempts)
+	}
+	if got := b.counter("outbox.lease.recovered"); got != 4 {
+		t.Fatalf("outbox.lease.recovered = %d", got)
+	}
+}
+
+// Rows committed out of order, a long-open transaction holding an outbox
+// row, and a rolled-back transaction: every committed row is published,
+// the rolled-back one never.
+func TestCommitOrderAndRollbacks(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+
+	enqueueIn := func(tx pgx.Tx) uuid.UUID {
+		ids, err := writer.Write(b.ctx, tx, domain.Cause{}, domain.OrderCancelledV1{ID: uuid.New()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids[0]
+	}
+	// The long transaction writes first (older created_at and id) and
+	// stays open.
+	long, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := enqueueIn(long)
+	// A later transaction commits first.
+	var newer uuid.UUID
+	if err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { newer = enqueueIn(tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// One more rolls back.
+	rolledBack, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := enqueueIn(rolledBack)
+	if err := rolledBack.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	first := b.receive("observer", 1, 10*time.Second, 300*time.Millisecond)
+	if len(first) != 1 || first[0].MessageId != newer.String() {
+		t.Fatalf("while the long transaction is open: %v", messageIDs(first))
+	}
+	if err := long.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := b.receive("observer", 1, 10*time.Second, 500*time.Millisecond)
+	if len(second) != 1 || second[0].MessageId != older.String() {
+		t.Fatalf("after the long transaction commits: %v", messageIDs(second))
+	}
+	testenv.WaitFor(t, 5*time.Second, "both rows to be PUBLISHED", b.allPublished(2))
+	var n int
+	_ = b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE outbox_id = $1", ghost).Scan(&n)
+	if n != 0 {
+		t.Fatal("the rolled-back row exists")
+	}
+}
+
+// A committed row is published on its NOTIFY, long before the poll (set to
+// an hour here) would find it.
+func TestNotifyWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	cfg := testRelayConfig()
+	cfg.PollInterval = time.Hour
+	relay := b.startRelay(cfg, b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	time.Sleep(200 * time.Millisecond) // past the sweep that follows connecting
+
+	ids := b.enqueue(1, domain.Cause{})
+	got := b.receive("observer", 1, 10*time.Second, 0)
+	if got[0].MessageId != ids[0].String() {
+		t.Fatalf("got %s", got[0].MessageId)
+	}
+}
+
+// The database drops the relay's connections (its LISTEN connection too):
+// the relay reconnects, listens again, and publishes what commits after.
+func TestDatabaseConnectionsKilled(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	cfg := testRelayConfig()
+	cfg.PollInterval = time.Hour // only NOTIFY (and the sweep after re-LISTEN) can find rows
+	relay := b.startRelay(cfg, b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	b.enqueue(5, domain.Cause{})
+	b.receive("observer", 5, 10*time.Second, 0)
+
+	var killed int
+	err := b.pool.QueryRow(b.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1`, relayAppName).Scan(&killed)
+	if err != nil || killed == 0 {
+		t.Fatalf("terminated %d sessions: %v", killed, err)
+	}
+	time.Sleep(500 * time.Millisecond) // the LISTEN connection comes back
+	b.enqueue(5, domain.Cause{})
+	b.receive("observer", 5, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(10))
+}

@@ -1,0 +1,154 @@
+package outbox_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+)
+
+func enqueue(t *testing.T, b *relayBundle, n int) []uuid.UUID {
+	t.Helper()
+	msgs := make([]domain.Message, n)
+	for i := range msgs {
+		msgs[i] = domain.OrderCancelledV1{ID: uuid.New()}
+	}
+	ids, err := writer.Write(b.ctx, b.pool, domain.Cause{}, msgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func rowStatus(t *testing.T, b *relayBundle, id uuid.UUID) (status string, attempts int) {
+	t.Helper()
+	if err := b.pool.QueryRow(b.ctx, "SELECT status, attempt_count FROM message_outbox WHERE outbox_id = $1", id).Scan(&status, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	return status, attempts
+}
+
+// Claims are oldest first, disjoint, and a mark only touches the claim it
+// names: a relay that lost its lease cannot overwrite a newer claim.
+func TestClaimAndMarkAreFencedByAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := enqueue(t, b, 3)
+
+	first, err := outbox.ClaimRows(b.ctx, b.pool, "relay-a", 2, time.Minute)
+	if err != nil || len(first) != 2 || first[0].ID != ids[0] || first[1].ID != ids[1] || first[0].Attempt != 1 {
+		t.Fatalf("first claim: %+v, %v", first, err)
+	}
+	second, err := outbox.ClaimRows(b.ctx, b.pool, "relay-b", 10, time.Minute)
+	if err != nil || len(second) != 1 || second[0].ID != ids[2] {
+		t.Fatalf("second claim overlaps: %+v, %v", second, err)
+	}
+
+	// relay-a's lease on ids[0] ends; the row is recovered and claimed again.
+	if _, err := b.pool.Exec(b.ctx, "UPDATE message_outbox SET claimed_until = now() - interval '1s' WHERE outbox_id = $1", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := outbox.RecoverExpiredClaims(b.ctx, b.pool, 10); err != nil || n != 1 {
+		t.Fatalf("recovered %d, %v", n, err)
+	}
+	again, err := outbox.ClaimRows(b.ctx, b.pool, "relay-b", 10, time.Minute)
+	if err != nil || len(again) != 1 || again[0].ID != ids[0] || again[0].Attempt != 2 {
+		t.Fatalf("reclaim: %+v, %v", again, err)
+	}
+	// relay-a, late, marks its old claim: nothing happens.
+	if n, err := outbox.MarkPublished(b.ctx, b.pool, []outbox.Claim{first[0].Claim()}); err != nil || n != 0 {
+		t.Fatalf("stale mark touched %d rows, %v", n, err)
+	}
+	if _, err := outbox.MarkFailed(b.ctx, b.pool, []outbox.PublishFailure{{Claim: first[0].Claim(), Reason: "late"}}, 10); err != nil {
+		t.Fatal(err)
+	}
+	if status, attempts := rowStatus(t, b, ids[0]); status != "PUBLISHING" || attempts != 2 {
+		t.Fatalf("row after stale marks: %s attempt %d", status, attempts)
+	}
+	// The current claim marks it.
+	if n, err := outbox.MarkPublished(b.ctx, b.pool, []outbox.Claim{again[0].Claim()}); err != nil || n != 1 {
+		t.Fatalf("mark: %d, %v", n, err)
+	}
+}
+
+func TestMarkFailedBacksOffThenFails(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	id := enqueue(t, b, 1)[0]
+	for attempt := 1; attempt <= 3; attempt++ {
+		if _, err := b.pool.Exec(b.ctx, "UPDATE message_outbox SET next_attempt_at = now()"); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("attempt %d: claim %v, %v", attempt, rows, err)
+		}
+		failed, err := outbox.MarkFailed(b.ctx, b.pool, []outbox.PublishFailure{{Claim: rows[0].Claim(), Reason: "nacked", RetryIn: time.Hour}}, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, _ := rowStatus(t, b, id)
+		if attempt < 3 && (status != "PENDING" || len(failed) != 0) {
+			t.Fatalf("attempt %d: %s, failed %v", attempt, status, failed)
+		}
+		if attempt == 3 && (status != "FAILED" || len(failed) != 1 || failed[0] != id) {
+			t.Fatalf("last attempt: %s, failed %v", status, failed)
+		}
+		if attempt < 3 {
+			// Not due before its backoff ends.
+			if rows, _ := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute); len(rows) != 0 {
+				t.Fatal("claimed during its backoff")
+			}
+		}
+	}
+}
+
+func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	id := enqueue(t, b, 1)[0]
+	rows, err := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute)
+	if err != nil || len(rows) != 1 {
+		t.Fatal(err)
+	}
+	if n, err := outbox.ReleaseClaims(b.ctx, b.pool, []outbox.Claim{rows[0].Claim()}); err != nil || n != 1 {
+		t.Fatalf("release: %d, %v", n, err)
+	}
+	if status, attempts := rowStatus(t, b, id); status != "PENDING" || attempts != 0 {
+		t.Fatalf("after release: %s, attempt %d", status, attempts)
+	}
+}
+
+func TestDeletePublishedOutboxKeepsTheWindow(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := enqueue(t, b, 5)
+	rows, err := outbox.ClaimRows(b.ctx, b.pool, "r", 5, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := make([]outbox.Claim, len(rows))
+	for i, r := range rows {
+		claims[i] = r.Claim()
+	}
+	if _, err := outbox.MarkPublished(b.ctx, b.pool, claims[:4]); err != nil {
+		t.Fatal(err)
+	}
+	// Two were published long ago.
+	if _, err := b.pool.Exec(b.ctx, "UPDATE message_outbox SET published_at = now() - interval '8 days' WHERE outbox_id = ANY($1)", ids[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := outbox.DeletePublished(b.ctx, b.pool, 7*24*time.Hour, 1000); err != nil || n != 2 {
+		t.Fatalf("deleted %d, %v", n, err)
+	}
+	if got := b.statusCounts(); got["PUBLISHED"]+got["PUBLISHING"] != 3 || len(got) != 2 {
+		t.Fatalf("%v rows left, want the 2 recent PUBLISHED and the PUBLISHING one", got)
+	}
+	stats, err := outbox.Stats(b.ctx, b.pool)
+	if err != nil || len(stats) != 1 || stats[0].Status != "PUBLISHING" || stats[0].Rows != 1 {
+		t.Fatalf("stats: %+v, %v", stats, err)
+	}
+}

@@ -1,0 +1,52 @@
+package testenv
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// Logger discards logs, or writes them to stderr when TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// Metrics is a meter provider whose instruments a test reads back.
+type Metrics struct {
+	Provider *sdkmetric.MeterProvider
+	reader   *sdkmetric.ManualReader
+}
+
+// NewMetrics returns a meter provider for the components under test.
+func NewMetrics() *Metrics {
+	reader := sdkmetric.NewManualReader()
+	return &Metrics{Provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), reader: reader}
+}
+
+// Counter is the sum of every data point of the int64 counter name.
+func (m *Metrics) Counter(t testing.TB, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, metric := range sm.Metrics {
+			if sum, ok := metric.Data.(metricdata.Sum[int64]); ok && metric.Name == name {
+				for _, dp := range sum.DataPoints {
+					total += dp.Value
+				}
+			}
+		}
+	}
+	return total
+}
