@@ -5,3 +5,15 @@ func SetAfterCommit(cs *Consumers, f func(*Delivery)) { cs.afterCommit = f }
 
 // SetExit replaces os.Exit for the crash-after-commit fault.
 func SetExit(cs *Consumers, exit func(int)) { cs.exit = exit }
+
+// KillPublisherChannels closes the channel each consumer publishes its
+// retries and parkings on, as the broker does when it refuses a publish.
+func KillPublisherChannels(cs *Consumers) {
+	for _, c := range cs.loops {
+		if p := c.pub.Load(); p != nil {
+			p.mu.Lock()
+			_ = p.ch.Close()
+			p.mu.Unlock()
+		}
+	}
+}
