@@ -38,20 +38,32 @@ type testBundle struct {
 // checked against api/openapi.yaml.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
+	return setupWith(t, nil)
+}
+
+// setupWith is setup with the API's config and dependencies changed by
+// change (when not nil) before it starts.
+func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testBundle {
+	t.Helper()
 	db := testenv.NewDatabase(t)
-	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
+	cfg := httpapi.Config{IdempotencyKeyTTL: time.Hour}
+	deps := httpapi.Deps{
 		Pool:           db.Pool,
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		TracerProvider: tracenoop.NewTracerProvider(),
 		MeterProvider:  metricnoop.NewMeterProvider(),
 		MetricsHandler: http.NotFoundHandler(),
-	})
+	}
+	if change != nil {
+		change(&cfg, &deps)
+	}
+	handler, err := httpapi.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return &testBundle{t: t, pool: db.Pool, server: srv, router: openAPIRouter(t)}
+	return &testBundle{t: t, pool: deps.Pool, server: srv, router: openAPIRouter(t)}
 }
 
 func openAPIRouter(t *testing.T) routers.Router {

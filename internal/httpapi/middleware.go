@@ -88,6 +88,12 @@ func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 // instrument wraps the route in an OpenTelemetry HTTP server span named
 // "METHOD /route/{param}" and records the HTTP server metrics. Errors are
 // rendered inside the span so that the status it records is the one sent.
+//
+// The metrics are labelled with the method, the status, and the route
+// template (none for a path that matches no route), never with what the
+// client chose: otelhttp would take server.address and server.port from the
+// Host header, so a client could add a series per Host it sends. It is
+// given the request without its Host; the handler gets the request as sent.
 func instrument(tp trace.TracerProvider, mp metric.MeterProvider) echo.MiddlewareFunc {
 	otelMiddleware := otelhttp.NewMiddleware("http.server",
 		otelhttp.WithTracerProvider(tp),
@@ -101,14 +107,20 @@ func instrument(tp trace.TracerProvider, mp metric.MeterProvider) echo.Middlewar
 	)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			sent := c.Request()
+			measured := sent.WithContext(sent.Context()) // a shallow copy
+			measured.Host = ""
 			otelMiddleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				// r is what the metrics are recorded from, after the handler.
 				r.Pattern = routeTemplate(c.Path())
-				c.SetRequest(r)
+				handled := r.WithContext(r.Context())
+				handled.Host = sent.Host
+				c.SetRequest(handled)
 				c.Response().Writer = w
 				if err := next(c); err != nil {
 					c.Error(err)
 				}
-			})).ServeHTTP(c.Response().Writer, c.Request())
+			})).ServeHTTP(c.Response().Writer, measured)
 			return nil
 		}
 	}
