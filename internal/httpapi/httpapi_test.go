@@ -428,6 +428,22 @@ func TestCreateOrderBadInput(t *testing.T) {
 		{"price -1", order("c", "EUR", "["+item("A", 1, -1)+"]"), nil, 422, "validation_failed", "items[0].unit_price_cents"},
 		{"price 10^9+1", order("c", "EUR", "["+item("A", 1, 1_000_000_001)+"]"), nil, 422, "validation_failed", "items[0].unit_price_cents"},
 		{"price missing", order("c", "EUR", `[{"sku":"A","quantity":1}]`), nil, 422, "validation_failed", "items[0].unit_price_cents"},
+		// PostgreSQL cannot store a NUL in text, and must not be the one to say so (a 500).
+		{"NUL in customer_id", `{"customer_id":"c\u0000d","currency":"EUR","items":[` + good + `]}`, nil, 422, "validation_failed", "customer_id"},
+		{"NUL in sku", order("c", "EUR", `[{"sku":"A\u0000","quantity":1,"unit_price_cents":1}]`), nil, 422, "validation_failed", "items[0].sku"},
+		{"NUL in currency", `{"customer_id":"c","currency":"EU\u0000","items":[` + good + `]}`, nil, 422, "validation_failed", "currency"},
+		// encoding/json would turn these bytes into U+FFFD and store that.
+		{"invalid UTF-8 in a string", `{"customer_id":"c` + "\xff" + `","currency":"EUR","items":[` + good + `]}`, nil, 400, "malformed_json", ""},
+		{"invalid UTF-8 in a key", `{"customer_id":"c","currency":"EUR","items":[` + good + `],"x` + "\xc3" + `":1}`, nil, 400, "malformed_json", ""},
+		// Data after the JSON value, of every kind (Decoder.More misses ] and }).
+		{"trailing ]", validOrder + "]", nil, 400, "malformed_json", ""},
+		{"trailing }", validOrder + "}", nil, 400, "malformed_json", ""},
+		{"trailing word", validOrder + " x", nil, 400, "malformed_json", ""},
+		{"trailing number", validOrder + "1", nil, 400, "malformed_json", ""},
+		// encoding/json matches keys case-insensitively; the API does not.
+		{"key in other case", `{"Customer_ID":"c","currency":"EUR","items":[` + good + `]}`, nil, 400, "malformed_json", ""},
+		{"nested key in other case", order("c", "EUR", `[{"SKU":"A","quantity":1,"unit_price_cents":1}]`), nil, 400, "malformed_json", ""},
+		{"key twice, other case", `{"customer_id":"c","currency":"EUR","CURRENCY":"USD","items":[` + good + `]}`, nil, 400, "malformed_json", ""},
 	}
 	for _, c := range cases {
 		r := b.do(http.MethodPost, "/v1/orders", []byte(c.body), c.header)
