@@ -660,6 +660,117 @@ func TestListOrders(t *testing.T) {
 	}
 }
 
+// customer_id filters the list, alone or with status, and its pages walk
+// every matching order once, newest first, while orders are created.
+func TestListOrdersByCustomer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	forCustomer := func(customer string) string {
+		return strings.Replace(validOrder, `"c-1"`, fmt.Sprintf("%q", customer), 1)
+	}
+	var alice, aliceCancelled []string // newest first
+	for i := range 9 {
+		customer := []string{"alice", "bob", "alicia"}[i%3]
+		o := b.createOrder(forCustomer(customer), nil)
+		if customer != "alice" {
+			continue
+		}
+		alice = append([]string{o.OrderID}, alice...)
+		if i%2 == 0 {
+			b.do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", nil, nil)
+			aliceCancelled = append([]string{o.OrderID}, aliceCancelled...)
+		}
+	}
+	bob := b.createOrder(forCustomer("bob"), nil)
+	b.do(http.MethodPost, "/v1/orders/"+bob.OrderID+"/cancel", nil, nil)
+
+	type page struct {
+		Orders     []orderBody `json:"orders"`
+		NextCursor *string     `json:"next_cursor"`
+	}
+	walk := func(query string, limit int) []string {
+		t.Helper()
+		var seen []string
+		path := fmt.Sprintf("/v1/orders?%s&limit=%d", query, limit)
+		for pages := 0; ; pages++ {
+			r := b.do(http.MethodGet, path, nil, nil)
+			if r.status != http.StatusOK {
+				t.Fatalf("%s: %d %s", path, r.status, r.body)
+			}
+			var p page
+			r.decode(t, &p)
+			for _, o := range p.Orders {
+				seen = append(seen, o.OrderID)
+			}
+			if pages == 0 { // an order created during the walk is not in it
+				b.createOrder(forCustomer("alice"), nil)
+			}
+			if p.NextCursor == nil {
+				return seen
+			}
+			path = fmt.Sprintf("/v1/orders?%s&limit=%d&after=%s", query, limit, *p.NextCursor)
+		}
+	}
+	if got := walk("customer_id=alice", 1); fmt.Sprint(got) != fmt.Sprint(alice) {
+		t.Errorf("customer_id=alice walked %v, want %v", got, alice)
+	}
+	if got := walk("customer_id=alice&status=CANCELLED", 1); fmt.Sprint(got) != fmt.Sprint(aliceCancelled) {
+		t.Errorf("customer_id=alice&status=CANCELLED walked %v, want %v", got, aliceCancelled)
+	}
+	if got := walk("status=CANCELLED&customer_id=bob", 2); fmt.Sprint(got) != fmt.Sprint([]string{bob.OrderID}) {
+		t.Errorf("customer_id=bob&status=CANCELLED walked %v, want %v", got, []string{bob.OrderID})
+	}
+	if got := walk("customer_id=ali", 5); len(got) != 0 {
+		t.Errorf("customer_id=ali (a prefix) walked %v, want nothing", got)
+	}
+	for _, bad := range []string{"?customer_id=" + strings.Repeat("c", 65), "?customer_id=a%00b", "?customer_id=%FF"} {
+		r := b.do(http.MethodGet, "/v1/orders"+bad, nil, nil)
+		if r.status != http.StatusBadRequest || r.problem(t).Code != "invalid_query" || !strings.Contains(r.problem(t).Detail, "customer_id") {
+			t.Errorf("%s: %d %s", bad, r.status, r.body)
+		}
+	}
+}
+
+// A query parameter an endpoint does not take is a 400 that names it, not
+// ignored: a misspelt filter would list everything, a stray flag on a write
+// would seem to be obeyed. Nothing is written.
+func TestUnknownQueryParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := b.createOrder(validOrder, nil)
+	cases := []struct {
+		method, path, body, name string
+	}{
+		{http.MethodGet, "/v1/orders?stauts=CANCELLED", "", "stauts"},
+		{http.MethodGet, "/v1/orders?status=CANCELLED&customerId=c-1", "", "customerId"},
+		{http.MethodGet, "/v1/orders?Status=CANCELLED", "", "Status"},
+		{http.MethodGet, "/v1/orders?status=CANCELLED&status=SUBMITTED", "", "status"},
+		{http.MethodPost, "/v1/orders?dry_run=true", validOrder, "dry_run"},
+		{http.MethodGet, "/v1/orders/" + o.OrderID + "?expand=items", "", "expand"},
+		{http.MethodPost, "/v1/orders/" + o.OrderID + "/cancel?force=true", "", "force"},
+	}
+	for _, c := range cases {
+		var body []byte
+		if c.body != "" {
+			body = []byte(c.body)
+		}
+		r := b.do(c.method, c.path, body, nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s %s: %d %s, want 400", c.method, c.path, r.status, r.body)
+			continue
+		}
+		if p := r.problem(t); p.Code != "invalid_query" || !strings.Contains(p.Detail, `"`+c.name+`"`) {
+			t.Errorf("%s %s: %+v, want invalid_query naming %q", c.method, c.path, p, c.name)
+		}
+	}
+	if n := b.count("orders"); n != 1 {
+		t.Errorf("%d orders, want the 1 created before", n)
+	}
+	if n := b.count("message_outbox"); n != 1 {
+		t.Errorf("%d outbox rows: a refused request wrote one", n)
+	}
+}
+
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
