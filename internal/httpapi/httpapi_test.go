@@ -42,7 +42,8 @@ func setup(t *testing.T) *testBundle {
 }
 
 // setupWith is setup with the API's config and dependencies changed by
-// change (when not nil) before it starts.
+// change (when not nil) before it starts. The bundle's pool is the test's
+// own on the database, whatever pool the API is given.
 func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testBundle {
 	t.Helper()
 	db := testenv.NewDatabase(t)
@@ -63,7 +64,7 @@ func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testB
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return &testBundle{t: t, pool: deps.Pool, server: srv, router: openAPIRouter(t)}
+	return &testBundle{t: t, pool: db.Pool, server: srv, router: openAPIRouter(t)}
 }
 
 func openAPIRouter(t *testing.T) routers.Router {
@@ -112,6 +113,10 @@ func (r response) problem(t *testing.T) httpapi.Problem {
 
 type header map[string]string
 
+// noHangClient gives up on a request after a minute: a server that hangs
+// fails the test that waits for it, rather than the whole run.
+var noHangClient = &http.Client{Timeout: time.Minute}
+
 func (b *testBundle) do(method, path string, body []byte, h header) response {
 	b.t.Helper()
 	req, err := http.NewRequestWithContext(b.t.Context(), method, b.server.URL+path, bytes.NewReader(body))
@@ -128,9 +133,9 @@ func (b *testBundle) do(method, path string, body []byte, h header) response {
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := noHangClient.Do(req)
 	if err != nil {
-		b.t.Fatal(err)
+		b.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)

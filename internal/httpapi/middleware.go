@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,6 +124,27 @@ func instrument(tp trace.TracerProvider, mp metric.MeterProvider) echo.Middlewar
 				}
 			})).ServeHTTP(c.Response().Writer, measured)
 			return nil
+		}
+	}
+}
+
+// limitInFlight answers 503 at once to a request that arrives while max
+// others are being handled, except on the routes in exempt (the probes and
+// the metrics, which must answer under load).
+func limitInFlight(maxInFlight int, exempt ...string) echo.MiddlewareFunc {
+	slots := make(chan struct{}, maxInFlight)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if slices.Contains(exempt, c.Path()) {
+				return next(c)
+			}
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+				return next(c)
+			default:
+				return fmt.Errorf("%d requests in flight already: %w", maxInFlight, errOverloaded)
+			}
 		}
 	}
 }

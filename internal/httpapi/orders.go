@@ -177,7 +177,7 @@ func (s *Server) createOrder(c echo.Context) error {
 	ctx := c.Request().Context()
 	cid := correlationID(ctx)
 	var resp, replay *store.StoredResponse
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if idem != nil {
 			stored, err := store.ClaimIdempotencyKey(ctx, tx, *idem, s.cfg.IdempotencyKeyTTL)
 			if err != nil || stored != nil {
@@ -233,7 +233,7 @@ func (s *Server) getOrder(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	var out orderJSON
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		order, err := store.GetOrder(ctx, tx, id)
 		if err != nil {
 			return err
@@ -283,7 +283,17 @@ func (s *Server) listOrders(c echo.Context) error {
 		}
 		params.After = cursor
 	}
-	orders, next, err := store.ListOrders(c.Request().Context(), s.pool, params)
+	// The page and its items are read in one snapshot, so they agree.
+	ctx := c.Request().Context()
+	var (
+		orders []*domain.Order
+		next   *store.Cursor
+	)
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		orders, next, err = store.ListOrders(ctx, tx, params)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -316,7 +326,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		out       orderJSON
 		cancelled bool
 	)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		cause := domain.Cause{CorrelationID: cid}
 		_, current, err := store.MoveOrder(ctx, tx, id, domain.TriggerCancel, cause)
 		switch {
