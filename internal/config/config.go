@@ -300,12 +300,13 @@ func redactQuery(raw string) string {
 	}
 	params := strings.Split(raw, "&")
 	for i, p := range params {
-		name, _, hasValue := strings.Cut(p, "=")
-		if decoded, err := url.QueryUnescape(name); err == nil {
+		rawName, _, hasValue := strings.Cut(p, "=")
+		name := rawName
+		if decoded, err := url.QueryUnescape(rawName); err == nil {
 			name = decoded
 		}
 		if hasValue && secretName(name) {
-			params[i] = strings.SplitN(p, "=", 2)[0] + "=" + masked
+			params[i] = rawName + "=" + masked
 		}
 	}
 	return strings.Join(params, "&")

@@ -74,7 +74,10 @@ func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 			}
 			req, status := c.Request(), c.Response().Status
 			level := slog.LevelInfo
-			if status >= http.StatusInternalServerError {
+			switch {
+			case status == http.StatusServiceUnavailable: // overload, not ready: the client retries
+				level = slog.LevelWarn
+			case status >= http.StatusInternalServerError:
 				level = slog.LevelError
 			}
 			logger.Log(req.Context(), level, "http request",
@@ -128,8 +131,8 @@ func instrument(tp trace.TracerProvider, mp metric.MeterProvider) echo.Middlewar
 	}
 }
 
-// limitInFlight answers 503 at once to a request that arrives while max
-// others are being handled, except on the routes in exempt (the probes and
+// limitInFlight answers 503 at once to a request that arrives while
+// maxInFlight others are being handled, except on the routes in exempt (the probes and
 // the metrics, which must answer under load).
 func limitInFlight(maxInFlight int, exempt ...string) echo.MiddlewareFunc {
 	slots := make(chan struct{}, maxInFlight)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -363,7 +364,9 @@ func (s *Server) cancelOrder(c echo.Context) error {
 // onlyQueryParams refuses a request with a query parameter not in allowed,
 // or one given twice: a misspelt filter must not silently list everything.
 func onlyQueryParams(c echo.Context, allowed ...string) error {
-	for name, values := range c.QueryParams() {
+	query := c.QueryParams()
+	for _, name := range slices.Sorted(maps.Keys(query)) { // the same answer every time
+		values := query[name]
 		if !slices.Contains(allowed, name) {
 			detail := fmt.Sprintf("Unknown query parameter %q.", name)
 			if len(allowed) == 0 {

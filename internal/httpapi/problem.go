@@ -126,8 +126,8 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		if p.Status == http.StatusServiceUnavailable {
 			c.Response().Header().Set("Retry-After", retryAfterSeconds)
 		}
-		// Overload is counted by the metrics (a 503 per request turned
-		// away), not logged as a failure per request.
+		// A request turned away for overload is no failure to look into:
+		// the metrics count the 503s, and its request line says 503.
 		if p.Status >= http.StatusInternalServerError && !errors.Is(err, errOverloaded) {
 			logger.ErrorContext(req.Context(), "request failed", slog.String("error", err.Error()),
 				slog.String("method", req.Method), slog.String("route", c.Path()))
