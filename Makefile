@@ -60,6 +60,14 @@ dev: ## the whole system on this machine without Docker (migrations, api, 2 rela
 walkthrough: ## a guided tour of the running system (make dev or docker compose); ARGS=-yes runs it unattended
 	$(GO) run ./cmd/walkthrough $(ARGS)
 
+# make load: the rate (orders/s) and duration of the load generator.
+RATE     ?= 20
+DURATION ?= 30s
+
+.PHONY: load
+load: ## post orders to the running API at RATE orders/s for DURATION and report latency (ARGS=-chart latency.svg)
+	$(GO) run ./cmd/loadgen -rate $(RATE) -duration $(DURATION) $(ARGS)
+
 .PHONY: db/reset
 db/reset: ## roll every migration back and apply them again (drops all data!)
 	$(GO) run ./cmd/order-api migrate reset
