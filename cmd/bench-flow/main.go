@@ -45,7 +45,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 )
 
@@ -123,7 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 
 	// Build.
-	fmt.Fprintf(stdout, "building %s from this checkout\n", strings.Join(binaries, ", "))
+	_, _ = fmt.Fprintf(stdout, "building %s from this checkout\n", strings.Join(binaries, ", "))
 	if err := build(ctx, dir); err != nil {
 		return err
 	}
@@ -139,16 +138,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := os.Mkdir(logs, 0o755); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "\n%g orders/s for %s: %d order-api, %d outbox-relay, %d order-consumer\n", rate, cfg.duration, 1, cfg.relays, 1)
+		_, _ = fmt.Fprintf(stdout, "\n%g orders/s for %s: order-api, order-consumer and %d outbox-relays\n", rate, cfg.duration, cfg.relays)
 		r, err := benchRate(ctx, cfg, vhosts, dir, logs, rate, stdout, stderr)
 		if err != nil {
 			keep = true
 			return fmt.Errorf("at %g orders/s: %w (logs in %s)", rate, err, logs)
 		}
-		r.print(stdout)
+		if err := r.print(stdout); err != nil {
+			return err
+		}
 		results = append(results, r)
 	}
-	printTable(stdout, cfg, results)
+	if err := printTable(stdout, cfg, results); err != nil {
+		return err
+	}
 	for _, r := range results {
 		if r.load.Unfinished > 0 || r.load.Created < r.load.Expected {
 			return fmt.Errorf("at %g orders/s, not every order due was created and final: the CPU per order is not comparable", r.rate)
@@ -196,7 +199,7 @@ func benchRate(ctx context.Context, cfg config, vhosts *vhostAdmin, bin, logs st
 	res.rate = rate
 	// Database and vhost.
 	name := uniqueName()
-	fmt.Fprintf(stdout, "database and vhost %s\n", name)
+	_, _ = fmt.Fprintf(stdout, "database and vhost %s\n", name)
 	dbURL, err := withPath(cfg.databaseURL, name)
 	if err != nil {
 		return res, fmt.Errorf("DATABASE_URL: %w", err)
@@ -270,6 +273,9 @@ func benchRate(ctx context.Context, cfg config, vhosts *vhostAdmin, bin, logs st
 		"-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-duration", cfg.duration.String(), "-wait", cfg.wait.String())
 	lg.Stderr = stderr // its progress
 	out, lgErr := lg.Output()
+	if lg.ProcessState == nil {
+		return res, fmt.Errorf("loadgen: %w", lgErr)
+	}
 	after, err := sampleCPU(pids)
 	if err != nil {
 		return res, err
@@ -313,31 +319,33 @@ func (r result) perThousand(seconds float64) float64 {
 	return seconds / float64(r.finished) * 1000
 }
 
-func (r result) print(w io.Writer) {
+func (r result) print(w io.Writer) error {
+	var b strings.Builder
 	l := r.load
-	fmt.Fprintf(w, "%d orders due, %d created, %d final (%s), %d not final; errors %s; dropped %d\n",
+	fmt.Fprintf(&b, "%d orders due, %d created, %d final (%s), %d not final; errors %s; dropped %d\n",
 		l.Expected, l.Created, r.finished, tally(l.Final), l.Unfinished, tally(l.Errors), l.Dropped)
-	fmt.Fprintf(w, "POST to final status: p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  max %.1f ms; end to end %.1f orders/s\n",
+	fmt.Fprintf(&b, "POST to final status: p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  max %.1f ms; end to end %.1f orders/s\n",
 		l.Latency.P50, l.Latency.P90, l.Latency.P99, l.Latency.Max, l.Throughput)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "CPU over %.1f s\tseconds\tper 1,000 orders\t%% of one core\t\n", r.window.Seconds())
+	fmt.Fprintf(&b, "%-38s %8s %17s %13s\n", fmt.Sprintf("CPU over %.1f s", r.window.Seconds()), "seconds", "per 1,000 orders", "% of one core")
 	for _, c := range r.cpu {
 		name := c.name
 		if c.shared {
 			name += " *"
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.1f%%\t\n", name, c.seconds, r.perThousand(c.seconds), 100*c.seconds/r.window.Seconds())
+		fmt.Fprintf(&b, "  %-36s %8.2f %17.2f %12.1f%%\n", name, c.seconds, r.perThousand(c.seconds), 100*c.seconds/r.window.Seconds())
 	}
-	_ = tw.Flush()
-	fmt.Fprintln(w, "* includes every other client of the server (or process of the machine) in the window")
+	b.WriteString("* includes every other client of the server (or process of the machine) in the window\n")
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // printTable prints every run as one Markdown table, for docs/benchmarks.md.
-func printTable(w io.Writer, cfg config, results []result) {
-	fmt.Fprintf(w, "\nCPU seconds per 1,000 orders; latency from POST to final status; %s per rate, %d outbox-relays\n\n", cfg.duration, cfg.relays)
+func printTable(w io.Writer, cfg config, results []result) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nCPU seconds per 1,000 orders; latency from POST to final status; %s per rate, %d outbox-relays\n\n", cfg.duration, cfg.relays)
 	header := []string{"orders/s", "final", "p50 ms", "p90 ms", "p99 ms", "max ms", "order-api", "outbox-relays", "order-consumer",
 		"PostgreSQL, its backends", "PostgreSQL, server*", "RabbitMQ*", "loadgen", "machine*"}
-	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))
+	fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))
 	for _, r := range results {
 		// The columns after the latencies, in the order of r.cpu, with the
 		// relays added up.
@@ -354,10 +362,12 @@ func printTable(w io.Writer, cfg config, results []result) {
 			cols = append(cols, fmt.Sprintf("%.2f", r.perThousand(c.seconds)))
 		}
 		l := r.load
-		fmt.Fprintf(w, "| %g | %d/%d | %.1f | %.1f | %.1f | %.1f | %s |\n", r.rate, r.finished, l.Expected,
+		fmt.Fprintf(&b, "| %g | %d/%d | %.1f | %.1f | %.1f | %.1f | %s |\n", r.rate, r.finished, l.Expected,
 			l.Latency.P50, l.Latency.P90, l.Latency.P99, l.Latency.Max, strings.Join(cols, " | "))
 	}
-	fmt.Fprintln(w, "\n* includes every other client of the server (or process of the machine) in the window")
+	fmt.Fprintln(&b, "\n* includes every other client of the server (or process of the machine) in the window")
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // tally formats counts as "A 3, B 1", or "none".

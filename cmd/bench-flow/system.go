@@ -27,7 +27,7 @@ var binaries = []string{"order-api", "outbox-relay", "order-consumer", "loadgen"
 func build(ctx context.Context, dir string) error {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
-		return fmt.Errorf("run bench-flow inside the repository: go env GOMOD: %q %v", gomod, err)
+		return fmt.Errorf("run bench-flow inside the repository (go env GOMOD: %q): %w", gomod, err)
 	}
 	args := []string{"build", "-o", dir + "/"}
 	for _, b := range binaries {
@@ -175,7 +175,7 @@ func start(ctx context.Context, name, bin, ready, logDir string, env ...string) 
 	if err != nil {
 		return nil, err
 	}
-	defer out.Close() // the child has its own copy
+	defer func() { _ = out.Close() }() // the child has its own copy
 	p.cmd = exec.CommandContext(ctx, bin)
 	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
 	p.cmd.WaitDelay = 20 * time.Second
@@ -201,7 +201,7 @@ func start(ctx context.Context, name, bin, ready, logDir string, env ...string) 
 		select {
 		case err := <-p.done:
 			p.done <- err
-			return p, fmt.Errorf("%s exited before it was ready (%v); its log: %s", name, err, p.log)
+			return p, fmt.Errorf("%s exited before it was ready (its log: %s): %w", name, p.log, err)
 		case <-ctx.Done():
 			return p, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -223,8 +223,7 @@ func (p *process) stop() error {
 		return nil
 	case <-time.After(20 * time.Second):
 		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("%s did not stop within 20s of SIGTERM (its log: %s)", p.name, p.log)
+		return fmt.Errorf("%s did not stop within 20s of SIGTERM (its log: %s): %w", p.name, p.log, <-p.done)
 	}
 }
 

@@ -185,7 +185,7 @@ func TestLoadgenText(t *testing.T) {
 func TestLoadgenRejectsBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"-rate", "0"}, {"-duration", "-1s"}, {"-api", "127.0.0.1:8080"}, {"-concurrency", "0"}, {"-nonsense"}, {"extra"},
+		{"-rate", "0"}, {"-duration", "-1s"}, {"-rate", "1", "-duration", "100ms"}, {"-api", "127.0.0.1:8080"}, {"-concurrency", "0"}, {"-nonsense"}, {"extra"},
 	} {
 		var stderr bytes.Buffer
 		if err := run(t.Context(), args, &bytes.Buffer{}, &stderr); !errors.Is(err, errUsage) {

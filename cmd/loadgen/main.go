@@ -98,6 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		err = errors.New("-rate must be more than 0")
 	case c.duration <= 0:
 		err = errors.New("-duration must be more than 0")
+	case expected(c.rate, c.duration) < 1:
+		err = fmt.Errorf("-rate %g for -duration %s is less than one order", c.rate, c.duration)
 	case c.concurrency < 1:
 		err = errors.New("-concurrency must be at least 1")
 	case c.wait < 0:
@@ -105,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	default:
 		return c, nil
 	}
-	fmt.Fprintf(stderr, "loadgen: %v\n", err)
+	_, _ = fmt.Fprintf(stderr, "loadgen: %v\n", err)
 	fs.Usage()
 	return c, errUsage
 }

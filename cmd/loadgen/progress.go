@@ -36,9 +36,9 @@ func startProgress(w io.Writer, status func() (float64, string)) *progress {
 		if terminal {
 			// \r back to the start of the line, \x1b[K clears what is left of
 			// a longer line before.
-			fmt.Fprintf(w, "\r%s %s\x1b[K", bar(frac), line)
+			_, _ = fmt.Fprintf(w, "\r%s %s\x1b[K", bar(frac), line)
 		} else {
-			fmt.Fprintf(w, "%3.0f%% %s\n", 100*min(max(frac, 0), 1), line)
+			_, _ = fmt.Fprintf(w, "%3.0f%% %s\n", 100*min(max(frac, 0), 1), line)
 		}
 	}
 	p.wg.Go(func() {
@@ -49,7 +49,7 @@ func startProgress(w io.Writer, status func() (float64, string)) *progress {
 			case <-p.done:
 				draw()
 				if terminal {
-					fmt.Fprintln(w)
+					_, _ = fmt.Fprintln(w)
 				}
 				return
 			case <-tick.C:
