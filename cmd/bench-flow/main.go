@@ -41,6 +41,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -298,7 +299,7 @@ func benchRate(ctx context.Context, cfg config, vhosts *vhostAdmin, bin, logs st
 		cpuUse{name: "PostgreSQL, the whole server", seconds: seconds(serverCPU(after.stats, "postgres") - serverCPU(before.stats, "postgres")), shared: true},
 		cpuUse{name: "RabbitMQ", seconds: seconds(lastingCPU(before.stats, after.stats, "beam.smp")), shared: true},
 		cpuUse{name: "loadgen (the client)", seconds: (lg.ProcessState.UserTime() + lg.ProcessState.SystemTime()).Seconds()},
-		cpuUse{name: "machine (every process)", seconds: seconds(after.machine - before.machine), shared: true},
+		cpuUse{name: machineName, seconds: seconds(after.machine - before.machine), shared: true},
 	)
 	return res, nil
 }
@@ -310,6 +311,9 @@ func relayNames(n int) []string {
 	}
 	return out
 }
+
+// machineName names the row of every process of the machine.
+const machineName = "machine (every process)"
 
 // perThousand is seconds per 1,000 finished orders.
 func (r result) perThousand(seconds float64) float64 {
@@ -342,27 +346,31 @@ func (r result) print(w io.Writer) error {
 // printTable prints every run as one Markdown table, for docs/benchmarks.md.
 func printTable(w io.Writer, cfg config, results []result) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nCPU seconds per 1,000 orders; latency from POST to final status; %s per rate, %d outbox-relays\n\n", cfg.duration, cfg.relays)
-	header := []string{"orders/s", "final", "p50 ms", "p90 ms", "p99 ms", "max ms", "order-api", "outbox-relays", "order-consumer",
-		"PostgreSQL, its backends", "PostgreSQL, server*", "RabbitMQ*", "loadgen", "machine*"}
+	fmt.Fprintf(&b, "\nLatency from POST to final status; CPU seconds per 1,000 orders; %s per rate, %d outbox-relays, %d cores\n\n",
+		cfg.duration, cfg.relays, runtime.NumCPU())
+	header := []string{"orders/s", "final", "end to end/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "order-api", "outbox-relays", "order-consumer",
+		"PostgreSQL, its backends", "PostgreSQL, server*", "RabbitMQ*", "loadgen", "machine busy*"}
 	fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))
 	for _, r := range results {
 		// The columns after the latencies, in the order of r.cpu, with the
-		// relays added up.
+		// relays added up, and the machine as a share of all its cores.
 		var cols []string
 		relays := 0.0
 		for _, c := range r.cpu {
-			if strings.HasPrefix(c.name, "outbox-relay-") {
+			switch {
+			case strings.HasPrefix(c.name, "outbox-relay-"):
 				relays += c.seconds
 				if c.name == fmt.Sprintf("outbox-relay-%d", cfg.relays) {
 					cols = append(cols, fmt.Sprintf("%.2f", r.perThousand(relays)))
 				}
-				continue
+			case c.name == machineName:
+				cols = append(cols, fmt.Sprintf("%.0f%%", 100*c.seconds/r.window.Seconds()/float64(runtime.NumCPU())))
+			default:
+				cols = append(cols, fmt.Sprintf("%.2f", r.perThousand(c.seconds)))
 			}
-			cols = append(cols, fmt.Sprintf("%.2f", r.perThousand(c.seconds)))
 		}
 		l := r.load
-		fmt.Fprintf(&b, "| %g | %d/%d | %.1f | %.1f | %.1f | %.1f | %s |\n", r.rate, r.finished, l.Expected,
+		fmt.Fprintf(&b, "| %g | %d/%d | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", r.rate, r.finished, l.Expected, l.Throughput,
 			l.Latency.P50, l.Latency.P90, l.Latency.P99, l.Latency.Max, strings.Join(cols, " | "))
 	}
 	fmt.Fprintln(&b, "\n* includes every other client of the server (or process of the machine) in the window")
