@@ -141,6 +141,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		_, _ = fmt.Fprintf(stdout, "\n%g orders/s for %s: order-api, order-consumer and %d outbox-relays\n", rate, cfg.duration, cfg.relays)
 		r, err := benchRate(ctx, cfg, vhosts, dir, logs, rate, stdout, stderr)
+		if ctx.Err() != nil {
+			// The database and the vhost are gone; err has what went wrong
+			// on the way out, if anything did.
+			return errors.Join(errors.New("interrupted"), err)
+		}
 		if err != nil {
 			keep = true
 			return fmt.Errorf("at %g orders/s: %w (logs in %s)", rate, err, logs)
@@ -211,10 +216,17 @@ func benchRate(ctx context.Context, cfg config, vhosts *vhostAdmin, bin, logs st
 	}
 	cleanup := context.WithoutCancel(ctx)
 	defer func() { err = errors.Join(err, dropDatabase(cleanup, cfg.databaseURL, name)) }()
-	if err := vhosts.add(ctx, name); err != nil {
-		return res, err
+	// Removed even when adding failed half way (interrupted between the
+	// vhost and its permissions): only then is a failed removal no news.
+	addErr := vhosts.add(ctx, name)
+	defer func() {
+		if rmErr := vhosts.remove(cleanup, name); addErr == nil {
+			err = errors.Join(err, rmErr)
+		}
+	}()
+	if addErr != nil {
+		return res, addErr
 	}
-	defer func() { err = errors.Join(err, vhosts.remove(cleanup, name)) }()
 	env := []string{"DATABASE_URL=" + dbURL, "AMQP_URL=" + amqpURL, "LOG_FORMAT=json"}
 
 	// Schema: migrate creates the database.
@@ -273,6 +285,9 @@ func benchRate(ctx context.Context, cfg config, vhosts *vhostAdmin, bin, logs st
 	lg := exec.CommandContext(ctx, filepath.Join(bin, "loadgen"), "-api", api, "-json",
 		"-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-duration", cfg.duration.String(), "-wait", cfg.wait.String())
 	lg.Stderr = stderr // its progress
+	// Interrupted, loadgen stops sending and prints what it has.
+	lg.Cancel = func() error { return lg.Process.Signal(os.Interrupt) }
+	lg.WaitDelay = 10 * time.Second
 	out, lgErr := lg.Output()
 	if lg.ProcessState == nil {
 		return res, fmt.Errorf("loadgen: %w", lgErr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -217,7 +218,9 @@ func (p *process) stop() error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-p.done:
-		if err != nil {
+		// context.Canceled: bench-flow was interrupted, and the process
+		// stopped cleanly on the SIGTERM that followed.
+		if err != nil && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("%s: %w (its log: %s)", p.name, err, p.log)
 		}
 		return nil
