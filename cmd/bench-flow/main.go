@@ -23,11 +23,13 @@
 // there are two figures: the backends connected to the run's database
 // (their queries; not the server's shared work such as WAL writing and
 // checkpoints), and the whole server, every process named postgres. The
-// RabbitMQ figure is its server's beam.smp. The whole server and the
-// broker include what every other client on this machine costs them in the
-// window, and "machine" is every process of the machine (/proc/stat): on a
-// quiet machine it is close to the sum of the others, and when it is far
-// above, something else was running and the shared figures are inflated.
+// RabbitMQ figure is every beam.smp running through the whole window (the
+// broker; rabbitmqctl's short-lived VMs are left out). The whole server
+// and the broker include what every other client on this machine costs
+// them in the window, and "machine" is every process of the machine
+// (/proc/stat): on a quiet machine it is close to the sum of the others,
+// and when it is far above, something else was running and the shared
+// figures are inflated.
 package main
 
 import (
