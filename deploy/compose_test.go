@@ -29,7 +29,7 @@ import (
 // that each check can fail.
 
 // schemaBinaries are the commands that need the schema, and so also have
-// the `migrate` sub-command (SPEC section 2).
+// the `migrate` sub-command (internal/app RunMigrate).
 var schemaBinaries = []string{"order-api", "outbox-relay", "order-consumer"}
 
 func TestComposeImagesArePinned(t *testing.T) {
@@ -50,6 +50,11 @@ func TestComposeHostPathsExist(t *testing.T) {
 func TestComposeHostPortsAreUnique(t *testing.T) {
 	t.Parallel()
 	reportProblems(t, hostPortProblems(testenv.Compose(t)))
+}
+
+func TestComposePostgresHealthcheckUsesTCP(t *testing.T) {
+	t.Parallel()
+	reportProblems(t, postgresHealthcheckProblems(testenv.Compose(t)))
 }
 
 func TestComposeRunsTheWholeStack(t *testing.T) {
@@ -123,6 +128,39 @@ func unpinnedImages(p *types.Project) []string {
 func hasHealthcheck(svc types.ServiceConfig) bool {
 	hc := svc.HealthCheck
 	return hc != nil && !hc.Disable && len(hc.Test) > 0 && hc.Test[0] != "NONE"
+}
+
+// healthcheckHosts finds the host a PostgreSQL client connects to in a
+// command line: pg_isready's or psql's -h or --host, host= in a
+// connection string, or the host of a postgres:// URL (empty there: the
+// socket).
+var healthcheckHosts = regexp.MustCompile(`(?:^|\s)(?:-h\s*|--host[=\s]\s*)["']?([^\s"']+)|\bhost=["']?([^\s"']+)|postgres(?:ql)?://(?:[^@/\s]*@)?([^/:?\s]*)`)
+
+// postgresHealthcheckProblems lists the PostgreSQL services whose health
+// check would pass on the Unix socket. On its first start the official
+// image runs the server on the socket only while it initialises the
+// database, then restarts it: a socket check reports healthy in between,
+// and the services that waited for it connect over TCP to a server that
+// is not listening. The check must use TCP, as they do.
+func postgresHealthcheckProblems(p *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		repo, _, _ := imageParts(svc.Image)
+		if n := path.Base(repo); (n != "postgres" && n != "postgresql") || !hasHealthcheck(svc) {
+			continue // missingServices reports a missing check
+		}
+		command := strings.Join(svc.HealthCheck.Test[1:], " ")
+		tcp := false
+		for _, m := range healthcheckHosts.FindAllStringSubmatch(command, -1) {
+			host := m[1] + m[2] + m[3]
+			tcp = tcp || host != "" && !strings.HasPrefix(host, "/")
+		}
+		if !tcp {
+			problems = append(problems, fmt.Sprintf("service %s: the health check %q connects over the Unix socket, healthy before the server listens on TCP: name the host the way the services connect (pg_isready -h 127.0.0.1)", name, command))
+		}
+	}
+	return problems
 }
 
 // restartPolicy is the policy the service's container runs with: `restart`,
@@ -403,7 +441,7 @@ func missingServices(p *types.Project) []string {
 }
 
 // migratesOnStart tells whether the service applies the schema itself at
-// start (under goose's advisory lock, SPEC section 2).
+// start (under goose's advisory lock, app.OpenDatabase).
 func migratesOnStart(svc types.ServiceConfig) bool {
 	if v := svc.Environment["MIGRATE_ON_START"]; v != nil {
 		if on, err := strconv.ParseBool(*v); err == nil && on {
@@ -524,7 +562,7 @@ func loadComposeDoc(t *testing.T, doc string, files map[string]string, opts ...c
 var stackServices = map[string]string{
 	"db": `
     image: postgres:16.4-alpine
-    healthcheck: {test: [CMD, pg_isready]}`,
+    healthcheck: {test: [CMD, pg_isready, -h, 127.0.0.1]}`,
 	"broker": `
     image: rabbitmq:3.13-management
     healthcheck: {test: [CMD, rabbitmq-diagnostics, ping]}`,
@@ -593,7 +631,7 @@ var testBinaries = []string{"order-api", "outbox-relay", "order-consumer", "webh
 
 // allComposeChecks runs every check, for the documents that must pass all.
 func allComposeChecks(p *types.Project) []string {
-	return slices.Concat(unpinnedImages(p), dependencyProblems(p), missingHostPaths(p),
+	return slices.Concat(unpinnedImages(p), dependencyProblems(p), postgresHealthcheckProblems(p), missingHostPaths(p),
 		hostPortProblems(p), missingServices(p), builtServiceProblems(p, testBinaries))
 }
 
@@ -627,6 +665,12 @@ func TestComposeChecks(t *testing.T) {
 		{name: "completed target restart policy", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: {migrate: {condition: service_completed_successfully}}\n  migrate:\n    image: a:1\n    deploy: {restart_policy: {condition: on-failure}}\n", want: []string{"restarts (deploy.restart_policy on-failure)"}},
 		{name: "missing target, loader consistency off", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: [db]\n", opts: []cli.ProjectOptionsFn{cli.WithConsistency(false)}, want: []string{"db, which is not a service"}},
 		{name: "dependencies that hold", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on:\n      db: {condition: service_healthy}\n      migrate: {condition: service_completed_successfully}\n      once: {condition: service_completed_successfully}\n  db:\n    image: postgres:16\n    healthcheck: {test: [CMD, pg_isready]}\n  migrate:\n    image: a:1\n    restart: \"no\"\n  once:\n    image: a:1\n"},
+
+		// 2b. PostgreSQL's health check over TCP
+		{name: "pg_isready on the socket", check: postgresHealthcheckProblems, doc: "services:\n  db:\n    image: postgres:16.4\n    healthcheck: {test: [CMD-SHELL, pg_isready -U postgres -d orders]}\n", want: []string{"connects over the Unix socket"}},
+		{name: "socket directory as host", check: postgresHealthcheckProblems, doc: "services:\n  db:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, pg_isready, -h, /var/run/postgresql]}\n", want: []string{"connects over the Unix socket"}},
+		{name: "psql URL without host", check: postgresHealthcheckProblems, doc: "services:\n  db:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, psql, \"postgresql:///orders\", -c, SELECT 1]}\n", want: []string{"connects over the Unix socket"}},
+		{name: "health checks over TCP", check: postgresHealthcheckProblems, doc: "services:\n  a:\n    image: postgres:16.4\n    healthcheck: {test: [CMD-SHELL, pg_isready -h 127.0.0.1 -U postgres]}\n  b:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, pg_isready, --host=localhost]}\n  c:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, psql, \"host=127.0.0.1 user=postgres\", -c, SELECT 1]}\n  d:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, psql, \"postgresql://postgres@127.0.0.1/orders\", -c, SELECT 1]}\n  e:\n    image: postgres:16.4\n    healthcheck: {test: [CMD-SHELL, pg_isready -h127.0.0.1]}\n"},
 
 		// 3. host paths
 		{name: "bind mount missing", check: missingHostPaths, doc: "services:\n  p:\n    image: p:1\n    volumes: [./prometheus.yml:/etc/prometheus/prometheus.yml]\n", want: []string{"prometheus.yml does not exist"}},
