@@ -40,19 +40,19 @@ func TestDockerfile(t *testing.T) {
 func TestComposeEntrypointsAreInTheImage(t *testing.T) {
 	t.Parallel()
 	installed := installedBinaries(parseDockerfile(readRepoFile(t, "Dockerfile")), cmdBinaries(t))
-	reportProblems(t, missingEntrypoints(testenv.Compose(t), installed))
+	checkStacks(t, func(p *types.Project) []string { return missingEntrypoints(p, installed) })
 }
 
-// missingEntrypoints lists the services built from the Dockerfile whose
-// entrypoint is not a path where the image has a binary: such a service
-// fails only when it starts. installed is installedBinaries' result.
+// missingEntrypoints lists the services running the image of the
+// Dockerfile whose entrypoint is not a path where the image has a binary:
+// such a service fails only when it starts. installed is
+// installedBinaries' result.
 func missingEntrypoints(p *types.Project, installed map[string]string) []string {
 	var problems []string
 	paths := slices.Sorted(maps.Values(installed))
-	dockerfile := filepath.Join(p.WorkingDir, "Dockerfile")
 	for _, name := range serviceNames(p) {
 		svc := p.Services[name]
-		if svc.Build == nil || dockerfileOf(svc.Build) != dockerfile || len(svc.Entrypoint) == 0 {
+		if !runsRepositoryImage(p, svc) || len(svc.Entrypoint) == 0 {
 			continue
 		}
 		if !slices.Contains(paths, svc.Entrypoint[0]) {
@@ -700,12 +700,13 @@ func TestMissingEntrypoints(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			doc := fmt.Sprintf("services:\n  app:\n    build: .\n    entrypoint: [%s]\n  other:\n    build: {context: ., dockerfile: other.Dockerfile}\n    entrypoint: [/elsewhere]\n", tt.entrypoint)
+			doc := fmt.Sprintf("services:\n  app:\n    build: .\n    image: orders:dev\n    entrypoint: [%s]\n  same:\n    image: orders:dev\n    entrypoint: [%s]\n  other:\n    build: {context: ., dockerfile: other.Dockerfile}\n    entrypoint: [/elsewhere]\n", tt.entrypoint, tt.entrypoint)
 			p, err := loadComposeDoc(t, doc, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := missingEntrypoints(p, installed); len(got) != tt.want {
+			// app builds the image, same runs it: both are checked.
+			if got := missingEntrypoints(p, installed); len(got) != 2*tt.want {
 				t.Errorf("problems = %q, want %d", got, tt.want)
 			}
 		})
