@@ -67,8 +67,12 @@ run/consumer: ## run order-consumer against DATABASE_URL and AMQP_URL
 dev: ## the whole system on this machine without Docker (migrations, api, 2 relays, consumer, webhook receiver); Ctrl-C stops it
 	./scripts/dev.sh
 
+.PHONY: compose-test
+compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough inside it (-yes), always down -v; COMPOSE_SERVICES= to start a subset
+	./scripts/compose-test.sh $(COMPOSE_SERVICES)
+
 .PHONY: walkthrough
-walkthrough: ## a guided tour of the running system (make dev or docker compose); ARGS=-yes runs it unattended
+walkthrough: ## a guided tour of the system make dev runs; ARGS=-yes runs it unattended (compose: make compose-test)
 	$(GO) run ./cmd/walkthrough $(ARGS)
 
 .PHONY: load
