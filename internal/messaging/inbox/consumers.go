@@ -204,7 +204,11 @@ func (c *loop) session(ctx context.Context) error {
 						closeOnce.Do(func() { close(deliveriesClosed) })
 						return
 					}
-					c.handle(workCtx, pub, raw)
+					if c.cfg.BatchSize > 1 {
+						c.handleBatch(workCtx, pub, c.collect([]amqp.Delivery{raw}, deliveries, stopTaking))
+					} else {
+						c.handle(workCtx, pub, raw)
+					}
 				}
 			}
 		})

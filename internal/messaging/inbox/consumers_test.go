@@ -78,7 +78,7 @@ func setupConsumer(t *testing.T) *consumerBundle {
 	if err := messaging.DeclareExchange(b.ch); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), txid bigint NOT NULL DEFAULT txid_current())`)
 	if err != nil {
 		t.Fatal(err)
 	}
