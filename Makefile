@@ -57,6 +57,15 @@ run/consumer: ## run order-consumer against DATABASE_URL and AMQP_URL
 dev: ## the whole system on this machine without Docker (migrations, api, 2 relays, consumer, webhook receiver); Ctrl-C stops it
 	./scripts/dev.sh
 
+.PHONY: ctl
+ctl: ## orderctl, the operator's tool, against DATABASE_URL and AMQP_URL: make ctl ARGS='status'
+	$(GO) run ./cmd/orderctl $(ARGS)
+
+.PHONY: replay
+replay: ## move a consumer's parked messages back to its work queue: make replay CONSUMER=fulfillment REASON='why'
+	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why'"; exit 2; }
+	$(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
+
 .PHONY: walkthrough
 walkthrough: ## a guided tour of the running system (make dev or docker compose); ARGS=-yes runs it unattended
 	$(GO) run ./cmd/walkthrough $(ARGS)
