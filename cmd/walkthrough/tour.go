@@ -204,6 +204,7 @@ func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 		fmt.Sprintf("RabbitMQ %s/#/queues : orders.fulfillment, orders.warehouse, orders.notification, their .retry.* and .dlq", s.cfg.RabbitUIURL),
 		fmt.Sprintf("Grafana %s : the dashboard \"Order service: outbox and inbox\"", s.cfg.GrafanaURL),
 		"psql: SELECT * FROM order_state_transition WHERE order_id = '"+o.ID+"';",
+		"orderctl order "+o.ID+" : all of the above in one timeline (from a checkout: make ctl ARGS='order "+o.ID+"')",
 	)
 	return nil
 }
