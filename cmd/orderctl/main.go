@@ -4,21 +4,22 @@
 // messages, run retention), each recorded in operator_audit with who, when,
 // what and why.
 //
-//	orderctl status                                           backlogs, queue depths, the oldest stuck items, what to do next
-//	orderctl order <order_id>                                 the order's timeline: history, outbox, inbox, parked messages, trace
-//	orderctl outbox failed [--type T]                         FAILED outbox rows
-//	orderctl outbox retry <outbox_id>... | --type T --reason R     FAILED rows back to PENDING
-//	orderctl parked list <consumer>                           a parking lot, left as it is
-//	orderctl parked show <consumer> <message_id>              one parked message: headers, reason, body
-//	orderctl parked replay <consumer> <message_id>|--all --reason R   back to the work queue, same message id
-//	orderctl parked discard <consumer> <message_id> --reason R       out of the parking lot for good
-//	orderctl inbox show <consumer> <message_id>               one inbox row
-//	orderctl retention --reason R                             delete what the retention settings allow, now
-//	orderctl audit                                            what operators did
+//	orderctl status                                      what is stuck, queue depths, what to do next
+//	orderctl order <order_id>                            the order's timeline: history, outbox, inbox, parked, trace id
+//	orderctl outbox failed [--type T]                    FAILED outbox rows
+//	orderctl outbox retry <outbox_id>...|--type T        FAILED rows back to PENDING
+//	orderctl parked list <consumer>                      a parking lot, left as it is
+//	orderctl parked show <consumer> <message_id>         one parked message: headers, reason, body
+//	orderctl parked replay <consumer> <message_id>|--all back to the work queue, same message id
+//	orderctl parked discard <consumer> <message_id>      out of the parking lot for good
+//	orderctl inbox show <consumer> <message_id>          one inbox row
+//	orderctl retention                                   delete what the retention settings allow, now
+//	orderctl audit                                       what operators did
 //
-// Every command takes --json. The settings are the services' (README,
-// "Configuration"); ORDERCTL_USER names the operator in the audit table
-// (default: the OS user).
+// Every command takes --json; those that change something (retry, replay,
+// discard, retention) need --reason. The settings are the services'
+// (README, "Configuration"); ORDERCTL_USER names the operator in the audit
+// table (default: the OS user).
 package main
 
 import (
