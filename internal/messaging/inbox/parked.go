@@ -94,9 +94,9 @@ func (p *parkingLot) close() { _ = p.conn.CloseDeadline(time.Now().Add(time.Seco
 //
 // A return counts in a quorum queue message's delivery count. RabbitMQ 3.x
 // sets no delivery limit on a queue that declares none (as the parking lots
-// do), so looking never drops a message there; RabbitMQ 4.0 to 4.2 apply a
-// default limit of 20 to every return: give the parking lots an unlimited
-// delivery limit before running them there.
+// do), so looking never drops a message there. RabbitMQ 4.0 to 4.2 default
+// to a limit of 20 and count every return: there, give the parking lots an
+// unlimited delivery limit (a policy) first.
 func (p *parkingLot) scan(limit int, visit func(d amqp.Delivery) (settled, stop bool, err error)) (err error) {
 	q, err := p.ch.QueueDeclarePassive(p.name, true, false, false, false, nil)
 	if err != nil {
