@@ -10,6 +10,12 @@ PKGS    := ./...
 # DATABASE_URL and AMQP_URL come from the environment; unset, the binaries
 # use the local servers, and the tests use them or start containers.
 
+# make load: the rate (orders/s) and duration of the load generator;
+# make bench/flow: its rates and the duration of each run.
+RATE     ?= 20
+RATES    ?= 25,50,100
+DURATION ?= 20s
+
 .PHONY: help
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,6 +31,10 @@ test/race: ## run every test with the race detector
 .PHONY: bench
 bench: ## the benchmarks of docs/benchmarks.md (relay against a raw publisher, latency)
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/...
+
+.PHONY: bench/flow
+bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, DURATION each: latency, CPU per 1,000 orders
+	$(GO) run ./cmd/bench-flow -rates $(RATES) -duration $(DURATION)
 
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minutes)
@@ -66,9 +76,17 @@ replay: ## move a consumer's parked messages back to its work queue: make replay
 	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why'"; exit 2; }
 	$(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
 
+.PHONY: compose-test
+compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough inside it (-yes), always down -v; COMPOSE_SERVICES= to start a subset
+	./scripts/compose-test.sh $(COMPOSE_SERVICES)
+
 .PHONY: walkthrough
-walkthrough: ## a guided tour of the running system (make dev or docker compose); ARGS=-yes runs it unattended
+walkthrough: ## a guided tour of the system make dev runs; ARGS=-yes runs it unattended (compose: make compose-test)
 	$(GO) run ./cmd/walkthrough $(ARGS)
+
+.PHONY: load
+load: ## post orders to the running API at RATE orders/s for DURATION and report latency (ARGS=-chart latency.svg)
+	$(GO) run ./cmd/loadgen -rate $(RATE) -duration $(DURATION) $(ARGS)
 
 .PHONY: db/reset
 db/reset: ## roll every migration back and apply them again (drops all data!)

@@ -35,17 +35,34 @@ type Config struct {
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080"`
 	// IdempotencyKeyTTL is how long an Idempotency-Key is remembered.
 	IdempotencyKeyTTL time.Duration `env:"IDEMPOTENCY_KEY_TTL" envDefault:"24h"`
+	// AcquireTimeout bounds a request's wait for a database connection;
+	// past it the request is a 503 with Retry-After.
+	AcquireTimeout time.Duration `env:"DB_ACQUIRE_TIMEOUT" envDefault:"1s"`
+	// MaxInFlight caps the requests handled at once; one more is a 503 with
+	// Retry-After (the probes and /metrics are not counted).
+	MaxInFlight int `env:"HTTP_MAX_IN_FLIGHT" envDefault:"100"`
+	// ShutdownDelay is how long the API keeps serving after SIGTERM with
+	// /readyz answering 503, so that load balancers stop sending requests
+	// before it stops accepting them.
+	ShutdownDelay time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s"`
 	// ShutdownTimeout bounds the wait for requests in flight on SIGTERM.
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
 }
 
 // Validate checks every setting and reports all the bad ones.
 func (c *Config) Validate() error {
+	var delay error
+	if c.ShutdownDelay < 0 {
+		delay = fmt.Errorf("SHUTDOWN_DELAY must not be negative, got %v", c.ShutdownDelay)
+	}
 	return errors.Join(
 		c.Database.Validate(),
 		c.Log.Validate(),
 		c.Telemetry.Validate(),
 		config.Positive("IDEMPOTENCY_KEY_TTL", c.IdempotencyKeyTTL),
+		config.Positive("DB_ACQUIRE_TIMEOUT", c.AcquireTimeout),
+		config.Positive("HTTP_MAX_IN_FLIGHT", c.MaxInFlight),
+		delay,
 		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
 	)
 }
@@ -87,18 +104,41 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	// Background: forget expired idempotency keys.
 	go idempotencyKeyRetention(pool, cfg.IdempotencyKeyTTL, log).Run(ctx)
 
-	// Serve until SIGINT/SIGTERM, then drain the requests in flight.
-	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: cfg.IdempotencyKeyTTL}, httpapi.Deps{
+	// Serve until SIGINT/SIGTERM. Then /readyz answers 503 at once (ctx is
+	// done), the API goes on serving for SHUTDOWN_DELAY, and then it stops
+	// accepting connections and drains the requests in flight.
+	handler, err := httpapi.New(httpapi.Config{
+		IdempotencyKeyTTL: cfg.IdempotencyKeyTTL,
+		AcquireTimeout:    cfg.AcquireTimeout,
+		MaxInFlight:       cfg.MaxInFlight,
+	}, httpapi.Deps{
 		Pool:           pool,
 		Logger:         log,
 		TracerProvider: tel.TracerProvider,
 		MeterProvider:  tel.MeterProvider,
 		MetricsHandler: tel.MetricsHandler,
+		ShuttingDown:   ctx.Done(),
 	})
 	if err != nil {
 		return err
 	}
-	err = app.Serve(ctx, app.NewHTTPServer(cfg.HTTPAddr, handler, log), cfg.ShutdownTimeout, log, nil)
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-serveCtx.Done(): // Serve failed
+			return
+		}
+		log.InfoContext(serveCtx, "shutting down: not ready; serving for SHUTDOWN_DELAY, then draining",
+			slog.Duration("shutdown_delay", cfg.ShutdownDelay))
+		select {
+		case <-time.After(cfg.ShutdownDelay):
+		case <-serveCtx.Done():
+		}
+		stopServing()
+	}()
+	err = app.Serve(serveCtx, app.NewHTTPServer(cfg.HTTPAddr, handler, log), cfg.ShutdownTimeout, log, nil)
 	log.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
 }

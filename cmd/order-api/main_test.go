@@ -95,6 +95,76 @@ func TestServeAndShutDown(t *testing.T) {
 	}
 }
 
+// The overload and shutdown settings are checked at start, each error
+// naming its variable.
+func TestBadOverloadSettingsFailStartup(t *testing.T) {
+	t.Parallel()
+	for variable, value := range map[string]string{
+		"DB_ACQUIRE_TIMEOUT": "0s",
+		"HTTP_MAX_IN_FLIGHT": "0",
+		"SHUTDOWN_DELAY":     "-1s",
+	} {
+		// Should the setting be let through, run finds no database (and
+		// would listen on a free port, never on :8080).
+		environ := map[string]string{variable: value, "HTTP_ADDR": testenv.FreeAddr(t),
+			"DATABASE_URL": testenv.ServerURL(t, testenv.TestDatabaseName())}
+		var out bytes.Buffer
+		err := run(t.Context(), nil, environ, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), variable) {
+			t.Errorf("%s=%s: err = %v; want it to name %s", variable, value, err, variable)
+		}
+	}
+}
+
+// On SIGTERM, /readyz answers 503 at once while the API goes on serving
+// for SHUTDOWN_DELAY (a load balancer takes it out of rotation meanwhile);
+// then it drains and run returns without error.
+func TestNotReadyDuringShutdownDelay(t *testing.T) {
+	t.Parallel()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	addr := testenv.FreeAddr(t)
+	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr, "SHUTDOWN_DELAY": "5s"}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		wg     sync.WaitGroup
+		runErr error
+		logs   syncBuffer
+	)
+	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, &logs, &logs) })
+	base := "http://" + addr
+	testenv.WaitOK(t, 20*time.Second, base+"/readyz")
+
+	cancel() // SIGTERM
+	var status int
+	testenv.WaitFor(t, 5*time.Second, "/readyz to answer 503 after SIGTERM", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatalf("GET /readyz after SIGTERM: %v (the API stopped serving at once)", err)
+		}
+		resp.Body.Close()
+		status = resp.StatusCode
+		return status != http.StatusOK
+	})
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz after SIGTERM: %d, want 503", status)
+	}
+	resp, err := http.Post(base+"/v1/orders", "application/json",
+		strings.NewReader(`{"customer_id":"c","currency":"EUR","items":[{"sku":"A","quantity":1,"unit_price_cents":1}]}`))
+	if err != nil {
+		t.Fatalf("POST /v1/orders while not ready: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /v1/orders while not ready: %d, want it still served", resp.StatusCode)
+	}
+	wg.Wait()
+	if runErr != nil {
+		t.Fatalf("run: %v\n%s", runErr, logs.String())
+	}
+}
+
 // Every variable order-api reads is documented in the README.
 func TestREADMEDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()

@@ -55,6 +55,7 @@ type Config struct {
 	RetryDelays     []time.Duration `env:"CONSUMER_RETRY_DELAYS" envDefault:"1s,5s,30s,2m" envSeparator:","`
 	DeliveryLimit   int             `env:"CONSUMER_DELIVERY_LIMIT" envDefault:"20"`
 	ProcessingLease time.Duration   `env:"CONSUMER_PROCESSING_LEASE" envDefault:"1m"`
+	TxTimeout       time.Duration   `env:"CONSUMER_TX_TIMEOUT" envDefault:"30s"`
 	InboxRetention  time.Duration   `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
 	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL"`
 	WebhookTimeout  time.Duration   `env:"NOTIFY_WEBHOOK_TIMEOUT" envDefault:"5s"`
@@ -75,6 +76,7 @@ func (c *Config) Validate() error {
 		config.Positive("CONSUMER_MAX_ATTEMPTS", c.MaxAttempts),
 		config.Positive("CONSUMER_DELIVERY_LIMIT", c.DeliveryLimit),
 		config.Positive("CONSUMER_PROCESSING_LEASE", c.ProcessingLease),
+		config.Positive("CONSUMER_TX_TIMEOUT", c.TxTimeout),
 		config.Positive("NOTIFY_WEBHOOK_TIMEOUT", c.WebhookTimeout),
 		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
 	}
@@ -96,7 +98,7 @@ func (c *Config) Validate() error {
 func (c *Config) consumerConfig() inbox.Config {
 	return inbox.Config{
 		Prefetch: c.Prefetch, Workers: c.Workers, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
-		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout,
+		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout, TxTimeout: c.TxTimeout,
 		InboxRetention: c.InboxRetention, Producer: service,
 	}
 }

@@ -146,7 +146,7 @@ func run(ctx context.Context, argv []string, environ map[string]string, stdout, 
 		}
 	}
 	c.pool, err = store.NewPool(ctx, store.PoolConfig{
-		URL: cfg.URL, MaxConns: min(cfg.MaxConns, 4), AppName: service, ConnectTimeout: 5 * time.Second,
+		URL: cfg.URL, MaxConns: min(cfg.MaxConns, 4), AppName: service, ConnectTimeout: cfg.ConnectTimeout,
 		StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
 	})
 	if err != nil {

@@ -43,6 +43,7 @@ type Config struct {
 	Notify          bool          `env:"RELAY_NOTIFY" envDefault:"true"`
 	Lease           time.Duration `env:"RELAY_LEASE" envDefault:"30s"`
 	ConfirmTimeout  time.Duration `env:"RELAY_CONFIRM_TIMEOUT" envDefault:"10s"`
+	DBTimeout       time.Duration `env:"RELAY_DB_TIMEOUT" envDefault:"10s"`
 	MaxAttempts     int           `env:"RELAY_MAX_ATTEMPTS" envDefault:"10"`
 	BackoffBase     time.Duration `env:"RELAY_BACKOFF_BASE" envDefault:"1s"`
 	BackoffMax      time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"5m"`
@@ -61,6 +62,7 @@ func (c *Config) Validate() error {
 		config.Positive("RELAY_POLL_INTERVAL", c.PollInterval),
 		config.Positive("RELAY_LEASE", c.Lease),
 		config.Positive("RELAY_CONFIRM_TIMEOUT", c.ConfirmTimeout),
+		config.Positive("RELAY_DB_TIMEOUT", c.DBTimeout),
 		config.Positive("RELAY_MAX_ATTEMPTS", c.MaxAttempts),
 		config.Positive("RELAY_BACKOFF_BASE", c.BackoffBase),
 		config.Positive("RELAY_BACKOFF_MAX", c.BackoffMax),
@@ -78,7 +80,7 @@ func (c *Config) relayConfig() outbox.Config {
 	return outbox.Config{
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
 		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
-		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout,
+		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout, DBTimeout: c.DBTimeout,
 		Retention: c.Retention,
 	}
 }

@@ -1,5 +1,6 @@
-// Command walkthrough is a guided tour of a running order service (docker
-// compose up, or make dev): it creates orders and provokes, one at a time,
+// Command walkthrough is a guided tour of a running order service (make
+// dev, or the demo compose stack, which runs it inside its network): it
+// creates orders and provokes, one at a time,
 // the failures the transactional outbox and the inbox exist for, and shows
 // the evidence from the database, the broker and the processes that
 // nothing was lost and nothing applied twice:
@@ -19,7 +20,8 @@
 //	walkthrough [-yes] [-timeout 60s]
 //
 // -yes runs unattended (no pause between steps). Settings, from the
-// environment (defaults: the ports of docker compose and make dev):
+// environment (defaults: the addresses of make dev; the walkthrough
+// service of docker-compose.demo.yml sets the compose network's):
 //
 //	API_URL               order-api                   (http://127.0.0.1:8080)
 //	CONSUMER_ADMIN_URL    order-consumer admin        (http://127.0.0.1:9102)
@@ -123,7 +125,8 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 // connect checks that the system is up and opens the database and broker.
 func connect(ctx context.Context, cfg Config) (*system, error) {
 	s := &system{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
-	hint := "is the system running? `docker compose up --build` or `make dev`"
+	hint := "is the system running? `make dev`; with Docker, run the walkthrough inside the demo stack: " +
+		"`docker compose -f docker-compose.yml -f docker-compose.demo.yml run --rm walkthrough`"
 	if err := s.ready(ctx, cfg.APIURL+"/readyz"); err != nil {
 		return nil, fmt.Errorf("order-api at %s: %w (%s; API_URL)", cfg.APIURL, err, hint)
 	}

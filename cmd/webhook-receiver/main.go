@@ -18,8 +18,10 @@
 //	WEBHOOK_ADDR   listen address (default ":8090")
 //	FAIL_FIRST     answer 503 to the first N requests of each new key, to
 //	               show the consumer retrying with the same key (default 0)
+//	LOG_FORMAT     json or text, as for the other binaries (default json)
+//	LOG_LEVEL      debug, info, warn or error (default info)
 //
-// Logs are JSON lines on stdout. SIGINT or SIGTERM shuts it down gracefully.
+// Logs go to stdout. SIGINT or SIGTERM shuts it down gracefully.
 package main
 
 import (
@@ -37,6 +39,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/telemetry"
 )
 
 const (
@@ -64,6 +69,16 @@ func main() {
 // run is the whole process: it serves until ctx is done, then shuts the
 // server down and waits for the requests in flight.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	logCfg := config.Log{Level: getenv("LOG_LEVEL"), Format: getenv("LOG_FORMAT")}
+	if logCfg.Level == "" {
+		logCfg.Level = "info"
+	}
+	if logCfg.Format == "" {
+		logCfg.Format = "json"
+	}
+	if err := logCfg.Validate(); err != nil {
+		return err
+	}
 	addr := getenv("WEBHOOK_ADDR")
 	if addr == "" {
 		addr = ":8090"
@@ -76,7 +91,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		}
 		failFirst = n
 	}
-	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With(slog.String("service", service))
+	logger := telemetry.NewLogger(service, logCfg, stdout)
 
 	srv := &http.Server{
 		Handler:           newServer(failFirst, logger),

@@ -290,3 +290,44 @@ func TestRunShutsDown(t *testing.T) {
 		t.Errorf("no stopped line:\n%s", logs)
 	}
 }
+
+// LOG_FORMAT=text gives text lines, as in the other binaries; a format it
+// does not know stops it at start, naming the variable.
+func TestLogFormat(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, env(map[string]string{"WEBHOOK_ADDR": "127.0.0.1:0", "LOG_FORMAT": "text"}), logs)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "msg=listening") {
+		select {
+		case err := <-errc:
+			t.Fatalf("run returned before listening: %v\n%s", err, logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no text line msg=listening after 5s:\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if strings.Contains(logs.String(), `"msg":`) || !strings.Contains(logs.String(), "service=webhook-receiver") {
+		t.Errorf("want text lines with the service name:\n%s", logs)
+	}
+
+	for variable, value := range map[string]string{"LOG_FORMAT": "xml", "LOG_LEVEL": "loud"} {
+		// Should the value be let through, run serves until this ends.
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		err := run(ctx, env(map[string]string{variable: value, "WEBHOOK_ADDR": "127.0.0.1:0"}), io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), variable) {
+			t.Errorf("%s=%s: %v, want an error naming %s", variable, value, err, variable)
+		}
+	}
+}

@@ -3,8 +3,9 @@
 // log with secrets masked.
 //
 // A setting is a struct field with an `env` tag and an `envDefault`; a field
-// tagged `secret:"true"` is never logged, and a URL is logged without its
-// password. Each binary embeds the blocks it needs (Database, Log, ...) and
+// tagged `secret:"true"` is never logged, and every other value is logged
+// through Redact, which masks the credentials a URL or a connection string
+// carries. Each binary embeds the blocks it needs (Database, Log, ...) and
 // adds its own knobs. A bad value fails start-up with a message that names
 // the variable.
 package config
@@ -77,6 +78,9 @@ type Database struct {
 	StatementTimeout time.Duration `env:"DB_STATEMENT_TIMEOUT" envDefault:"30s"`
 	// LockTimeout cancels a statement that waits longer for a lock (0: never).
 	LockTimeout time.Duration `env:"DB_LOCK_TIMEOUT" envDefault:"10s"`
+	// ConnectTimeout is how long start-up (migrate, the first connection)
+	// waits for a server that refuses connections or is still starting.
+	ConnectTimeout time.Duration `env:"DB_CONNECT_TIMEOUT" envDefault:"30s"`
 }
 
 // Validate checks the database block.
@@ -90,6 +94,9 @@ func (d Database) Validate() error {
 	}
 	if d.StatementTimeout < 0 || d.LockTimeout < 0 {
 		errs = append(errs, errors.New("DB_STATEMENT_TIMEOUT and DB_LOCK_TIMEOUT must not be negative"))
+	}
+	if d.ConnectTimeout <= 0 {
+		errs = append(errs, errors.New("DB_CONNECT_TIMEOUT must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -177,7 +184,7 @@ type Setting struct {
 }
 
 // Describe lists the settings of cfg in field order, with the values as
-// loaded: URLs without their password, secrets as "*****".
+// loaded: secrets as "*****", every other value through Redact.
 func Describe(cfg any) []Setting {
 	var out []Setting
 	walk(reflect.ValueOf(cfg), func(f reflect.StructField, v reflect.Value) {
@@ -231,11 +238,173 @@ func display(f reflect.StructField, v reflect.Value) string {
 		if v.IsZero() {
 			return ""
 		}
-		return "*****"
+		return masked
 	}
-	s := fmt.Sprint(v.Interface())
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		return u.Redacted()
+	return Redact(fmt.Sprint(v.Interface()))
+}
+
+// masked replaces a secret in what is logged.
+const masked = "*****"
+
+// Redact returns s with the credentials it may carry masked, for logs:
+//
+//   - a URL (scheme://...): the password of its userinfo; the whole userinfo
+//     of an http(s) URL, where a user name alone is a credential; and the
+//     value of every query parameter whose name looks secret (password,
+//     token, key, secret, signature, ...: see secretName);
+//   - a PostgreSQL keyword/value connection string (host=db password=...):
+//     the value of every keyword that looks secret.
+//
+// Anything else is returned as it is. Redact masks too much rather than too
+// little: a masked value that was not secret costs a look at the
+// environment, a logged secret costs a rotation.
+func Redact(s string) string {
+	if scheme, _, ok := strings.Cut(s, "://"); ok && scheme != "" && !strings.ContainsAny(scheme, " =") {
+		return redactURL(s)
+	}
+	if strings.Contains(s, "=") {
+		return redactKeywordValue(s)
 	}
 	return s
+}
+
+// redactURL masks the userinfo password and the secret query parameters
+// of a URL. A URL that does not parse is masked whole after its scheme: it
+// cannot be told apart safely.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		scheme, _, _ := strings.Cut(s, "://")
+		return scheme + "://" + masked
+	}
+	userMasked := false
+	if u.User != nil {
+		_, hasPassword := u.User.Password()
+		switch {
+		case u.Scheme == "http" || u.Scheme == "https":
+			u.User, userMasked = url.User(masked), true
+		case hasPassword:
+			u.User, userMasked = url.UserPassword(u.User.Username(), masked), true
+		}
+	}
+	u.RawQuery = redactQuery(u.RawQuery)
+	if u.Fragment != "" {
+		u.Fragment = masked // a fragment is client-side state, tokens included
+	}
+	out := u.String()
+	if userMasked { // url.URL escapes the mask in userinfo; show it as elsewhere
+		out = strings.Replace(out, url.PathEscape(masked), masked, 1)
+	}
+	return out
+}
+
+// redactQuery masks the values of the secret parameters of a raw query,
+// keeping the order and encoding of the others.
+func redactQuery(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	params := strings.Split(raw, "&")
+	for i, p := range params {
+		rawName, _, hasValue := strings.Cut(p, "=")
+		name := rawName
+		if decoded, err := url.QueryUnescape(rawName); err == nil {
+			name = decoded
+		}
+		if hasValue && secretName(name) {
+			params[i] = rawName + "=" + masked
+		}
+	}
+	return strings.Join(params, "&")
+}
+
+// redactKeywordValue masks the secret values of a libpq keyword/value
+// connection string: keyword = value pairs separated by spaces, where a
+// value may be single-quoted with \' and \\ escapes.
+func redactKeywordValue(s string) string {
+	var out strings.Builder
+	i := 0
+	for i < len(s) {
+		// Spaces between pairs.
+		start := i
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		out.WriteString(s[start:i])
+		if i == len(s) {
+			break
+		}
+		// The keyword, up to "=" or a space.
+		start = i
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
+			i++
+		}
+		keyword := s[start:i]
+		out.WriteString(keyword)
+		// Spaces, "=", spaces.
+		start = i
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if i == len(s) || s[i] != '=' {
+			// Not keyword/value after all: mask the rest, to be safe.
+			out.WriteString(s[start:i])
+			if i < len(s) {
+				out.WriteString(masked)
+			}
+			break
+		}
+		i++
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		out.WriteString(s[start:i])
+		// The value: quoted, or up to the next space.
+		start = i
+		if i < len(s) && s[i] == '\'' {
+			i++
+			for i < len(s) && s[i] != '\'' {
+				if s[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i = min(i+1, len(s)) // the closing quote
+		} else {
+			for i < len(s) && !isSpace(s[i]) {
+				if s[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i = min(i, len(s))
+		}
+		if secretName(keyword) {
+			out.WriteString(masked)
+		} else {
+			out.WriteString(s[start:i])
+		}
+	}
+	return out.String()
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+// secretName reports whether a query parameter or a connection keyword
+// names a credential: password, sslpassword, token, access_token, api_key,
+// apikey, secret, client_secret, signature, sig, X-Amz-Signature,
+// X-Amz-Credential, auth, authorization, and Azure's code.
+func secretName(name string) bool {
+	name = strings.ToLower(name)
+	if name == "code" {
+		return true
+	}
+	for _, part := range []string{"pass", "pwd", "token", "key", "secret", "sig", "auth", "credential"} {
+		if strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -89,6 +90,8 @@ func checkLength(v *ValidationError, field, s string, maxLen int) {
 		v.Add(field, "is required")
 	case n > maxLen:
 		v.Add(field, "must be at most %d characters", maxLen)
+	case strings.ContainsRune(s, 0):
+		v.Add(field, "must not contain a NUL character") // PostgreSQL text cannot hold one
 	}
 }
 

@@ -63,6 +63,8 @@ func TestNewOrderRules(t *testing.T) {
 		{"customer empty", "", "EUR", item("A", 1, 0), "customer_id"},
 		{"customer 65 chars", strings.Repeat("c", 65), "EUR", item("A", 1, 0), "customer_id"},
 		{"customer invalid utf-8", "\xff", "EUR", item("A", 1, 0), "customer_id"},
+		{"customer with NUL", "c\x00d", "EUR", item("A", 1, 0), "customer_id"},
+		{"sku with NUL", "c", "EUR", item("A\x00", 1, 0), "items[0].sku"},
 		{"currency lower case", "c", "eur", item("A", 1, 0), "currency"},
 		{"currency 2 letters", "c", "EU", item("A", 1, 0), "currency"},
 		{"currency 4 letters", "c", "EURO", item("A", 1, 0), "currency"},

@@ -6,4 +6,9 @@
 //
 // Errors are application/problem+json (RFC 9457), written by one error
 // handler (problem.go) from the errors the handlers return.
+//
+// Under overload the API answers 503 with Retry-After rather than queue:
+// a request waits at most Config.AcquireTimeout for a database connection
+// (pool.go), and at most Config.MaxInFlight requests are handled at once
+// (limitInFlight).
 package httpapi

@@ -38,14 +38,27 @@ type testBundle struct {
 // checked against api/openapi.yaml.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
+	return setupWith(t, nil)
+}
+
+// setupWith is setup with the API's config and dependencies changed by
+// change (when not nil) before it starts. The bundle's pool is the test's
+// own on the database, whatever pool the API is given.
+func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testBundle {
+	t.Helper()
 	db := testenv.NewDatabase(t)
-	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
+	cfg := httpapi.Config{IdempotencyKeyTTL: time.Hour}
+	deps := httpapi.Deps{
 		Pool:           db.Pool,
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		TracerProvider: tracenoop.NewTracerProvider(),
 		MeterProvider:  metricnoop.NewMeterProvider(),
 		MetricsHandler: http.NotFoundHandler(),
-	})
+	}
+	if change != nil {
+		change(&cfg, &deps)
+	}
+	handler, err := httpapi.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +113,10 @@ func (r response) problem(t *testing.T) httpapi.Problem {
 
 type header map[string]string
 
+// noHangClient gives up on a request after a minute: a server that hangs
+// fails the test that waits for it, rather than the whole run.
+var noHangClient = &http.Client{Timeout: time.Minute}
+
 func (b *testBundle) do(method, path string, body []byte, h header) response {
 	b.t.Helper()
 	req, err := http.NewRequestWithContext(b.t.Context(), method, b.server.URL+path, bytes.NewReader(body))
@@ -116,9 +133,9 @@ func (b *testBundle) do(method, path string, body []byte, h header) response {
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := noHangClient.Do(req)
 	if err != nil {
-		b.t.Fatal(err)
+		b.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
@@ -416,6 +433,22 @@ func TestCreateOrderBadInput(t *testing.T) {
 		{"price -1", order("c", "EUR", "["+item("A", 1, -1)+"]"), nil, 422, "validation_failed", "items[0].unit_price_cents"},
 		{"price 10^9+1", order("c", "EUR", "["+item("A", 1, 1_000_000_001)+"]"), nil, 422, "validation_failed", "items[0].unit_price_cents"},
 		{"price missing", order("c", "EUR", `[{"sku":"A","quantity":1}]`), nil, 422, "validation_failed", "items[0].unit_price_cents"},
+		// PostgreSQL cannot store a NUL in text, and must not be the one to say so (a 500).
+		{"NUL in customer_id", `{"customer_id":"c\u0000d","currency":"EUR","items":[` + good + `]}`, nil, 422, "validation_failed", "customer_id"},
+		{"NUL in sku", order("c", "EUR", `[{"sku":"A\u0000","quantity":1,"unit_price_cents":1}]`), nil, 422, "validation_failed", "items[0].sku"},
+		{"NUL in currency", `{"customer_id":"c","currency":"EU\u0000","items":[` + good + `]}`, nil, 422, "validation_failed", "currency"},
+		// encoding/json would turn these bytes into U+FFFD and store that.
+		{"invalid UTF-8 in a string", `{"customer_id":"c` + "\xff" + `","currency":"EUR","items":[` + good + `]}`, nil, 400, "malformed_json", ""},
+		{"invalid UTF-8 in a key", `{"customer_id":"c","currency":"EUR","items":[` + good + `],"x` + "\xc3" + `":1}`, nil, 400, "malformed_json", ""},
+		// Data after the JSON value, of every kind (Decoder.More misses ] and }).
+		{"trailing ]", validOrder + "]", nil, 400, "malformed_json", ""},
+		{"trailing }", validOrder + "}", nil, 400, "malformed_json", ""},
+		{"trailing word", validOrder + " x", nil, 400, "malformed_json", ""},
+		{"trailing number", validOrder + "1", nil, 400, "malformed_json", ""},
+		// encoding/json matches keys case-insensitively; the API does not.
+		{"key in other case", `{"Customer_ID":"c","currency":"EUR","items":[` + good + `]}`, nil, 400, "malformed_json", ""},
+		{"nested key in other case", order("c", "EUR", `[{"SKU":"A","quantity":1,"unit_price_cents":1}]`), nil, 400, "malformed_json", ""},
+		{"key twice, other case", `{"customer_id":"c","currency":"EUR","CURRENCY":"USD","items":[` + good + `]}`, nil, 400, "malformed_json", ""},
 	}
 	for _, c := range cases {
 		r := b.do(http.MethodPost, "/v1/orders", []byte(c.body), c.header)
@@ -629,6 +662,117 @@ func TestListOrders(t *testing.T) {
 		if r.status != http.StatusBadRequest || r.problem(t).Code != "invalid_query" {
 			t.Errorf("%s: %d %s", bad, r.status, r.body)
 		}
+	}
+}
+
+// customer_id filters the list, alone or with status, and its pages walk
+// every matching order once, newest first, while orders are created.
+func TestListOrdersByCustomer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	forCustomer := func(customer string) string {
+		return strings.Replace(validOrder, `"c-1"`, fmt.Sprintf("%q", customer), 1)
+	}
+	var alice, aliceCancelled []string // newest first
+	for i := range 9 {
+		customer := []string{"alice", "bob", "alicia"}[i%3]
+		o := b.createOrder(forCustomer(customer), nil)
+		if customer != "alice" {
+			continue
+		}
+		alice = append([]string{o.OrderID}, alice...)
+		if i%2 == 0 {
+			b.do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", nil, nil)
+			aliceCancelled = append([]string{o.OrderID}, aliceCancelled...)
+		}
+	}
+	bob := b.createOrder(forCustomer("bob"), nil)
+	b.do(http.MethodPost, "/v1/orders/"+bob.OrderID+"/cancel", nil, nil)
+
+	type page struct {
+		Orders     []orderBody `json:"orders"`
+		NextCursor *string     `json:"next_cursor"`
+	}
+	walk := func(query string, limit int) []string {
+		t.Helper()
+		var seen []string
+		path := fmt.Sprintf("/v1/orders?%s&limit=%d", query, limit)
+		for pages := 0; ; pages++ {
+			r := b.do(http.MethodGet, path, nil, nil)
+			if r.status != http.StatusOK {
+				t.Fatalf("%s: %d %s", path, r.status, r.body)
+			}
+			var p page
+			r.decode(t, &p)
+			for _, o := range p.Orders {
+				seen = append(seen, o.OrderID)
+			}
+			if pages == 0 { // an order created during the walk is not in it
+				b.createOrder(forCustomer("alice"), nil)
+			}
+			if p.NextCursor == nil {
+				return seen
+			}
+			path = fmt.Sprintf("/v1/orders?%s&limit=%d&after=%s", query, limit, *p.NextCursor)
+		}
+	}
+	if got := walk("customer_id=alice", 1); fmt.Sprint(got) != fmt.Sprint(alice) {
+		t.Errorf("customer_id=alice walked %v, want %v", got, alice)
+	}
+	if got := walk("customer_id=alice&status=CANCELLED", 1); fmt.Sprint(got) != fmt.Sprint(aliceCancelled) {
+		t.Errorf("customer_id=alice&status=CANCELLED walked %v, want %v", got, aliceCancelled)
+	}
+	if got := walk("status=CANCELLED&customer_id=bob", 2); fmt.Sprint(got) != fmt.Sprint([]string{bob.OrderID}) {
+		t.Errorf("customer_id=bob&status=CANCELLED walked %v, want %v", got, []string{bob.OrderID})
+	}
+	if got := walk("customer_id=ali", 5); len(got) != 0 {
+		t.Errorf("customer_id=ali (a prefix) walked %v, want nothing", got)
+	}
+	for _, bad := range []string{"?customer_id=" + strings.Repeat("c", 65), "?customer_id=a%00b", "?customer_id=%FF"} {
+		r := b.do(http.MethodGet, "/v1/orders"+bad, nil, nil)
+		if r.status != http.StatusBadRequest || r.problem(t).Code != "invalid_query" || !strings.Contains(r.problem(t).Detail, "customer_id") {
+			t.Errorf("%s: %d %s", bad, r.status, r.body)
+		}
+	}
+}
+
+// A query parameter an endpoint does not take is a 400 that names it, not
+// ignored: a misspelt filter would list everything, a stray flag on a write
+// would seem to be obeyed. Nothing is written.
+func TestUnknownQueryParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := b.createOrder(validOrder, nil)
+	cases := []struct {
+		method, path, body, name string
+	}{
+		{http.MethodGet, "/v1/orders?stauts=CANCELLED", "", "stauts"},
+		{http.MethodGet, "/v1/orders?status=CANCELLED&customerId=c-1", "", "customerId"},
+		{http.MethodGet, "/v1/orders?Status=CANCELLED", "", "Status"},
+		{http.MethodGet, "/v1/orders?status=CANCELLED&status=SUBMITTED", "", "status"},
+		{http.MethodPost, "/v1/orders?dry_run=true", validOrder, "dry_run"},
+		{http.MethodGet, "/v1/orders/" + o.OrderID + "?expand=items", "", "expand"},
+		{http.MethodPost, "/v1/orders/" + o.OrderID + "/cancel?force=true", "", "force"},
+	}
+	for _, c := range cases {
+		var body []byte
+		if c.body != "" {
+			body = []byte(c.body)
+		}
+		r := b.do(c.method, c.path, body, nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s %s: %d %s, want 400", c.method, c.path, r.status, r.body)
+			continue
+		}
+		if p := r.problem(t); p.Code != "invalid_query" || !strings.Contains(p.Detail, `"`+c.name+`"`) {
+			t.Errorf("%s %s: %+v, want invalid_query naming %q", c.method, c.path, p, c.name)
+		}
+	}
+	if n := b.count("orders"); n != 1 {
+		t.Errorf("%d orders, want the 1 created before", n)
+	}
+	if n := b.count("message_outbox"); n != 1 {
+		t.Errorf("%d outbox rows: a refused request wrote one", n)
 	}
 }
 

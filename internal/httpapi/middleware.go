@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,7 +74,10 @@ func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 			}
 			req, status := c.Request(), c.Response().Status
 			level := slog.LevelInfo
-			if status >= http.StatusInternalServerError {
+			switch {
+			case status == http.StatusServiceUnavailable: // overload, not ready: the client retries
+				level = slog.LevelWarn
+			case status >= http.StatusInternalServerError:
 				level = slog.LevelError
 			}
 			logger.Log(req.Context(), level, "http request",
@@ -88,6 +93,12 @@ func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 // instrument wraps the route in an OpenTelemetry HTTP server span named
 // "METHOD /route/{param}" and records the HTTP server metrics. Errors are
 // rendered inside the span so that the status it records is the one sent.
+//
+// The metrics are labelled with the method, the status, and the route
+// template (none for a path that matches no route), never with what the
+// client chose: otelhttp would take server.address and server.port from the
+// Host header, so a client could add a series per Host it sends. It is
+// given the request without its Host; the handler gets the request as sent.
 func instrument(tp trace.TracerProvider, mp metric.MeterProvider) echo.MiddlewareFunc {
 	otelMiddleware := otelhttp.NewMiddleware("http.server",
 		otelhttp.WithTracerProvider(tp),
@@ -101,15 +112,42 @@ func instrument(tp trace.TracerProvider, mp metric.MeterProvider) echo.Middlewar
 	)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			sent := c.Request()
+			measured := sent.WithContext(sent.Context()) // a shallow copy
+			measured.Host = ""
 			otelMiddleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				// r is what the metrics are recorded from, after the handler.
 				r.Pattern = routeTemplate(c.Path())
-				c.SetRequest(r)
+				handled := r.WithContext(r.Context())
+				handled.Host = sent.Host
+				c.SetRequest(handled)
 				c.Response().Writer = w
 				if err := next(c); err != nil {
 					c.Error(err)
 				}
-			})).ServeHTTP(c.Response().Writer, c.Request())
+			})).ServeHTTP(c.Response().Writer, measured)
 			return nil
+		}
+	}
+}
+
+// limitInFlight answers 503 at once to a request that arrives while
+// maxInFlight others are being handled, except on the routes in exempt (the probes and
+// the metrics, which must answer under load).
+func limitInFlight(maxInFlight int, exempt ...string) echo.MiddlewareFunc {
+	slots := make(chan struct{}, maxInFlight)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if slices.Contains(exempt, c.Path()) {
+				return next(c)
+			}
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+				return next(c)
+			default:
+				return fmt.Errorf("%d requests in flight already: %w", maxInFlight, errOverloaded)
+			}
 		}
 	}
 }

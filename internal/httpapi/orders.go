@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -148,6 +151,9 @@ func newOrderDetailJSON(o *domain.Order, history []store.HistoryEntry) orderJSON
 // createOrder: POST /v1/orders. The order, its first history row and its
 // order.submitted outbox row commit in one transaction, or nothing does.
 func (s *Server) createOrder(c echo.Context) error {
+	if err := onlyQueryParams(c); err != nil {
+		return err
+	}
 	var req createOrderRequest
 	if err := decodeJSON(c, &req); err != nil {
 		return err
@@ -172,7 +178,7 @@ func (s *Server) createOrder(c echo.Context) error {
 	ctx := c.Request().Context()
 	cid := correlationID(ctx)
 	var resp, replay *store.StoredResponse
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if idem != nil {
 			stored, err := store.ClaimIdempotencyKey(ctx, tx, *idem, s.cfg.IdempotencyKeyTTL)
 			if err != nil || stored != nil {
@@ -219,13 +225,16 @@ func (s *Server) createOrder(c echo.Context) error {
 // getOrder: GET /v1/orders/{order_id}, with its history. The order and its
 // history are read in one snapshot, so they agree.
 func (s *Server) getOrder(c echo.Context) error {
+	if err := onlyQueryParams(c); err != nil {
+		return err
+	}
 	id, err := orderIDParam(c)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
 	var out orderJSON
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		order, err := store.GetOrder(ctx, tx, id)
 		if err != nil {
 			return err
@@ -240,9 +249,20 @@ func (s *Server) getOrder(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// listOrders: GET /v1/orders?status=S&limit=N&after=CURSOR, newest first.
+// listOrders: GET /v1/orders?customer_id=C&status=S&limit=N&after=CURSOR,
+// newest first.
 func (s *Server) listOrders(c echo.Context) error {
+	if err := onlyQueryParams(c, "customer_id", "status", "limit", "after"); err != nil {
+		return err
+	}
 	params := store.ListParams{Limit: defaultPageSize}
+	if v := c.QueryParam("customer_id"); v != "" {
+		if !utf8.ValidString(v) || utf8.RuneCountInString(v) > domain.MaxCustomerIDLen || strings.ContainsRune(v, 0) {
+			return newError(http.StatusBadRequest, "invalid_query",
+				fmt.Sprintf("customer_id must be 1 to %d characters of UTF-8, without NUL.", domain.MaxCustomerIDLen))
+		}
+		params.CustomerID = v
+	}
 	if v := c.QueryParam("status"); v != "" {
 		status, err := domain.ParseStatus(v)
 		if err != nil {
@@ -264,7 +284,17 @@ func (s *Server) listOrders(c echo.Context) error {
 		}
 		params.After = cursor
 	}
-	orders, next, err := store.ListOrders(c.Request().Context(), s.pool, params)
+	// The page and its items are read in one snapshot, so they agree.
+	ctx := c.Request().Context()
+	var (
+		orders []*domain.Order
+		next   *store.Cursor
+	)
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		orders, next, err = store.ListOrders(ctx, tx, params)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -284,6 +314,9 @@ func (s *Server) listOrders(c echo.Context) error {
 // transition locks the order, so of two concurrent cancels one moves it and
 // the other finds it CANCELLED (a 200 that changes nothing).
 func (s *Server) cancelOrder(c echo.Context) error {
+	if err := onlyQueryParams(c); err != nil {
+		return err
+	}
 	id, err := orderIDParam(c)
 	if err != nil {
 		return err
@@ -294,7 +327,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		out       orderJSON
 		cancelled bool
 	)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		cause := domain.Cause{CorrelationID: cid}
 		_, current, err := store.MoveOrder(ctx, tx, id, domain.TriggerCancel, cause)
 		switch {
@@ -326,6 +359,26 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		s.metrics.cancelled.Add(ctx, 1)
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// onlyQueryParams refuses a request with a query parameter not in allowed,
+// or one given twice: a misspelt filter must not silently list everything.
+func onlyQueryParams(c echo.Context, allowed ...string) error {
+	query := c.QueryParams()
+	for _, name := range slices.Sorted(maps.Keys(query)) { // the same answer every time
+		values := query[name]
+		if !slices.Contains(allowed, name) {
+			detail := fmt.Sprintf("Unknown query parameter %q.", name)
+			if len(allowed) == 0 {
+				detail = fmt.Sprintf("Unknown query parameter %q: this endpoint takes none.", name)
+			}
+			return newError(http.StatusBadRequest, "invalid_query", detail)
+		}
+		if len(values) > 1 {
+			return newError(http.StatusBadRequest, "invalid_query", fmt.Sprintf("Query parameter %q is given more than once.", name))
+		}
+	}
+	return nil
 }
 
 func orderIDParam(c echo.Context) (uuid.UUID, error) {

@@ -78,6 +78,8 @@ func problemFor(err error) Problem {
 		return problem(http.StatusUnprocessableEntity, "idempotency_key_reused", "This Idempotency-Key was already used with a different request body.")
 	case errors.As(err, &echoErr):
 		return problem(echoErr.Code, echoCode(echoErr.Code), http.StatusText(echoErr.Code))
+	case errors.Is(err, errOverloaded):
+		return problem(http.StatusServiceUnavailable, "overloaded", "The server is at its limit; retry later.")
 	case errors.Is(err, context.DeadlineExceeded):
 		return problem(http.StatusServiceUnavailable, "timeout", "The request took too long; retry later.")
 	default:
@@ -106,6 +108,10 @@ func echoCode(status int) string {
 	return "bad_request"
 }
 
+// retryAfterSeconds is the Retry-After of every 503: overload, a timeout,
+// not ready.
+const retryAfterSeconds = "1"
+
 // errorHandler writes every error response of the API, and logs the
 // failures that are the server's fault.
 func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
@@ -117,7 +123,12 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		p := problemFor(err)
 		p.Instance = req.URL.Path
 		p.CorrelationID = correlationID(req.Context())
-		if p.Status >= http.StatusInternalServerError {
+		if p.Status == http.StatusServiceUnavailable {
+			c.Response().Header().Set("Retry-After", retryAfterSeconds)
+		}
+		// A request turned away for overload is no failure to look into:
+		// the metrics count the 503s, and its request line says 503.
+		if p.Status >= http.StatusInternalServerError && !errors.Is(err, errOverloaded) {
 			logger.ErrorContext(req.Context(), "request failed", slog.String("error", err.Error()),
 				slog.String("method", req.Method), slog.String("route", c.Path()))
 		}

@@ -15,10 +15,30 @@ import (
 	"github.com/yourorg/orders/api"
 )
 
-// Config holds the knobs of the API.
+// Config holds the knobs of the API. A zero field takes its default.
 type Config struct {
 	// IdempotencyKeyTTL is how long an Idempotency-Key is remembered.
+	// Default 24h.
 	IdempotencyKeyTTL time.Duration
+	// AcquireTimeout bounds the wait of a request for a database
+	// connection; past it the request is a 503 with Retry-After. Default 1s.
+	AcquireTimeout time.Duration
+	// MaxInFlight caps the requests handled at once; one more is a 503
+	// with Retry-After at once. /healthz, /readyz and /metrics are not
+	// counted. Default 100.
+	MaxInFlight int
+}
+
+func (c *Config) setDefaults() {
+	if c.IdempotencyKeyTTL == 0 {
+		c.IdempotencyKeyTTL = 24 * time.Hour
+	}
+	if c.AcquireTimeout == 0 {
+		c.AcquireTimeout = time.Second
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 100
+	}
 }
 
 // Deps is what the API runs on.
@@ -29,14 +49,20 @@ type Deps struct {
 	MeterProvider  metric.MeterProvider
 	// MetricsHandler serves GET /metrics.
 	MetricsHandler http.Handler
+	// ShuttingDown is closed when the process starts to shut down: from
+	// then on /readyz answers 503, while the requests in flight finish.
+	// Nil: never.
+	ShuttingDown <-chan struct{}
 }
 
 // Server holds the handlers of the API.
 type Server struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	logger  *slog.Logger
-	metrics apiMetrics
+	cfg          Config
+	pool         *pgxpool.Pool
+	db           boundedPool // the handlers' transactions
+	logger       *slog.Logger
+	metrics      apiMetrics
+	shuttingDown <-chan struct{}
 }
 
 type apiMetrics struct {
@@ -45,11 +71,15 @@ type apiMetrics struct {
 
 // New returns the API as an http.Handler, with every route of docs/contract.md.
 func New(cfg Config, deps Deps) (*echo.Echo, error) {
+	cfg.setDefaults()
 	m, err := newAPIMetrics(deps.MeterProvider.Meter("github.com/yourorg/orders/internal/httpapi"))
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, pool: deps.Pool, logger: deps.Logger, metrics: m}
+	s := &Server{
+		cfg: cfg, pool: deps.Pool, logger: deps.Logger, metrics: m, shuttingDown: deps.ShuttingDown,
+		db: boundedPool{pool: deps.Pool, acquireTimeout: cfg.AcquireTimeout},
+	}
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -58,6 +88,7 @@ func New(cfg Config, deps Deps) (*echo.Echo, error) {
 		withCorrelationID,
 		logRequests(deps.Logger),
 		instrument(deps.TracerProvider, deps.MeterProvider),
+		limitInFlight(cfg.MaxInFlight, "/healthz", "/readyz", "/metrics"),
 		middleware.RecoverWithConfig(middleware.RecoverConfig{
 			DisableErrorHandler: true, // return the panic as an error, rendered as a 500 above
 			LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
@@ -110,8 +141,14 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz: the process can serve, which for the API means the database answers.
+// readyz: the process can serve, which for the API means it is not
+// shutting down and the database answers.
 func (s *Server) readyz(c echo.Context) error {
+	select {
+	case <-s.shuttingDown:
+		return newError(http.StatusServiceUnavailable, "shutting_down", "The server is shutting down.")
+	default:
+	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {

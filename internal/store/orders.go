@@ -215,9 +215,10 @@ type Cursor struct {
 
 // ListParams selects a page of orders.
 type ListParams struct {
-	Status domain.Status // "" for every status
-	After  *Cursor       // nil for the first page
-	Limit  int
+	Status     domain.Status // "" for every status
+	CustomerID string        // "" for every customer
+	After      *Cursor       // nil for the first page
+	Limit      int
 }
 
 // ListOrders returns one page of orders, newest first, and the cursor of the
@@ -234,13 +235,25 @@ func ListOrders(ctx context.Context, db DBTX, p ListParams) ([]*domain.Order, *C
 		rows []dbsqlc.Order
 		err  error
 	)
-	if p.Status == "" {
+	// One query per combination of filters, so that each has a plan that
+	// fits it (a query with optional filters gets one generic plan).
+	switch {
+	case p.Status == "" && p.CustomerID == "":
 		rows, err = queries.ListOrders(ctx, db, dbsqlc.ListOrdersParams{
 			AfterCreatedAt: after.CreatedAt, AfterOrderID: after.OrderID, MaxRows: limit,
 		})
-	} else {
+	case p.CustomerID == "":
 		rows, err = queries.ListOrdersByStatus(ctx, db, dbsqlc.ListOrdersByStatusParams{
 			Status: string(p.Status), AfterCreatedAt: after.CreatedAt, AfterOrderID: after.OrderID, MaxRows: limit,
+		})
+	case p.Status == "":
+		rows, err = queries.ListOrdersByCustomer(ctx, db, dbsqlc.ListOrdersByCustomerParams{
+			CustomerID: p.CustomerID, AfterCreatedAt: after.CreatedAt, AfterOrderID: after.OrderID, MaxRows: limit,
+		})
+	default:
+		rows, err = queries.ListOrdersByCustomerAndStatus(ctx, db, dbsqlc.ListOrdersByCustomerAndStatusParams{
+			CustomerID: p.CustomerID, Status: string(p.Status),
+			AfterCreatedAt: after.CreatedAt, AfterOrderID: after.OrderID, MaxRows: limit,
 		})
 	}
 	if err != nil {

@@ -122,7 +122,8 @@ func Translate(err error) error {
 
 // TransientCode names a transient database failure with a short code
 // (lock_timeout, statement_timeout, serialization_failure, deadlock,
-// database_unavailable), or returns "" when err is not transient.
+// database_read_only, database_unavailable), or returns "" when err is not
+// transient.
 func TransientCode(err error) string {
 	if !IsTransient(err) {
 		return ""
@@ -130,6 +131,8 @@ func TransientCode(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
+		case "25006":
+			return "database_read_only"
 		case "55P03":
 			return "lock_timeout"
 		case "57014":
@@ -156,8 +159,11 @@ func IsTransient(err error) bool {
 		switch pgErr.Code {
 		case "40001", // serialization_failure
 			"40P01", // deadlock_detected
+			"25006", // read_only_sql_transaction (a standby, or a read-only database)
 			"55P03", // lock_not_available (lock_timeout)
 			"57014", // query_canceled (statement_timeout)
+			"53100", // disk_full
+			"53200", // out_of_memory
 			"53300", // too_many_connections
 			"57P01", // admin_shutdown
 			"57P02", // crash_shutdown
@@ -187,4 +193,26 @@ func isClosedConn(err error) bool {
 		}
 	}
 	return false
+}
+
+// IsUnavailable reports whether err says that the database cannot do any
+// work right now, whatever the work: the connection failed, was cut or
+// timed out; the server is shutting down or starting; it refuses more
+// connections; it is out of disk or memory; it is a read-only standby (a
+// failover in progress) or read-only. The same work, unchanged, can succeed
+// later; nothing about the message or the request is wrong. Contention
+// (deadlocks, serialization failures, lock and statement timeouts) is
+// transient but not unavailability: it is about the rows this work touches.
+func IsUnavailable(err error) bool {
+	if err == nil || !IsTransient(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01", "55P03", "57014":
+			return false
+		}
+	}
+	return true
 }

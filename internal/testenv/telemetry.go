@@ -36,7 +36,9 @@ func (m *Metrics) Counter(t testing.TB, name string) int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := m.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
+		// An observable gauge whose callback failed (it reads the database,
+		// and a test may have cut it off): the counters are still there.
+		t.Logf("testenv: collecting metrics: %v", err)
 	}
 	var total int64
 	for _, sm := range rm.ScopeMetrics {

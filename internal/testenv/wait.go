@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // WaitFor polls cond every 20ms until it holds, and fails t naming what it
@@ -53,3 +55,6 @@ func READMEDocuments(t testing.TB, variables []string) {
 		}
 	}
 }
+
+// NewID is a fresh UUIDv7, for ids a test makes up.
+func NewID() uuid.UUID { return uuid.Must(uuid.NewV7()) }

@@ -116,10 +116,14 @@ func (n *notifier) notify(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, kin
 		if err != nil {
 			return inbox.Outcome{}, err
 		}
-		if existing.Status != notificationPending {
+		if existing.Status == notificationSent || existing.Status == notificationSkipped {
 			return inbox.Ignore(fmt.Sprintf("the %s notification exists already (%s)", kind, existing.Status)), nil
 		}
-		note = *existing // a retry: deliver the same notification, same key
+		// PENDING: a retry; FAILED: a replay after the webhook refused it
+		// for good (and someone fixed the cause). Deliver the same
+		// notification again, with the same key.
+		note = *existing
+		note.Status = notificationPending
 	}
 	if note.Status == notificationSkipped {
 		return inbox.Applied(), nil

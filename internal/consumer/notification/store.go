@@ -53,12 +53,13 @@ func lockNotification(ctx context.Context, tx store.DBTX, orderID uuid.UUID, kin
 
 // recordNotificationAttempt records one delivery attempt of a notification
 // and its result: SENT, or still PENDING (retry), or FAILED, with the error.
+// A SENT notification stays SENT, whatever a late attempt says.
 func recordNotificationAttempt(ctx context.Context, db store.DBTX, id uuid.UUID, status, lastError string) error {
 	_, err := db.Exec(ctx, `
 		UPDATE customer_notification
 		SET status = $1, attempt_count = attempt_count + 1, last_error = $2,
 		    sent_at = CASE WHEN $1 = 'SENT' THEN now() ELSE sent_at END
-		WHERE notification_id = $3`, status, store.NilIfEmpty(lastError), id)
+		WHERE notification_id = $3 AND status <> 'SENT'`, status, store.NilIfEmpty(lastError), id)
 	if err != nil {
 		return fmt.Errorf("record notification attempt: %w", store.Translate(err))
 	}

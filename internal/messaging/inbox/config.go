@@ -30,6 +30,11 @@ type Config struct {
 	// two steps of an external side effect before another delivery takes it
 	// over. Default 1m.
 	ProcessingLease time.Duration
+	// TxTimeout bounds each processing transaction on the client side, so
+	// that a connection that stopped answering cannot hang a worker: the
+	// transaction is cut and the delivery held until the database answers.
+	// Default 30s.
+	TxTimeout time.Duration
 	// ShutdownTimeout bounds the wait for the deliveries in progress on
 	// stop; what is not done then is left unacknowledged for redelivery.
 	// Default 15s.
@@ -53,6 +58,7 @@ func (c *Config) setDefaults() {
 	c.DeliveryLimit = cmp.Or(c.DeliveryLimit, 20)
 	c.ProcessingLease = cmp.Or(c.ProcessingLease, time.Minute)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 15*time.Second)
+	c.TxTimeout = cmp.Or(c.TxTimeout, 30*time.Second)
 	c.Producer = cmp.Or(c.Producer, "order-consumer")
 }
 

@@ -66,6 +66,8 @@ type loop struct {
 	topology  Topology
 	log       *slog.Logger
 	consuming atomic.Bool
+	held      atomic.Int64                     // deliveries held while the database is unavailable
+	pub       atomic.Pointer[confirmPublisher] // the session's, for tests
 }
 
 // NewConsumers prepares the given consumers; Run starts them.
@@ -93,12 +95,15 @@ func NewConsumers(cfg Config, deps Deps, consumers ...*Consumer) (*Consumers, er
 	return cs, nil
 }
 
-// Ready reports whether every consumer is consuming and the database
-// answers.
+// Ready reports whether every consumer is consuming, none holds deliveries
+// for an unavailable database, and the database answers.
 func (cs *Consumers) Ready(ctx context.Context) error {
 	for _, c := range cs.loops {
 		if !c.consuming.Load() {
 			return fmt.Errorf("consumer %s is not consuming", c.def.name)
+		}
+		if n := c.held.Load(); n > 0 {
+			return fmt.Errorf("consumer %s holds %d deliveries: the database takes no writes", c.def.name, n)
 		}
 	}
 	if err := cs.deps.Pool.Ping(ctx); err != nil {
@@ -161,12 +166,14 @@ func (c *loop) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.pub.Store(pub)
 	tag := fmt.Sprintf("%s-%d-%d", c.def.name, os.Getpid(), time.Now().UnixNano())
 	deliveries, err := ch.Consume(QueueName(c.def.name), tag, false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", QueueName(c.def.name), err)
 	}
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	cancelled := ch.NotifyCancel(make(chan string, 1))
 	c.consuming.Store(true)
 	defer c.consuming.Store(false)
 	c.log.InfoContext(ctx, "consuming", slog.String("queue", QueueName(c.def.name)))
@@ -179,6 +186,8 @@ func (c *loop) session(ctx context.Context) error {
 	stopTaking := make(chan struct{})
 
 	var wg sync.WaitGroup
+	deliveriesClosed := make(chan struct{})
+	var closeOnce sync.Once
 	for range c.cfg.Workers {
 		wg.Go(func() {
 			for {
@@ -191,7 +200,8 @@ func (c *loop) session(ctx context.Context) error {
 				case <-stopTaking:
 					return
 				case raw, ok := <-deliveries:
-					if !ok {
+					if !ok { // the broker cancelled the consumer, or the channel closed
+						closeOnce.Do(func() { close(deliveriesClosed) })
 						return
 					}
 					c.handle(workCtx, pub, raw)
@@ -200,13 +210,22 @@ func (c *loop) session(ctx context.Context) error {
 		})
 	}
 
+	// The session ends on shutdown, when the channel dies, or when the
+	// broker cancels the consumer (its queue deleted and declared again, a
+	// quorum leader moved): then the next session declares the topology
+	// again and consumes anew. Until it does, the consumer is not ready.
 	var sessionErr error
 	select {
 	case <-ctx.Done():
 		_ = ch.Cancel(tag, false) // no more deliveries
 	case amqpErr := <-chClosed:
 		sessionErr = fmt.Errorf("channel closed: %w", amqpErr)
+	case <-cancelled:
+		sessionErr = fmt.Errorf("the broker cancelled the consumer of %s", QueueName(c.def.name))
+	case <-deliveriesClosed:
+		sessionErr = fmt.Errorf("the deliveries of %s stopped", QueueName(c.def.name))
 	}
+	c.consuming.Store(false)
 	close(stopTaking)
 	wg.Wait()
 	return sessionErr

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,6 +47,9 @@ type consumerBundle struct {
 	handler *effectHandler
 	tracer  trace.TracerProvider // optional
 	logs    *syncBuffer          // optional: capture the JSON logs
+	// consumerDB, when set, is the URL the consumers connect to (a proxy
+	// in front of the test's database); default dbURL.
+	consumerDB string
 }
 
 type syncBuffer struct {
@@ -175,7 +179,7 @@ type runningConsumers struct {
 // start runs the test consumer (and any other specs) until the test ends.
 func (b *consumerBundle) start(cfg inbox.Config, amqpURL string, hook func(*inbox.Consumers), consumers ...*inbox.Consumer) *runningConsumers {
 	b.t.Helper()
-	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: b.dbURL, AppName: "consumer-under-test"})
+	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test"})
 	if err != nil {
 		b.t.Fatal(err)
 	}

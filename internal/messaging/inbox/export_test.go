@@ -21,3 +21,15 @@ func ReplayAs(ctx context.Context, amqpURL, consumer string, r ReplayRequest, id
 	}
 	return replay(ctx, lot, pub, r, id)
 }
+
+// KillPublisherChannels closes the channel each consumer publishes its
+// retries and parkings on, as the broker does when it refuses a publish.
+func KillPublisherChannels(cs *Consumers) {
+	for _, c := range cs.loops {
+		if p := c.pub.Load(); p != nil {
+			p.mu.Lock()
+			_ = p.ch.Close()
+			p.mu.Unlock()
+		}
+	}
+}

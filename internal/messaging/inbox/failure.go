@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -93,9 +94,12 @@ func (c *loop) fail(ctx context.Context, pub *confirmPublisher, raw amqp.Deliver
 	if d.MessageID != "" {
 		// Remember the failure in a transaction of its own (the attempt's
 		// rolled back), before the message leaves this consumer.
-		recordCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := RecordFailure(recordCtx, c.deps.Pool, d.inboxEntry(c.def.name), Failure{Status: status, Code: code, Message: reason})
-		cancel()
+		err := c.untilWritable(ctx, func() error {
+			recordCtx, cancel := context.WithTimeout(ctx, c.cfg.TxTimeout)
+			defer cancel()
+			_, err := RecordFailure(recordCtx, c.deps.Pool, d.inboxEntry(c.def.name), Failure{Status: status, Code: code, Message: reason})
+			return err
+		})
 		if errors.Is(err, domain.ErrConflict) {
 			// PROCESSED meanwhile (a concurrent delivery finished it).
 			_ = raw.Ack(false)
@@ -168,26 +172,42 @@ func (c *loop) park(ctx context.Context, pub *confirmPublisher, raw amqp.Deliver
 		slog.String("reason", reason), slog.String("parking_lot", ParkingLotName(queue)), slog.Duration("took", time.Since(start)))
 }
 
-// requeue gives a delivery back to the broker when it could not be made
-// safe elsewhere. It first waits, holding the delivery, until the database
-// answers again (at most requeueWait): a database outage then costs each
-// held message one redelivery per requeueWait instead of a hot loop, and
-// the work queue's delivery limit (20 by default: ten minutes of outage)
-// bounds the rest.
+// requeue gives a delivery back to the broker when it could not be moved
+// on (the retry or parking publish failed: broker trouble). It waits a
+// moment first, so that a broker that keeps refusing costs one redelivery
+// per second, not a hot loop; the work queue's delivery limit bounds the
+// rest, and what it parks says why (ParkedReason). Database trouble never
+// comes here: those deliveries are held (untilWritable).
 func (c *loop) requeue(ctx context.Context, raw amqp.Delivery, why string) {
 	c.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))
 	c.metrics.requeued.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name)))
-	deadline := time.Now().Add(requeueWait)
-	for background.Sleep(ctx, time.Second) && time.Now().Before(deadline) {
-		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := c.deps.Pool.Ping(pingCtx)
-		cancel()
-		if err == nil {
-			break
-		}
-	}
+	background.Sleep(ctx, time.Second)
 	_ = raw.Nack(false, true)
 }
 
-// requeueWait bounds how long requeue waits for the database.
-const requeueWait = 30 * time.Second
+// ParkedReason says why a message is in a parking lot: the parked_reason_code
+// and parked_reason headers the consumer wrote when it parked it; or, for a
+// message the broker dead-lettered on its own (the work queue's
+// x-delivery-limit: a consumer crashed on it again and again, or could never
+// settle it), "delivery_limit" and what that means. Such a message has no
+// inbox row that says why; replaying it is safe like any other.
+func ParkedReason(h amqp.Table) (code, reason string) {
+	if code := messaging.HeaderString(h, HeaderParkedCode); code != "" {
+		return code, messaging.HeaderString(h, HeaderParkedReason)
+	}
+	if deaths, ok := h["x-death"].([]any); ok {
+		for _, d := range deaths {
+			death, ok := d.(amqp.Table)
+			if !ok {
+				continue
+			}
+			if why := messaging.HeaderString(death, "reason"); why == "delivery_limit" {
+				return "delivery_limit", fmt.Sprintf("redelivered more than the delivery limit of %s (CONSUMER_DELIVERY_LIMIT): "+
+					"a consumer crashed on it, or could not settle it, each time", messaging.HeaderString(death, "queue"))
+			} else if why != "" {
+				return "dead_lettered", fmt.Sprintf("dead-lettered by the broker from %s (%s)", messaging.HeaderString(death, "queue"), why)
+			}
+		}
+	}
+	return "unknown", "no parking headers: not parked by this service"
+}

@@ -18,10 +18,10 @@ var (
 
 // consumerMetrics are the consumers' instruments (docs/observability.md).
 type consumerMetrics struct {
-	received, redelivered, processed, duplicates, retried  metric.Int64Counter
-	permanent, poisoned, parked, requeued, payloadMismatch metric.Int64Counter
-	duration, txDuration                                   metric.Float64Histogram
-	attempt                                                metric.Int64Histogram
+	received, redelivered, processed, duplicates, retried        metric.Int64Counter
+	permanent, poisoned, parked, requeued, held, payloadMismatch metric.Int64Counter
+	duration, txDuration                                         metric.Float64Histogram
+	attempt                                                      metric.Int64Histogram
 }
 
 // zero starts the counters of a consumer at zero for every label value
@@ -39,7 +39,7 @@ func (m *consumerMetrics) zero(c *Consumer) {
 			m.processed.Add(ctx, 0, metric.WithAttributes(consumer, messaging.AttrMessageType.String(typ), messaging.AttrOutcome.String(outcome)))
 		}
 	}
-	for _, c := range []metric.Int64Counter{m.poisoned, m.requeued, m.payloadMismatch} {
+	for _, c := range []metric.Int64Counter{m.poisoned, m.requeued, m.held, m.payloadMismatch} {
 		c.Add(ctx, 0, metric.WithAttributes(consumer))
 	}
 }
@@ -60,6 +60,7 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 	m.poisoned = counter("consumer.messages.poisoned", "Messages whose retries ran out.")
 	m.parked = counter("consumer.messages.parked", "Messages moved to the parking lot, by reason code.")
 	m.requeued = counter("consumer.messages.requeued", "Deliveries given back to the broker because their failure could not be recorded or moved on.")
+	m.held = counter("consumer.messages.held", "Deliveries held (unacknowledged, retried in place) because the database was unavailable.")
 	m.payloadMismatch = counter("consumer.inbox.payload_mismatch", "Duplicates whose body differs from the first delivery: a producer reused a message_id.")
 	if mc.Err != nil {
 		return nil, mc.Err

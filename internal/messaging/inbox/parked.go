@@ -23,8 +23,8 @@ type Parked struct {
 	MessageID   string     `json:"message_id"`
 	Type        string     `json:"type"`
 	OrderID     string     `json:"order_id,omitempty"` // the payload's order_id, when it has one
-	ReasonCode  string     `json:"reason_code"`        // parked_reason_code ("" when the broker parked it at its delivery limit)
-	Reason      string     `json:"reason"`             // parked_reason
+	ReasonCode  string     `json:"reason_code"`        // parked_reason_code, or delivery_limit (ParkedReason)
+	Reason      string     `json:"reason"`             // parked_reason, or what the broker's x-death says
 	Attempts    int        `json:"attempts"`           // parked_attempts
 	ParkedAt    string     `json:"parked_at"`          // parked_at, RFC 3339
 	ReplayCount int        `json:"replay_count"`       // how often it was replayed before
@@ -39,9 +39,9 @@ func parkedMessage(d amqp.Delivery) Parked {
 	}
 	_ = json.Unmarshal(d.Body, &payload) // a malformed body has no order: it is parked for that
 	sum := sha256.Sum256(d.Body)
+	code, reason := ParkedReason(d.Headers)
 	return Parked{
-		MessageID: d.MessageId, Type: d.Type, OrderID: payload.OrderID,
-		ReasonCode: messaging.HeaderString(d.Headers, HeaderParkedCode), Reason: messaging.HeaderString(d.Headers, HeaderParkedReason),
+		MessageID: d.MessageId, Type: d.Type, OrderID: payload.OrderID, ReasonCode: code, Reason: reason,
 		Attempts: headerInt(d.Headers, HeaderParkedAttempts), ParkedAt: messaging.HeaderString(d.Headers, HeaderParkedAt),
 		ReplayCount: headerInt(d.Headers, HeaderReplayCount), PayloadHash: hex.EncodeToString(sum[:]),
 		Headers: d.Headers, Body: d.Body,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 )
 
@@ -54,7 +55,7 @@ func (c *loop) handle(ctx context.Context, pub *confirmPublisher, raw amqp.Deliv
 	}
 	var res result
 	if err == nil {
-		res, err = c.apply(ctx, d, h)
+		res, err = c.applyHolding(ctx, d, h)
 	}
 	if err != nil {
 		c.fail(ctx, pub, raw, d, err, start)
@@ -95,6 +96,54 @@ func (c *loop) handle(ctx context.Context, pub *confirmPublisher, raw amqp.Deliv
 	}
 }
 
+// applyHolding applies d, holding the delivery while the database is
+// unavailable (untilWritable).
+func (c *loop) applyHolding(ctx context.Context, d *Delivery, h handler) (res result, err error) {
+	err = c.untilWritable(ctx, func() error {
+		var err error
+		res, err = c.apply(ctx, d, h)
+		return err
+	})
+	return res, err
+}
+
+// untilWritable runs f, and while it fails because the database is
+// unavailable (down, unreachable, a read-only standby, out of disk:
+// store.IsUnavailable) holds the delivery and runs f again, with growing
+// waits, until a real write succeeds, f fails otherwise, or the process
+// stops. The delivery stays unacknowledged and the worker takes no other,
+// so the consumer pauses with its prefetched deliveries in hand instead of
+// sending them round the broker: no message spends its retries or the
+// queue's delivery limit, or reaches a parking lot, because the database
+// was away. While any delivery is held the consumer is not ready.
+func (c *loop) untilWritable(ctx context.Context, f func() error) error {
+	held := false
+	defer func() {
+		if held {
+			c.held.Add(-1)
+		}
+	}()
+	for try := 1; ; try++ {
+		err := f()
+		if err == nil || !store.IsUnavailable(err) || ctx.Err() != nil {
+			if held && err == nil {
+				c.log.InfoContext(ctx, "database available again: the held delivery went on", slog.Int("tries", try))
+			}
+			return err
+		}
+		if !held {
+			held = true
+			c.held.Add(1)
+			c.metrics.held.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name)))
+			c.log.WarnContext(ctx, "database unavailable: holding the delivery until a write succeeds",
+				slog.String("reason_code", store.TransientCode(err)), slog.String("error", err.Error()))
+		}
+		if !background.Sleep(ctx, background.Backoff(try, 200*time.Millisecond, 5*time.Second)) {
+			return err // stopping: the delivery stays unacknowledged
+		}
+	}
+}
+
 // apply runs the transaction(s) of one delivery. A transaction that loses a
 // serialization failure or a deadlock is run again at once, a few times,
 // before the failure counts.
@@ -108,29 +157,48 @@ func (c *loop) apply(ctx context.Context, d *Delivery, h handler) (res result, e
 			err = Permanent("handler_panic", fmt.Errorf("the handler panicked: %v", r))
 		}
 	}()
-	var external *External
+	var (
+		external *External
+		attempt  int
+	)
 	err = retryTx(ctx, func() error {
 		var err error
-		res, external, err = c.firstStep(ctx, d, h)
+		res, external, attempt, err = c.firstStep(ctx, d, h)
 		return err
 	})
 	if err != nil || external == nil {
 		return res, err
 	}
 
-	// The two-step shape: the intent is committed, the row still PROCESSING.
-	callErr := external.Call(ctx)
-	err = retryTx(ctx, func() error {
-		return c.inTx(ctx, func(tx pgx.Tx) error {
-			if err := external.Record(ctx, tx, callErr); err != nil {
-				return err
-			}
-			if callErr != nil {
-				return nil
-			}
-			return MarkProcessed(ctx, tx, c.def.name, d.MessageID, OutcomeApplied, "")
+	// The two-step shape: the intent is committed, the row still PROCESSING
+	// and the processing lease running. The call may not outlive the lease:
+	// after it, another delivery may take the message over.
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.ProcessingLease*9/10)
+	callErr := external.Call(callCtx)
+	cancel()
+	// The second step records the result, fenced by this attempt: after a
+	// takeover it records nothing, so a late original can neither run twice
+	// nor undo what the takeover recorded. While the database is away it
+	// waits here, with the call's result in hand.
+	err = c.untilWritable(ctx, func() error {
+		return retryTx(ctx, func() error {
+			return c.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				if err := Fence(ctx, tx, c.def.name, d.MessageID, attempt); err != nil {
+					return err
+				}
+				if err := external.Record(ctx, tx, callErr); err != nil {
+					return err
+				}
+				if callErr != nil {
+					return nil
+				}
+				return MarkProcessed(ctx, tx, c.def.name, d.MessageID, OutcomeApplied, "")
+			})
 		})
 	})
+	if errors.Is(err, ErrTakenOver) {
+		return result{outcome: "duplicate", reason: "taken over by another delivery after the processing lease; this attempt recorded nothing"}, nil
+	}
 	if err != nil {
 		return res, err
 	}
@@ -142,13 +210,14 @@ func (c *loop) apply(ctx context.Context, d *Delivery, h handler) (res result, e
 
 // firstStep is the transaction of the effect: inbox row, handler, outbox,
 // PROCESSED.
-func (c *loop) firstStep(ctx context.Context, d *Delivery, h handler) (result, *External, error) {
+func (c *loop) firstStep(ctx context.Context, d *Delivery, h handler) (result, *External, int, error) {
 	var (
 		res         result
 		external    *External
+		attempt     int
 		afterCommit func(context.Context)
 	)
-	err := c.inTx(ctx, func(tx pgx.Tx) error {
+	err := c.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		decision, err := Begin(ctx, tx, d.inboxEntry(c.def.name), c.cfg.ProcessingLease)
 		if err != nil {
 			return err
@@ -165,6 +234,7 @@ func (c *loop) firstStep(ctx context.Context, d *Delivery, h handler) (result, *
 			res = result{outcome: "busy", reason: "another delivery is between the steps of its side effect"}
 			return nil
 		}
+		attempt = decision.Attempt
 		c.metrics.attempt.Record(ctx, int64(decision.Attempt), metric.WithAttributes(attrConsumer.String(c.def.name)))
 
 		out, err := h(ctx, tx, d)
@@ -187,17 +257,21 @@ func (c *loop) firstStep(ctx context.Context, d *Delivery, h handler) (result, *
 			return MarkProcessed(ctx, tx, c.def.name, d.MessageID, OutcomeIgnored, out.Ignored)
 		}
 		res = result{outcome: "processed"}
-		return nil // BeginInbox wrote the row PROCESSED (APPLIED): true as of the commit
+		return nil // Begin wrote the row PROCESSED (APPLIED): true as of the commit
 	})
 	if err == nil && afterCommit != nil {
 		afterCommit(ctx)
 	}
-	return res, external, err
+	return res, external, attempt, err
 }
 
-func (c *loop) inTx(ctx context.Context, f func(pgx.Tx) error) error {
+// inTx runs f in a transaction bounded by CONSUMER_TX_TIMEOUT, so that a
+// connection that stopped answering cannot hang a worker.
+func (c *loop) inTx(ctx context.Context, f func(context.Context, pgx.Tx) error) error {
 	start := time.Now()
-	err := pgx.BeginFunc(ctx, c.deps.Pool, f)
+	txCtx, cancel := context.WithTimeout(ctx, c.cfg.TxTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(txCtx, c.deps.Pool, func(tx pgx.Tx) error { return f(txCtx, tx) })
 	c.metrics.txDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(c.def.name)))
 	return err
 }

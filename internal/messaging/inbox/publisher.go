@@ -31,28 +31,47 @@ func republish(raw amqp.Delivery) amqp.Publishing {
 
 // confirmPublisher publishes the consumers' retries and parkings, one at a
 // time, and reports success only once the broker confirmed the message and
-// did not return it. These are rare, so one at a time is plenty.
+// did not return it. These are rare, so one at a time is plenty. A channel
+// the broker closed (a publish it refused, say) is noticed and replaced on
+// the next publish; a dead connection ends the consumer's session anyway.
 type confirmPublisher struct {
+	conn    *amqp.Connection
 	mu      sync.Mutex
 	ch      *amqp.Channel
 	returns chan amqp.Return
 }
 
 func newConfirmPublisher(conn *amqp.Connection) (*confirmPublisher, error) {
-	ch, err := conn.Channel()
+	p := &confirmPublisher{conn: conn}
+	if err := p.open(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// open opens the publisher's channel, in confirm mode.
+func (p *confirmPublisher) open() error {
+	ch, err := p.conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("open publisher channel: %w", err)
+		return fmt.Errorf("open publisher channel: %w", err)
 	}
 	if err := ch.Confirm(false); err != nil {
-		return nil, fmt.Errorf("confirm mode: %w", err)
+		_ = ch.Close()
+		return fmt.Errorf("confirm mode: %w", err)
 	}
-	return &confirmPublisher{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 1))}, nil
+	p.ch, p.returns = ch, ch.NotifyReturn(make(chan amqp.Return, 16))
+	return nil
 }
 
 // publish sends msg to queue through the default exchange.
 func (p *confirmPublisher) publish(ctx context.Context, queue string, msg amqp.Publishing) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ch.IsClosed() {
+		if err := p.open(); err != nil {
+			return fmt.Errorf("the publisher channel closed, and reopening it failed: %w", err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
@@ -63,10 +82,16 @@ func (p *confirmPublisher) publish(ctx context.Context, queue string, msg amqp.P
 	if err != nil {
 		return fmt.Errorf("no confirm: %w", err)
 	}
-	select { // a return comes before the ack of the same message
-	case ret := <-p.returns:
-		return fmt.Errorf("returned: %d %s (queue %s missing?)", ret.ReplyCode, ret.ReplyText, queue)
-	default:
+	for { // a return comes before the ack of the same message
+		select {
+		case ret := <-p.returns:
+			if ret.MessageId != msg.MessageId {
+				continue // a late return of an earlier publish that timed out
+			}
+			return fmt.Errorf("returned: %d %s (queue %s missing?)", ret.ReplyCode, ret.ReplyText, queue)
+		default:
+		}
+		break
 	}
 	if !acked {
 		return errors.New("nacked by RabbitMQ")

@@ -125,6 +125,24 @@ func Hold(ctx context.Context, tx store.DBTX, consumer, messageID string) error 
 	return nil
 }
 
+// ErrTakenOver says that another delivery took a message over (its
+// processing lease ran out) while this attempt was between the two steps
+// of an external side effect: this attempt records nothing.
+var ErrTakenOver = errors.New("another delivery took the message over after the processing lease")
+
+// Fence locks the row of a message held PROCESSING by attempt, in the
+// transaction of the second step of an external side effect, or returns
+// ErrTakenOver when the row is no longer that attempt's.
+func Fence(ctx context.Context, tx store.DBTX, consumer, messageID string, attempt int) error {
+	_, err := queries.FenceInbox(ctx, tx, dbsqlc.FenceInboxParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
+	if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
+		return ErrTakenOver
+	} else if err != nil {
+		return fmt.Errorf("fence inbox row: %w", err)
+	}
+	return nil
+}
+
 // Failure is a failed processing attempt.
 type Failure struct {
 	Status  string // RETRYABLE_FAILED, PERMANENT_FAILED or POISONED

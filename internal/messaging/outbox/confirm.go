@@ -32,9 +32,8 @@ const (
 )
 
 // confirmLoop waits for the confirms of each batch, in order, and marks its
-// rows: confirmed ones PUBLISHED; returned, nacked and timed-out ones back
-// to PENDING (or FAILED); and, when ctx ends first (the shutdown deadline),
-// unconfirmed ones handed back untried. A confirm that never comes means
+// rows (mark says how); when ctx ends first (the shutdown deadline),
+// unconfirmed ones are handed back untried. A confirm that never comes means
 // the channel cannot be trusted: stop ends the session, and the loop goes
 // on marking what is still in flight.
 func (s *session) confirmLoop(ctx context.Context, stop context.CancelCauseFunc) error {
@@ -58,13 +57,28 @@ func (s *session) confirmLoop(ctx context.Context, stop context.CancelCauseFunc)
 	return fatal
 }
 
-// awaitConfirms waits for each confirm of batch b until its confirm
+// awaitConfirms waits for the confirms of batch b until its confirm
 // deadline or the shutdown deadline (ctx), and says what became of each row.
 func (s *session) awaitConfirms(ctx context.Context, b *batch) []outcome {
 	deadline := time.NewTimer(time.Until(b.publishedAt.Add(s.cfg.ConfirmTimeout)))
 	defer deadline.Stop()
-	outcomes := make([]outcome, len(b.rows))
 	timedOut, stopping := false, false
+	for _, dc := range b.confirms {
+		if timedOut || stopping {
+			break
+		}
+		select {
+		case <-dc.Done():
+		case <-deadline.C:
+			timedOut = true
+		case <-ctx.Done():
+			stopping = true
+		}
+	}
+	// Every return sent before these confirms is in the book now.
+	s.returns.sync()
+
+	outcomes := make([]outcome, len(b.rows))
 	for i, row := range b.rows {
 		o := &outcomes[i]
 		o.row = row
@@ -73,36 +87,13 @@ func (s *session) awaitConfirms(ctx context.Context, b *batch) []outcome {
 			continue
 		}
 		dc := b.confirms[i]
-	wait:
-		for !timedOut && !stopping {
-			select {
-			case ret, ok := <-s.returns:
-				s.keepReturn(ret, ok)
-			case <-dc.Done():
-				break wait
-			case <-deadline.C:
-				timedOut = true
-			case <-ctx.Done():
-				stopping = true
-			}
-		}
-		if !isDone(dc) {
-			if stopping {
-				o.result, o.reason = outcomeShutdown, "no confirm before shutdown"
-			} else {
-				o.result = outcomeTimeout
-				o.reason = fmt.Sprintf("no publisher confirm within %s (the broker may have the message: a duplicate is possible)", s.cfg.ConfirmTimeout)
-			}
-			continue
-		}
-		// RabbitMQ sends basic.return before the ack of the same message, and
-		// the client hands the return over before it resolves the confirm:
-		// by now a return for this message is in the map or the channel.
-		s.drainReturns()
-		msgID := row.ID.String()
-		ret, wasReturned := s.returned[msgID]
-		delete(s.returned, msgID)
+		ret, wasReturned := s.returns.take(row.ID.String())
 		switch {
+		case !isDone(dc) && stopping:
+			o.result, o.reason = outcomeShutdown, "no confirm before shutdown"
+		case !isDone(dc):
+			o.result = outcomeTimeout
+			o.reason = fmt.Sprintf("no publisher confirm within %s (RELAY_CONFIRM_TIMEOUT; the broker may have the message: a duplicate is possible)", s.cfg.ConfirmTimeout)
 		case wasReturned:
 			o.result = outcomeUnroutable
 			o.reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
@@ -134,27 +125,6 @@ func endSpans(b *batch, outcomes []outcome) {
 		b.batchSpan.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages not confirmed", failed, len(outcomes)))
 	}
 	b.batchSpan.End()
-}
-
-func (s *session) drainReturns() {
-	for s.returns != nil {
-		select {
-		case ret, ok := <-s.returns:
-			s.keepReturn(ret, ok)
-		default:
-			return
-		}
-	}
-}
-
-// keepReturn notes a returned message; when the channel has closed (ok is
-// false) it stops listening for returns.
-func (s *session) keepReturn(ret amqp.Return, ok bool) {
-	if !ok {
-		s.returns = nil // a nil channel never fires in a select
-		return
-	}
-	s.returned[ret.MessageId] = ret
 }
 
 func isDone(dc *amqp.DeferredConfirmation) bool {

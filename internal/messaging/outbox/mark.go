@@ -8,17 +8,30 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/google/uuid"
+
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
-// mark writes the outcomes of a batch to the database: one statement for
-// the published rows, one for the failed ones, one for those handed back.
+// mark writes the outcomes of a batch to the database, one statement each
+// for the published rows, the refused ones and those handed back:
+//
+//   - confirmed: PUBLISHED;
+//   - returned (unroutable) or nacked, a cause that belongs to the message:
+//     back to PENDING after a backoff, the attempt counted, FAILED after
+//     the last one;
+//   - cut short by the infrastructure (the connection lost, no confirm in
+//     time) or never published (shutdown): back to PENDING with the
+//     attempt not counted, so broker trouble never spends a row's attempts.
+//
+// Each statement is fenced by the claim's token and retried on its own, so
+// a retry never repeats a statement that took effect.
 func (r *Relay) mark(outcomes []outcome) error {
 	var (
 		published []Claim
-		failed    []PublishFailure
-		released  []Claim
+		refused   []PublishFailure
+		released  []PublishFailure
 	)
 	ctx := context.Background()
 	for _, o := range outcomes {
@@ -28,12 +41,14 @@ func (r *Relay) mark(outcomes []outcome) error {
 		case outcomeConfirmed:
 			published = append(published, o.row.Claim())
 		case outcomeShutdown, outcomeNotPublished:
-			released = append(released, o.row.Claim())
-		default:
+			released = append(released, PublishFailure{Claim: o.row.Claim()})
+		case outcomeTimeout, outcomeConnectionLost:
+			released = append(released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: r.cfg.BackoffBase})
+		default: // unroutable, nacked
 			if o.result == outcomeUnroutable {
 				r.metrics.unroutable.Add(ctx, 1, metric.WithAttributes(messaging.AttrMessageType.String(o.row.Type)))
 			}
-			failed = append(failed, PublishFailure{
+			refused = append(refused, PublishFailure{
 				Claim: o.row.Claim(), Reason: o.reason,
 				RetryIn: background.Backoff(o.row.Attempt, r.cfg.BackoffBase, r.cfg.BackoffMax),
 			})
@@ -45,35 +60,38 @@ func (r *Relay) mark(outcomes []outcome) error {
 		}
 	}
 
-	return r.withDBRetry(func(ctx context.Context) error {
-		n, err := MarkPublished(ctx, r.pool, published)
-		if err != nil {
-			return err
-		}
-		if lost := int64(len(published)) - n; lost > 0 {
-			r.log.WarnContext(ctx, "confirmed rows no longer held by this relay (lease expired); they will be published again",
-				slog.Int64("rows", lost))
-		}
-		for _, o := range outcomes {
-			if o.result == outcomeConfirmed {
-				r.metrics.published.Add(ctx, 1, metric.WithAttributes(messaging.AttrMessageType.String(o.row.Type)))
-				r.metrics.publishDelay.Record(ctx, time.Since(o.row.CreatedAt).Seconds())
-				r.metrics.attemptsPerMessage.Record(ctx, int64(o.row.Attempt))
-			}
-		}
-		failedIDs, err := MarkFailed(ctx, r.pool, failed, r.cfg.MaxAttempts)
-		if err != nil {
-			return err
-		}
-		r.logFailures(ctx, outcomes)
-		for _, id := range failedIDs {
-			r.metrics.failed.Add(ctx, 1)
-			r.log.ErrorContext(ctx, "outbox row FAILED: attempts exhausted", slog.String("message_id", id.String()),
-				slog.Int("max_attempts", r.cfg.MaxAttempts))
-		}
-		_, err = ReleaseClaims(ctx, r.pool, released)
+	var marked int64
+	r.withDBRetry("mark published", func(ctx context.Context) (err error) {
+		marked, err = MarkPublished(ctx, r.pool, published)
 		return err
 	})
+	if lost := int64(len(published)) - marked; lost > 0 {
+		r.log.WarnContext(ctx, "confirmed rows not marked (lease expired, or the database away); they will be published again",
+			slog.Int64("rows", lost))
+	}
+	for _, o := range outcomes {
+		if o.result == outcomeConfirmed {
+			r.metrics.published.Add(ctx, 1, metric.WithAttributes(messaging.AttrMessageType.String(o.row.Type)))
+			r.metrics.publishDelay.Record(ctx, time.Since(o.row.CreatedAt).Seconds())
+			r.metrics.attemptsPerMessage.Record(ctx, int64(o.row.Attempt))
+		}
+	}
+	var failedIDs []uuid.UUID
+	r.withDBRetry("mark refused", func(ctx context.Context) (err error) {
+		failedIDs, err = MarkFailed(ctx, r.pool, refused, r.cfg.MaxAttempts)
+		return err
+	})
+	r.logFailures(ctx, outcomes)
+	for _, id := range failedIDs {
+		r.metrics.failed.Add(ctx, 1)
+		r.log.ErrorContext(ctx, "outbox row FAILED: attempts exhausted", slog.String("message_id", id.String()),
+			slog.Int("max_attempts", r.cfg.MaxAttempts))
+	}
+	r.withDBRetry("release claims", func(ctx context.Context) error {
+		_, err := ReleaseClaims(ctx, r.pool, released)
+		return err
+	})
+	return nil
 }
 
 // logFailures names each message the broker refused (returned or nacked:
@@ -99,21 +117,21 @@ func (r *Relay) logFailures(ctx context.Context, outcomes []outcome) {
 	}
 }
 
-// withDBRetry runs f until it succeeds, a few times with backoff. If the
-// database stays away, the rows stay PUBLISHING and come back when their
-// lease ends: published again (a duplicate the inbox absorbs), never lost.
-func (r *Relay) withDBRetry(f func(context.Context) error) error {
+// withDBRetry runs f until it succeeds, a few times with backoff, each
+// try bounded by RELAY_DB_TIMEOUT. If the database stays away, the rows stay
+// PUBLISHING and come back when their lease ends: published again (a
+// duplicate the inbox absorbs), never lost.
+func (r *Relay) withDBRetry(what string, f func(context.Context) error) {
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DBTimeout)
 		err = f(ctx)
 		cancel()
 		if err == nil {
-			return nil
+			return
 		}
-		r.log.Warn("marking outbox rows failed", slog.String("error", err.Error()), slog.Int("attempt", attempt))
+		r.log.Warn(what+": failed", slog.String("error", err.Error()), slog.Int("attempt", attempt))
 		time.Sleep(background.Backoff(attempt, 200*time.Millisecond, 5*time.Second))
 	}
-	r.log.Error("giving up marking outbox rows; their leases will bring them back", slog.String("error", err.Error()))
-	return nil
+	r.log.Error(what+": giving up; the leases will bring the rows back", slog.String("error", err.Error()))
 }

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -26,27 +28,33 @@ type Row struct {
 	RoutingKey  string
 	Payload     []byte
 	Headers     map[string]string
-	Attempt     int // 1 on the first claim
+	Attempt     int    // 1 on the first claim
+	ClaimToken  string // claimed_by: unique to the claim that took the row
 	CreatedAt   time.Time
 }
 
-// Claim names one claim of a row: the row and the attempt that claimed it.
-// Marks match both, so a relay can only mark rows it still holds.
+// Claim names one claim of a row: the row, the attempt that claimed it,
+// and the claim's token. Marks match the token, so a relay can only mark
+// rows it still holds: once a lease runs out and another claim takes the
+// row, the first relay's marks (and their retries) change nothing.
 type Claim struct {
 	ID      uuid.UUID
 	Attempt int
+	Token   string
 }
 
 // Claim returns the claim of row r.
-func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt} }
+func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt, Token: r.ClaimToken} }
 
 // ClaimRows leases up to limit due PENDING rows to claimer for lease,
 // oldest first, skipping rows other relays hold, and returns them oldest
-// first. A row that is not marked before its lease ends is recovered by
-// RecoverExpiredClaims.
+// first. Each call is a claim of its own: claimed_by is claimer followed by
+// a token no other claim has. A row that is not marked before its lease
+// ends is recovered by RecoverExpiredClaims.
 func ClaimRows(ctx context.Context, db store.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
+	token := claimer + "/" + claimSuffix()
 	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
-		Claimer: &claimer, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
+		Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", store.Translate(err))
@@ -55,14 +63,14 @@ func ClaimRows(ctx context.Context, db store.DBTX, claimer string, limit int, le
 	for i, r := range rows {
 		headers := map[string]string{}
 		if err := json.Unmarshal(r.Headers, &headers); err != nil {
-			// Headers are written by EnqueueMessages as a JSON object of
+			// Headers are written by Writer.Write as a JSON object of
 			// strings; anything else is a hand-made row. Publish without them.
 			headers = map[string]string{}
 		}
 		out[i] = Row{
 			ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
 			Exchange: r.ExchangeName, RoutingKey: r.RoutingKey, Payload: r.Payload, Headers: headers,
-			Attempt: int(r.AttemptCount), CreatedAt: r.CreatedAt,
+			Attempt: int(r.AttemptCount), ClaimToken: store.Deref(r.ClaimedBy), CreatedAt: r.CreatedAt,
 		}
 	}
 	// UPDATE ... RETURNING keeps no order: publish oldest first.
@@ -75,13 +83,20 @@ func ClaimRows(ctx context.Context, db store.DBTX, claimer string, limit int, le
 	return out, nil
 }
 
-func claimArrays(claims []Claim) ([]uuid.UUID, []int32) {
+// claimSuffix makes claim tokens unique: 8 random bytes, hex.
+func claimSuffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func claimArrays(claims []Claim) ([]uuid.UUID, []string) {
 	ids := make([]uuid.UUID, len(claims))
-	attempts := make([]int32, len(claims))
+	tokens := make([]string, len(claims))
 	for i, c := range claims {
-		ids[i], attempts[i] = c.ID, int32(c.Attempt)
+		ids[i], tokens[i] = c.ID, c.Token
 	}
-	return ids, attempts
+	return ids, tokens
 }
 
 // MarkPublished marks the confirmed rows PUBLISHED, in one statement,
@@ -90,24 +105,25 @@ func MarkPublished(ctx context.Context, db store.DBTX, claims []Claim) (int64, e
 	if len(claims) == 0 {
 		return 0, nil
 	}
-	ids, attempts := claimArrays(claims)
-	n, err := queries.MarkOutboxPublished(ctx, db, dbsqlc.MarkOutboxPublishedParams{OutboxIds: ids, Attempts: attempts})
+	ids, tokens := claimArrays(claims)
+	n, err := queries.MarkOutboxPublished(ctx, db, dbsqlc.MarkOutboxPublishedParams{OutboxIds: ids, ClaimTokens: tokens})
 	if err != nil {
 		return 0, fmt.Errorf("mark %d outbox rows published: %w", len(claims), store.Translate(err))
 	}
 	return n, nil
 }
 
-// PublishFailure is a claimed row the broker did not accept.
+// PublishFailure is a claimed row the broker did not accept, or whose
+// publish was cut short.
 type PublishFailure struct {
 	Claim
 	Reason  string        // stored in last_error
-	RetryIn time.Duration // the backoff before the next attempt
+	RetryIn time.Duration // the wait before the next attempt
 }
 
-// MarkFailed sends failed rows back to PENDING after their backoff,
-// or to FAILED once maxAttempts is spent, in one statement. It returns the
-// ids that became FAILED.
+// MarkFailed sends rows the broker refused (returned, nacked) back to
+// PENDING after their backoff, or to FAILED once maxAttempts is spent, in
+// one statement. It returns the ids that became FAILED.
 func MarkFailed(ctx context.Context, db store.DBTX, failures []PublishFailure, maxAttempts int) ([]uuid.UUID, error) {
 	if len(failures) == 0 {
 		return nil, nil
@@ -115,7 +131,7 @@ func MarkFailed(ctx context.Context, db store.DBTX, failures []PublishFailure, m
 	p := dbsqlc.MarkOutboxFailedParams{MaxAttempts: int32(maxAttempts)}
 	for _, f := range failures {
 		p.OutboxIds = append(p.OutboxIds, f.ID)
-		p.Attempts = append(p.Attempts, int32(f.Attempt))
+		p.ClaimTokens = append(p.ClaimTokens, f.Token)
 		p.Errors = append(p.Errors, f.Reason)
 		p.RetryInSeconds = append(p.RetryInSeconds, f.RetryIn.Seconds())
 	}
@@ -132,17 +148,26 @@ func MarkFailed(ctx context.Context, db store.DBTX, failures []PublishFailure, m
 	return failed, nil
 }
 
-// ReleaseClaims hands claimed rows back, due at once and with the
-// attempt not counted: for rows a stopping relay never got to publish, or
-// published without a confirm before its deadline.
-func ReleaseClaims(ctx context.Context, db store.DBTX, claims []Claim) (int64, error) {
-	if len(claims) == 0 {
+// ReleaseClaims hands claimed rows back with the attempt not counted, due
+// after each one's RetryIn and with its Reason (if any) in last_error: rows
+// a stopping relay never got to publish, and rows whose publish the
+// infrastructure cut short (a lost connection, a confirm that never came).
+// Only a cause that belongs to the message spends its attempts (MarkFailed).
+// It returns how many rows it released.
+func ReleaseClaims(ctx context.Context, db store.DBTX, releases []PublishFailure) (int64, error) {
+	if len(releases) == 0 {
 		return 0, nil
 	}
-	ids, attempts := claimArrays(claims)
-	n, err := queries.ReleaseOutboxClaims(ctx, db, dbsqlc.ReleaseOutboxClaimsParams{OutboxIds: ids, Attempts: attempts})
+	var p dbsqlc.ReleaseOutboxClaimsParams
+	for _, r := range releases {
+		p.OutboxIds = append(p.OutboxIds, r.ID)
+		p.ClaimTokens = append(p.ClaimTokens, r.Token)
+		p.Errors = append(p.Errors, r.Reason) // "": keep last_error
+		p.RetryInSeconds = append(p.RetryInSeconds, r.RetryIn.Seconds())
+	}
+	n, err := queries.ReleaseOutboxClaims(ctx, db, p)
 	if err != nil {
-		return 0, fmt.Errorf("release %d outbox claims: %w", len(claims), store.Translate(err))
+		return 0, fmt.Errorf("release %d outbox claims: %w", len(releases), store.Translate(err))
 	}
 	return n, nil
 }

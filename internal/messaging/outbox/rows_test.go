@@ -33,7 +33,7 @@ func rowStatus(t *testing.T, b *relayBundle, id uuid.UUID) (status string, attem
 
 // Claims are oldest first, disjoint, and a mark only touches the claim it
 // names: a relay that lost its lease cannot overwrite a newer claim.
-func TestClaimAndMarkAreFencedByAttempt(t *testing.T) {
+func TestClaimAndMarkAreFencedByTheClaim(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	ids := enqueue(t, b, 3)
@@ -54,11 +54,12 @@ func TestClaimAndMarkAreFencedByAttempt(t *testing.T) {
 	if n, err := outbox.RecoverExpiredClaims(b.ctx, b.pool, 10); err != nil || n != 1 {
 		t.Fatalf("recovered %d, %v", n, err)
 	}
-	again, err := outbox.ClaimRows(b.ctx, b.pool, "relay-b", 10, time.Minute)
-	if err != nil || len(again) != 1 || again[0].ID != ids[0] || again[0].Attempt != 2 {
+	// The same relay claims it again: a claim of its own, with a token of its own.
+	again, err := outbox.ClaimRows(b.ctx, b.pool, "relay-a", 10, time.Minute)
+	if err != nil || len(again) != 1 || again[0].ID != ids[0] || again[0].Attempt != 2 || again[0].ClaimToken == first[0].ClaimToken {
 		t.Fatalf("reclaim: %+v, %v", again, err)
 	}
-	// relay-a, late, marks its old claim: nothing happens.
+	// relay-a's old claim, late, marks the row: nothing happens.
 	if n, err := outbox.MarkPublished(b.ctx, b.pool, []outbox.Claim{first[0].Claim()}); err != nil || n != 0 {
 		t.Fatalf("stale mark touched %d rows, %v", n, err)
 	}
@@ -114,11 +115,30 @@ func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 	if err != nil || len(rows) != 1 {
 		t.Fatal(err)
 	}
-	if n, err := outbox.ReleaseClaims(b.ctx, b.pool, []outbox.Claim{rows[0].Claim()}); err != nil || n != 1 {
+	release := []outbox.PublishFailure{{Claim: rows[0].Claim(), Reason: "connection to RabbitMQ lost before the confirm"}}
+	if n, err := outbox.ReleaseClaims(b.ctx, b.pool, release); err != nil || n != 1 {
 		t.Fatalf("release: %d, %v", n, err)
+	}
+	var lastError string
+	if err := b.pool.QueryRow(b.ctx, "SELECT last_error FROM message_outbox WHERE outbox_id = $1", id).Scan(&lastError); err != nil || lastError != release[0].Reason {
+		t.Fatalf("last_error %q (%v), want the reason", lastError, err)
 	}
 	if status, attempts := rowStatus(t, b, id); status != "PENDING" || attempts != 0 {
 		t.Fatalf("after release: %s, attempt %d", status, attempts)
+	}
+
+	// The row is claimed again: attempt 1 again, as the first claim was. A
+	// retry of the first release (its answer lost, say) must not hand back
+	// the new claim: the token fences it, where the attempt alone could not.
+	again, err := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute)
+	if err != nil || len(again) != 1 || again[0].Attempt != rows[0].Attempt {
+		t.Fatalf("reclaim: %+v, %v", again, err)
+	}
+	if n, err := outbox.ReleaseClaims(b.ctx, b.pool, release); err != nil || n != 0 {
+		t.Fatalf("a retried release touched %d rows of a newer claim (%v)", n, err)
+	}
+	if status, attempts := rowStatus(t, b, id); status != "PUBLISHING" || attempts != 1 {
+		t.Fatalf("after the retried release: %s, attempt %d; want the new claim intact", status, attempts)
 	}
 }
 

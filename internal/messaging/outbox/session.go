@@ -35,11 +35,10 @@ type batch struct {
 type session struct {
 	*Relay
 	ch          *amqp.Channel
-	returns     <-chan amqp.Return
-	returned    map[string]amqp.Return // returns seen, by message id
-	window      *semaphore.Weighted    // room for MaxInFlight unconfirmed messages
-	inflight    chan *batch            // published batches, oldest first
-	confirmDone chan struct{}          // closed when the confirm loop has exited
+	returns     *returnBook
+	window      *semaphore.Weighted // room for MaxInFlight unconfirmed messages
+	inflight    chan *batch         // published batches, oldest first
+	confirmDone chan struct{}       // closed when the confirm loop has exited
 	stop        context.CancelCauseFunc
 	blocked     atomic.Bool // the broker blocks publishers (a memory or disk alarm)
 }
@@ -65,8 +64,7 @@ func (r *Relay) session(ctx context.Context) error {
 	s := &session{
 		Relay:       r,
 		ch:          ch,
-		returns:     ch.NotifyReturn(make(chan amqp.Return, 1024)),
-		returned:    map[string]amqp.Return{},
+		returns:     newReturnBook(ch),
 		window:      semaphore.NewWeighted(int64(r.cfg.MaxInFlight)),
 		inflight:    make(chan *batch, r.cfg.MaxInFlight),
 		confirmDone: make(chan struct{}),

@@ -211,6 +211,111 @@ func (q *Queries) ListOrders(ctx context.Context, db DBTX, arg ListOrdersParams)
 	return items, nil
 }
 
+const listOrdersByCustomer = `-- name: ListOrdersByCustomer :many
+SELECT order_id, customer_id, currency, status, version, total_cents, created_at, updated_at
+FROM orders
+WHERE customer_id = $1
+  AND (created_at, order_id) < ($2::timestamptz, $3::uuid)
+ORDER BY created_at DESC, order_id DESC
+LIMIT $4
+`
+
+type ListOrdersByCustomerParams struct {
+	CustomerID     string
+	AfterCreatedAt time.Time
+	AfterOrderID   uuid.UUID
+	MaxRows        int32
+}
+
+// One customer's orders. No index leads with customer_id: this walks
+// orders_created_idx newest first and skips other customers' orders.
+func (q *Queries) ListOrdersByCustomer(ctx context.Context, db DBTX, arg ListOrdersByCustomerParams) ([]Order, error) {
+	rows, err := db.Query(ctx, listOrdersByCustomer,
+		arg.CustomerID,
+		arg.AfterCreatedAt,
+		arg.AfterOrderID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Order
+	for rows.Next() {
+		var i Order
+		if err := rows.Scan(
+			&i.OrderID,
+			&i.CustomerID,
+			&i.Currency,
+			&i.Status,
+			&i.Version,
+			&i.TotalCents,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listOrdersByCustomerAndStatus = `-- name: ListOrdersByCustomerAndStatus :many
+SELECT order_id, customer_id, currency, status, version, total_cents, created_at, updated_at
+FROM orders
+WHERE customer_id = $1
+  AND status = $2
+  AND (created_at, order_id) < ($3::timestamptz, $4::uuid)
+ORDER BY created_at DESC, order_id DESC
+LIMIT $5
+`
+
+type ListOrdersByCustomerAndStatusParams struct {
+	CustomerID     string
+	Status         string
+	AfterCreatedAt time.Time
+	AfterOrderID   uuid.UUID
+	MaxRows        int32
+}
+
+func (q *Queries) ListOrdersByCustomerAndStatus(ctx context.Context, db DBTX, arg ListOrdersByCustomerAndStatusParams) ([]Order, error) {
+	rows, err := db.Query(ctx, listOrdersByCustomerAndStatus,
+		arg.CustomerID,
+		arg.Status,
+		arg.AfterCreatedAt,
+		arg.AfterOrderID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Order
+	for rows.Next() {
+		var i Order
+		if err := rows.Scan(
+			&i.OrderID,
+			&i.CustomerID,
+			&i.Currency,
+			&i.Status,
+			&i.Version,
+			&i.TotalCents,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listOrdersByStatus = `-- name: ListOrdersByStatus :many
 SELECT order_id, customer_id, currency, status, version, total_cents, created_at, updated_at
 FROM orders

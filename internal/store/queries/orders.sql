@@ -56,6 +56,25 @@ WHERE status = @status
 ORDER BY created_at DESC, order_id DESC
 LIMIT @max_rows;
 
+-- name: ListOrdersByCustomer :many
+-- One customer's orders. No index leads with customer_id: this walks
+-- orders_created_idx newest first and skips other customers' orders.
+SELECT order_id, customer_id, currency, status, version, total_cents, created_at, updated_at
+FROM orders
+WHERE customer_id = @customer_id
+  AND (created_at, order_id) < (@after_created_at::timestamptz, @after_order_id::uuid)
+ORDER BY created_at DESC, order_id DESC
+LIMIT @max_rows;
+
+-- name: ListOrdersByCustomerAndStatus :many
+SELECT order_id, customer_id, currency, status, version, total_cents, created_at, updated_at
+FROM orders
+WHERE customer_id = @customer_id
+  AND status = @status
+  AND (created_at, order_id) < (@after_created_at::timestamptz, @after_order_id::uuid)
+ORDER BY created_at DESC, order_id DESC
+LIMIT @max_rows;
+
 -- name: MoveOrder :one
 -- One transition in one statement: lock the order, move it if (and only
 -- if) its status is one the trigger starts from, bump its version, and

@@ -33,6 +33,30 @@ func (q *Queries) DeleteProcessedInbox(ctx context.Context, db DBTX, arg DeleteP
 	return result.RowsAffected(), nil
 }
 
+const fenceInbox = `-- name: FenceInbox :one
+SELECT attempt_count FROM message_inbox
+WHERE consumer_name = $1 AND message_id = $2
+  AND status = 'PROCESSING' AND attempt_count = $3
+FOR UPDATE
+`
+
+type FenceInboxParams struct {
+	ConsumerName string
+	MessageID    string
+	Attempt      int32
+}
+
+// The second step of an external side effect locks the row of the attempt
+// that made the call. No row back: another delivery took the message over
+// after the lease (attempt_count moved on), and this attempt must record
+// nothing.
+func (q *Queries) FenceInbox(ctx context.Context, db DBTX, arg FenceInboxParams) (int32, error) {
+	row := db.QueryRow(ctx, fenceInbox, arg.ConsumerName, arg.MessageID, arg.Attempt)
+	var attempt_count int32
+	err := row.Scan(&attempt_count)
+	return attempt_count, err
+}
+
 const getInbox = `-- name: GetInbox :one
 SELECT status, outcome, outcome_reason, last_error_code, last_error_message, attempt_count
 FROM message_inbox
@@ -69,7 +93,7 @@ func (q *Queries) GetInbox(ctx context.Context, db DBTX, arg GetInboxParams) (Ge
 
 const holdInbox = `-- name: HoldInbox :exec
 UPDATE message_inbox
-SET status = 'PROCESSING', outcome = NULL, processed_at = NULL
+SET status = 'PROCESSING', outcome = NULL, processed_at = NULL, processing_started_at = clock_timestamp()
 WHERE consumer_name = $1 AND message_id = $2
 `
 
@@ -79,7 +103,9 @@ type HoldInboxParams struct {
 }
 
 // Between the two steps of an external side effect: the row commits as
-// PROCESSING, and only the second step marks it PROCESSED.
+// PROCESSING, and only the second step marks it PROCESSED. The processing
+// lease counts from here, the last statement before the commit and the
+// call that follows it.
 func (q *Queries) HoldInbox(ctx context.Context, db DBTX, arg HoldInboxParams) error {
 	_, err := db.Exec(ctx, holdInbox, arg.ConsumerName, arg.MessageID)
 	return err

@@ -44,10 +44,22 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id;
 
 -- name: HoldInbox :exec
 -- Between the two steps of an external side effect: the row commits as
--- PROCESSING, and only the second step marks it PROCESSED.
+-- PROCESSING, and only the second step marks it PROCESSED. The processing
+-- lease counts from here, the last statement before the commit and the
+-- call that follows it.
 UPDATE message_inbox
-SET status = 'PROCESSING', outcome = NULL, processed_at = NULL
+SET status = 'PROCESSING', outcome = NULL, processed_at = NULL, processing_started_at = clock_timestamp()
 WHERE consumer_name = @consumer_name AND message_id = @message_id;
+
+-- name: FenceInbox :one
+-- The second step of an external side effect locks the row of the attempt
+-- that made the call. No row back: another delivery took the message over
+-- after the lease (attempt_count moved on), and this attempt must record
+-- nothing.
+SELECT attempt_count FROM message_inbox
+WHERE consumer_name = @consumer_name AND message_id = @message_id
+  AND status = 'PROCESSING' AND attempt_count = @attempt
+FOR UPDATE;
 
 -- name: RecordInboxFailure :one
 -- Records a failed attempt after its transaction rolled back, in a

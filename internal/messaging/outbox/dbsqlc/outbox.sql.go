@@ -28,7 +28,7 @@ WHERE outbox_id = ANY (ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
-          routing_key, payload, headers, attempt_count, created_at
+          routing_key, payload, headers, attempt_count, claimed_by, created_at
 `
 
 type ClaimOutboxParams struct {
@@ -47,11 +47,12 @@ type ClaimOutboxRow struct {
 	Payload        []byte
 	Headers        []byte
 	AttemptCount   int32
+	ClaimedBy      *string
 	CreatedAt      time.Time
 }
 
-// Leases up to max_rows due PENDING rows, oldest first, to one relay, and
-// counts the attempt. SKIP LOCKED lets relays claim side by side without
+// Leases up to max_rows due PENDING rows, oldest first, to one claim of one
+// relay (claimed_by: a token unique to this claim), and counts the attempt. SKIP LOCKED lets relays claim side by side without
 // waiting for each other; the row locks last only as long as this one
 // statement, and the lease (claimed_until) takes over from there. The ids
 // go through an array so that the rows are fetched by primary key.
@@ -74,6 +75,7 @@ func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParam
 			&i.Payload,
 			&i.Headers,
 			&i.AttemptCount,
+			&i.ClaimedBy,
 			&i.CreatedAt,
 		); err != nil {
 			return nil, err
@@ -161,16 +163,16 @@ SET status = CASE WHEN m.attempt_count >= $1::integer THEN 'FAILED' ELSE 'PENDIN
     next_attempt_at = now() + make_interval(secs => c.retry_in),
     last_error = c.error,
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
-FROM (SELECT unnest($2::uuid[]) AS outbox_id, unnest($3::integer[]) AS attempt,
+FROM (SELECT unnest($2::uuid[]) AS outbox_id, unnest($3::text[]) AS token,
              unnest($4::text[]) AS error, unnest($5::float8[]) AS retry_in) AS c
-WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING'
+WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
 RETURNING m.outbox_id, m.status
 `
 
 type MarkOutboxFailedParams struct {
 	MaxAttempts    int32
 	OutboxIds      []uuid.UUID
-	Attempts       []int32
+	ClaimTokens    []string
 	Errors         []string
 	RetryInSeconds []float64
 }
@@ -180,13 +182,14 @@ type MarkOutboxFailedRow struct {
 	Status   string
 }
 
-// The rows that were nacked, returned or not confirmed in time: back to
-// PENDING after their backoff, or FAILED once max_attempts is spent.
+// The rows the broker refused (returned as unroutable, or nacked): a cause
+// that belongs to the message. Back to PENDING after their backoff, or
+// FAILED once max_attempts is spent.
 func (q *Queries) MarkOutboxFailed(ctx context.Context, db DBTX, arg MarkOutboxFailedParams) ([]MarkOutboxFailedRow, error) {
 	rows, err := db.Query(ctx, markOutboxFailed,
 		arg.MaxAttempts,
 		arg.OutboxIds,
-		arg.Attempts,
+		arg.ClaimTokens,
 		arg.Errors,
 		arg.RetryInSeconds,
 	)
@@ -212,20 +215,21 @@ const markOutboxPublished = `-- name: MarkOutboxPublished :execrows
 UPDATE message_outbox m
 SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
     last_error = NULL, updated_at = now()
-FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::integer[]) AS attempt) AS c
-WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING'
+FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::text[]) AS token) AS c
+WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
 `
 
 type MarkOutboxPublishedParams struct {
-	OutboxIds []uuid.UUID
-	Attempts  []int32
+	OutboxIds   []uuid.UUID
+	ClaimTokens []string
 }
 
 // The rows the broker confirmed, in one statement. Each row is matched on
-// the attempt that claimed it: a relay whose lease ran out and whose row
-// was claimed again cannot touch the newer claim.
+// the claim that took it (claimed_by holds a token unique to each claim): a
+// relay whose lease ran out, and whose row was claimed again, cannot touch
+// the newer claim, however often it retries.
 func (q *Queries) MarkOutboxPublished(ctx context.Context, db DBTX, arg MarkOutboxPublishedParams) (int64, error) {
-	result, err := db.Exec(ctx, markOutboxPublished, arg.OutboxIds, arg.Attempts)
+	result, err := db.Exec(ctx, markOutboxPublished, arg.OutboxIds, arg.ClaimTokens)
 	if err != nil {
 		return 0, err
 	}
@@ -299,21 +303,34 @@ func (q *Queries) RecoverExpiredOutboxClaims(ctx context.Context, db DBTX, maxAt
 
 const releaseOutboxClaims = `-- name: ReleaseOutboxClaims :execrows
 UPDATE message_outbox m
-SET status = 'PENDING', attempt_count = m.attempt_count - 1, next_attempt_at = now(),
+SET status = 'PENDING', attempt_count = m.attempt_count - 1,
+    next_attempt_at = now() + make_interval(secs => c.retry_in),
+    last_error = coalesce(nullif(c.error, ''), m.last_error),
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
-FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::integer[]) AS attempt) AS c
-WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING'
+FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::text[]) AS token,
+             unnest($3::text[]) AS error, unnest($4::float8[]) AS retry_in) AS c
+WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
 `
 
 type ReleaseOutboxClaimsParams struct {
-	OutboxIds []uuid.UUID
-	Attempts  []int32
+	OutboxIds      []uuid.UUID
+	ClaimTokens    []string
+	Errors         []string
+	RetryInSeconds []float64
 }
 
-// Hands claimed rows back untried (the relay is stopping): due at once, and
-// the attempt not counted.
+// Hands claimed rows back with the attempt not counted: rows a stopping
+// relay never got to publish, and rows whose publish the infrastructure
+// cut short (a lost connection, a confirm that never came). Trouble that is
+// not the message's own never spends its attempts. Due after retry_in,
+// with the reason in last_error when there is one.
 func (q *Queries) ReleaseOutboxClaims(ctx context.Context, db DBTX, arg ReleaseOutboxClaimsParams) (int64, error) {
-	result, err := db.Exec(ctx, releaseOutboxClaims, arg.OutboxIds, arg.Attempts)
+	result, err := db.Exec(ctx, releaseOutboxClaims,
+		arg.OutboxIds,
+		arg.ClaimTokens,
+		arg.Errors,
+		arg.RetryInSeconds,
+	)
 	if err != nil {
 		return 0, err
 	}

@@ -17,8 +17,8 @@ SELECT unnest(@outbox_ids::uuid[]),
        unnest(@headers::jsonb[]);
 
 -- name: ClaimOutbox :many
--- Leases up to max_rows due PENDING rows, oldest first, to one relay, and
--- counts the attempt. SKIP LOCKED lets relays claim side by side without
+-- Leases up to max_rows due PENDING rows, oldest first, to one claim of one
+-- relay (claimed_by: a token unique to this claim), and counts the attempt. SKIP LOCKED lets relays claim side by side without
 -- waiting for each other; the row locks last only as long as this one
 -- statement, and the lease (claimed_until) takes over from there. The ids
 -- go through an array so that the rows are fetched by primary key.
@@ -37,39 +37,47 @@ WHERE outbox_id = ANY (ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
-          routing_key, payload, headers, attempt_count, created_at;
+          routing_key, payload, headers, attempt_count, claimed_by, created_at;
 
 -- name: MarkOutboxPublished :execrows
 -- The rows the broker confirmed, in one statement. Each row is matched on
--- the attempt that claimed it: a relay whose lease ran out and whose row
--- was claimed again cannot touch the newer claim.
+-- the claim that took it (claimed_by holds a token unique to each claim): a
+-- relay whose lease ran out, and whose row was claimed again, cannot touch
+-- the newer claim, however often it retries.
 UPDATE message_outbox m
 SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
     last_error = NULL, updated_at = now()
-FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@attempts::integer[]) AS attempt) AS c
-WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING';
+FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@claim_tokens::text[]) AS token) AS c
+WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING';
 
 -- name: MarkOutboxFailed :many
--- The rows that were nacked, returned or not confirmed in time: back to
--- PENDING after their backoff, or FAILED once max_attempts is spent.
+-- The rows the broker refused (returned as unroutable, or nacked): a cause
+-- that belongs to the message. Back to PENDING after their backoff, or
+-- FAILED once max_attempts is spent.
 UPDATE message_outbox m
 SET status = CASE WHEN m.attempt_count >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
     next_attempt_at = now() + make_interval(secs => c.retry_in),
     last_error = c.error,
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
-FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@attempts::integer[]) AS attempt,
+FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@claim_tokens::text[]) AS token,
              unnest(@errors::text[]) AS error, unnest(@retry_in_seconds::float8[]) AS retry_in) AS c
-WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING'
+WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
 RETURNING m.outbox_id, m.status;
 
 -- name: ReleaseOutboxClaims :execrows
--- Hands claimed rows back untried (the relay is stopping): due at once, and
--- the attempt not counted.
+-- Hands claimed rows back with the attempt not counted: rows a stopping
+-- relay never got to publish, and rows whose publish the infrastructure
+-- cut short (a lost connection, a confirm that never came). Trouble that is
+-- not the message's own never spends its attempts. Due after retry_in,
+-- with the reason in last_error when there is one.
 UPDATE message_outbox m
-SET status = 'PENDING', attempt_count = m.attempt_count - 1, next_attempt_at = now(),
+SET status = 'PENDING', attempt_count = m.attempt_count - 1,
+    next_attempt_at = now() + make_interval(secs => c.retry_in),
+    last_error = coalesce(nullif(c.error, ''), m.last_error),
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
-FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@attempts::integer[]) AS attempt) AS c
-WHERE m.outbox_id = c.outbox_id AND m.attempt_count = c.attempt AND m.status = 'PUBLISHING';
+FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@claim_tokens::text[]) AS token,
+             unnest(@errors::text[]) AS error, unnest(@retry_in_seconds::float8[]) AS retry_in) AS c
+WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING';
 
 -- name: RecoverExpiredOutboxClaims :execrows
 -- Rows whose relay went away (killed, partitioned) while PUBLISHING: once

@@ -1,0 +1,196 @@
+package outbox_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// The failure windows of the relay that lose nothing only because of a
+// mechanism built for them; each test here fails without it.
+
+// A backlog that no queue takes comes back as basic.returns. While the
+// relay's marks are held up (a lock, a slow disk: here the test holds the
+// first batch's marks for 12 s), more returns arrive than any buffer
+// holds. The client drops a return it cannot hand over within 5 s, and the
+// ack of that message then looks like a clean publish: without the return
+// book, some of these rows would end PUBLISHED although the broker dropped
+// them. With it, not one is.
+func TestReturnsAreNeverLostWhileMarksWait(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	const n = 3000 // order.fulfilled: no queue is bound to it in this vhost
+	for range n / 500 {
+		msgs := make([]domain.Message, 500)
+		for i := range msgs {
+			msgs[i] = domain.OrderFulfilledV1{ID: testenv.NewID()}
+		}
+		if _, err := writer.Write(b.ctx, b.pool, domain.Cause{}, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testRelayConfig()
+	cfg.BatchSize, cfg.MaxInFlight = 500, n
+	cfg.ConfirmTimeout, cfg.Lease = 30*time.Second, 60*time.Second
+	cfg.BackoffBase, cfg.BackoffMax = time.Hour, time.Hour // one attempt each in this test
+	held := false
+	b.startRelay(cfg, b.amqpURL, func(r *outbox.Relay) {
+		outbox.SetBeforeMark(r, func([]outbox.Claim) error {
+			if !held {
+				held = true
+				time.Sleep(12 * time.Second) // marks wait; the broker keeps returning
+			}
+			return nil
+		})
+	})
+	testenv.WaitFor(t, 60*time.Second, "every row to be marked", func() bool {
+		var marked int
+		_ = b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE status = 'PUBLISHED' OR last_error IS NOT NULL").Scan(&marked)
+		return marked == n && b.statusCounts()["PUBLISHING"] == 0
+	})
+	if c := b.statusCounts(); c["PUBLISHED"] != 0 {
+		t.Fatalf("%d unroutable rows marked PUBLISHED (their returns were lost); counts %v", c["PUBLISHED"], c)
+	}
+	var unroutable int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE last_error LIKE 'unroutable%'").Scan(&unroutable); err != nil || unroutable != n {
+		t.Fatalf("%d rows say unroutable (%v), want %d", unroutable, err, n)
+	}
+}
+
+// Trouble that is not the message's own never spends its attempts: with
+// RELAY_MAX_ATTEMPTS = 2, a row whose publishes are cut off again and again
+// (here: no confirm ever comes, the broker connection stalled) is still
+// PENDING with no attempt counted, and is published once the broker is
+// back.
+func TestBrokerTroubleNeverSpendsAttempts(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", domain.TypeOrderCancelled)
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	cfg := testRelayConfig()
+	cfg.MaxAttempts = 2
+	cfg.ConfirmTimeout = 300 * time.Millisecond
+	relay := b.startRelay(cfg, proxy.Rewrite(b.amqpURL), nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+
+	proxy.Stall()
+	id := b.enqueue(1, domain.Cause{})[0]
+	// Several publish attempts time out meanwhile (each session ends on a
+	// missing confirm and reconnects through the stalled proxy).
+	testenv.WaitFor(t, 20*time.Second, "publishes to time out", func() bool {
+		var lastError string
+		_ = b.pool.QueryRow(b.ctx, "SELECT coalesce(last_error, '') FROM message_outbox WHERE outbox_id = $1", id).Scan(&lastError)
+		return strings.Contains(lastError, "no publisher confirm")
+	})
+	time.Sleep(2 * time.Second)
+	var status string
+	var attempts int
+	if err := b.pool.QueryRow(b.ctx, "SELECT status, attempt_count FROM message_outbox WHERE outbox_id = $1", id).Scan(&status, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if status == "FAILED" || attempts > 1 {
+		t.Fatalf("after broker trouble: %s with %d attempts counted; broker trouble must not spend them", status, attempts)
+	}
+	proxy.Heal()
+	got := b.receive("observer", 1, 30*time.Second, 0)
+	if got[0].MessageId != id.String() {
+		t.Fatalf("received %s, want %s", got[0].MessageId, id)
+	}
+}
+
+// A real nack from the broker (the queue is full and rejects publishes) is
+// the message's own failure: it counts, and after the last attempt the row
+// is FAILED with the reason, while the next rows flow once there is room.
+func TestBrokerNackCountsAndFails(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	// A queue that holds nothing and rejects what overflows: every publish
+	// routed only to it is nacked.
+	if _, err := b.ch.QueueDeclare("full", true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-max-length": int64(0), "x-overflow": "reject-publish",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ch.QueueBind("full", domain.TypeOrderRejected, domain.EventsExchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.bindQueue("observer", domain.TypeOrderCancelled)
+	rejected, err := writer.Write(b.ctx, b.pool, domain.Cause{}, domain.OrderRejectedV1{ID: testenv.NewID(), Reason: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := b.enqueue(5, domain.Cause{})
+	cfg := testRelayConfig()
+	cfg.MaxAttempts = 2
+	b.startRelay(cfg, b.amqpURL, nil)
+	if got := b.receive("observer", len(ok), 20*time.Second, 0); len(got) != len(ok) {
+		t.Fatalf("received %d of %d", len(got), len(ok))
+	}
+	var status, lastError string
+	var attempts int
+	testenv.WaitFor(t, 20*time.Second, "the nacked row to be FAILED", func() bool {
+		_ = b.pool.QueryRow(b.ctx, "SELECT status, coalesce(last_error, ''), attempt_count FROM message_outbox WHERE outbox_id = $1", rejected[0]).
+			Scan(&status, &lastError, &attempts)
+		return status == "FAILED"
+	})
+	if lastError != "nacked by RabbitMQ" || attempts != 2 {
+		t.Logf("status %s", status)
+		t.Fatalf("FAILED row: %d attempts, last_error %q", attempts, lastError)
+	}
+	if got := b.counter("outbox.failed"); got != 1 {
+		t.Fatalf("outbox.failed = %d", got)
+	}
+}
+
+// A relay that is alive but slow outlives its lease (its marks held up
+// past RELAY_LEASE): another relay takes the rows over and publishes them;
+// the late relay's marks then change nothing, and every row ends
+// PUBLISHED once, under the newer claim.
+func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", domain.TypeOrderCancelled)
+	ids := b.enqueue(20, domain.Cause{})
+	slowCfg := testRelayConfig()
+	slowCfg.Lease, slowCfg.ConfirmTimeout = 2*time.Second, time.Second
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	slow := b.startRelay(slowCfg, b.amqpURL, func(r *outbox.Relay) {
+		outbox.SetBeforeMark(r, func([]outbox.Claim) error {
+			<-release // alive, but its marks wait past the lease
+			return nil
+		})
+	})
+	t.Cleanup(unblock) // cleanups run last first: this one before the relay's stop
+	first := b.receive("observer", len(ids), 20*time.Second, 0)
+	if len(first) != len(ids) {
+		t.Fatalf("received %d", len(first))
+	}
+	// A second relay recovers the expired claims and publishes again.
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	again := b.receive("observer", len(ids), 30*time.Second, 0)
+	testenv.WaitFor(t, 20*time.Second, "every row PUBLISHED by the second relay", b.allPublished(len(ids)))
+	var reclaimed int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE attempt_count >= 2").Scan(&reclaimed); err != nil || reclaimed != len(ids) {
+		t.Fatalf("%d rows claimed again after the lease (%v), want %d", reclaimed, err, len(ids))
+	}
+	unblock() // the late relay's marks now run: fenced out
+	if err := slow.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c := b.statusCounts(); c["PUBLISHED"] != len(ids) {
+		t.Fatalf("counts after the late marks: %v", c)
+	}
+	if fmt.Sprint(messageIDSet(first)) != fmt.Sprint(messageIDSet(again)) {
+		t.Fatal("the takeover published other message ids: a duplicate must keep its id")
+	}
+}
