@@ -486,8 +486,9 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	n.look(
 		fmt.Sprintf("RabbitMQ %s/#/queues : %s → Get messages shows it with these headers", s.cfg.RabbitUIURL, dlq),
 		"the consumer's log: one \"parked\" line per consumer with message_id "+poisonID+" and the reason, never the payload",
-		"docs/operations.md: replaying parked messages (order-consumer replay <consumer>) once their cause is fixed;\n"+
-			"      this one is broken for good: an operator reads it and deletes it (Get messages, Ack mode: Automatic ack)",
+		"orderctl parked show "+subs[0]+" "+poisonID+" : the same, from the terminal, leaving it where it is",
+		"docs/operations.md: replaying parked messages (orderctl parked replay) once their cause is fixed;\n"+
+			"      this one is broken for good: an operator reads it and discards it (orderctl parked discard ... --reason)",
 	)
 	return nil
 }
