@@ -4,6 +4,7 @@
 #   /usr/local/bin/order-consumer   consumers (admin :9102)
 #   /usr/local/bin/webhook-receiver demo notification receiver (:8090)
 #   /usr/local/bin/walkthrough      guided tour and smoke test of a running stack
+#   /usr/local/bin/orderctl         the operator's tool (docs/operations.md)
 # docker compose picks the binary per service with `entrypoint:`, e.g.
 #   entrypoint: ["/usr/local/bin/outbox-relay"]
 # and arguments with `command:`, e.g. command: ["migrate", "up"].

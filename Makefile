@@ -67,6 +67,15 @@ run/consumer: ## run order-consumer against DATABASE_URL and AMQP_URL
 dev: ## the whole system on this machine without Docker (migrations, api, 2 relays, consumer, webhook receiver); Ctrl-C stops it
 	./scripts/dev.sh
 
+.PHONY: ctl
+ctl: ## orderctl, the operator's tool, against DATABASE_URL and AMQP_URL: make ctl ARGS='status'
+	$(GO) run ./cmd/orderctl $(ARGS)
+
+.PHONY: replay
+replay: ## move a consumer's parked messages back to its work queue: make replay CONSUMER=fulfillment REASON='why'
+	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why'"; exit 2; }
+	$(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
+
 .PHONY: compose-test
 compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough inside it (-yes), always down -v; COMPOSE_SERVICES= to start a subset
 	./scripts/compose-test.sh $(COMPOSE_SERVICES)

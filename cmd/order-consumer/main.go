@@ -213,8 +213,8 @@ func replay(ctx context.Context, cfg Config, args []string, log *slog.Logger) er
 		}
 		limit = n
 	}
-	moved, err := inbox.Replay(ctx, cfg.AMQPURL, args[0], limit)
+	moved, err := inbox.Replay(ctx, cfg.AMQPURL, args[0], inbox.ReplayRequest{Limit: limit})
 	log.InfoContext(ctx, "replayed parked messages", slog.String("consumer_name", args[0]),
-		slog.String("from", inbox.ParkingLotName(inbox.QueueName(args[0]))), slog.Int("moved", moved))
+		slog.String("from", inbox.ParkingLotName(inbox.QueueName(args[0]))), slog.Int("moved", len(moved)))
 	return err
 }
