@@ -10,7 +10,8 @@ PKGS    := ./...
 # DATABASE_URL and AMQP_URL come from the environment; unset, the binaries
 # use the local servers, and the tests use them or start containers.
 # The targets that run the service or talk to its database (dev, run*,
-# migrate, walkthrough, psql, db/reset) also read .env when it exists, under
+# migrate, walkthrough, psql, db/reset, ctl, replay) also read .env when it
+# exists, under
 # the environment (scripts/env.sh); the tests do not.
 ENV     := ./scripts/env.sh
 
@@ -83,8 +84,21 @@ stop: ## stop what make dev started (from another terminal)
 psql: ## psql on DATABASE_URL (the orders database of make dev by default)
 	$(ENV) sh -c 'exec psql "$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/orders?sslmode=disable}"'
 
+.PHONY: ctl
+ctl: ## orderctl, the operator's tool, against DATABASE_URL and AMQP_URL: make ctl ARGS='status'
+	$(ENV) $(GO) run ./cmd/orderctl $(ARGS)
+
+.PHONY: replay
+replay: ## move a consumer's parked messages back to its work queue: make replay CONSUMER=fulfillment REASON='why'
+	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why'"; exit 2; }
+	$(ENV) $(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
+
+.PHONY: compose-test
+compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough inside it (-yes), always down -v; COMPOSE_SERVICES= to start a subset
+	./scripts/compose-test.sh $(COMPOSE_SERVICES)
+
 .PHONY: walkthrough
-walkthrough: ## a guided tour of the running system (make dev or docker compose); ARGS=-yes runs it unattended
+walkthrough: ## a guided tour of the system make dev runs; ARGS=-yes runs it unattended (compose: make compose-test)
 	$(ENV) $(GO) run ./cmd/walkthrough $(ARGS)
 
 .PHONY: load

@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -13,9 +14,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/yourorg/orders/internal/testenv"
@@ -32,34 +35,110 @@ import (
 // the `migrate` sub-command (docs/contract.md, "Configuration").
 var schemaBinaries = []string{"order-api", "outbox-relay", "order-consumer"}
 
-func TestComposeImagesArePinned(t *testing.T) {
+// stacks are the ways the compose files are used: the stack alone, and
+// with the demo override (the walkthrough, the fault endpoint). Every
+// check that holds for one holds for both.
+var stacks = [][]string{
+	{testenv.ComposeFile},
+	{testenv.ComposeFile, testenv.DemoComposeFile},
+}
+
+// checkStacks runs check on every stack and reports its problems, each
+// with the files it was found in.
+func checkStacks(t *testing.T, check func(*types.Project) []string) {
+	t.Helper()
+	for _, files := range stacks {
+		for _, problem := range check(testenv.Compose(t, files...)) {
+			t.Errorf("%s: %s", strings.Join(files, " + "), problem)
+		}
+	}
+}
+
+func TestComposeImagesNameAVersion(t *testing.T) {
 	t.Parallel()
-	reportProblems(t, unpinnedImages(testenv.Compose(t)))
+	checkStacks(t, unversionedImages)
 }
 
 func TestComposeDependenciesCanBeMet(t *testing.T) {
 	t.Parallel()
-	reportProblems(t, dependencyProblems(testenv.Compose(t)))
+	checkStacks(t, dependencyProblems)
 }
 
 func TestComposeHostPathsExist(t *testing.T) {
 	t.Parallel()
-	reportProblems(t, missingHostPaths(testenv.Compose(t)))
+	checkStacks(t, missingHostPaths)
 }
 
 func TestComposeHostPortsAreUnique(t *testing.T) {
 	t.Parallel()
-	reportProblems(t, hostPortProblems(testenv.Compose(t)))
+	checkStacks(t, hostPortProblems)
+}
+
+// Every published host port moves with a variable, and each variable is
+// documented where a user looks for it: README.md and .env.example, the
+// file compose reads them from once copied to .env.
+func TestComposeHostPortsAreSettable(t *testing.T) {
+	t.Parallel()
+	for _, files := range stacks {
+		lookup := newPortLookup()
+		moved, err := testenv.LoadCompose(t, []cli.ProjectOptionsFn{lookup.option()}, files...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, problem := range fixedHostPorts(testenv.Compose(t, files...), moved) {
+			t.Errorf("%s: %s", strings.Join(files, " + "), problem)
+		}
+		if len(lookup.values) == 0 {
+			t.Errorf("%s: no variable ending in _PORT is read", strings.Join(files, " + "))
+		}
+		for _, doc := range []string{"README.md", ".env.example"} {
+			text := readRepoFile(t, doc)
+			for _, name := range slices.Sorted(maps.Keys(lookup.values)) {
+				if !strings.Contains(text, name) {
+					t.Errorf("%s does not document %s, a host port of %s", doc, name, strings.Join(files, " + "))
+				}
+			}
+		}
+	}
+}
+
+func TestComposePostgresHealthcheckUsesTCP(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, postgresHealthcheckProblems)
 }
 
 func TestComposeRunsTheWholeStack(t *testing.T) {
 	t.Parallel()
-	reportProblems(t, missingServices(testenv.Compose(t)))
+	checkStacks(t, missingServices)
 }
 
 func TestComposeBuiltServicesRunRepositoryBinaries(t *testing.T) {
 	t.Parallel()
-	reportProblems(t, builtServiceProblems(testenv.Compose(t), cmdBinaries(t)))
+	binaries := cmdBinaries(t)
+	checkStacks(t, func(p *types.Project) []string { return builtServiceProblems(p, binaries) })
+}
+
+func TestComposeBuildsTheImageOnce(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, repeatedBuilds)
+}
+
+func TestComposePublishesNoAdminPort(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, publishedAdminPorts)
+}
+
+func TestComposeGrafanaHasNoAnonymousAdmin(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, grafanaAnonymousRole)
+}
+
+// The fault endpoint is off in the stack, and on in the demo, where the
+// walkthrough reaches it inside the compose network.
+func TestComposeFaultEndpointOnlyInTheDemo(t *testing.T) {
+	t.Parallel()
+	reportProblems(t, faultEndpointsOn(testenv.Compose(t, testenv.ComposeFile)))
+	reportProblems(t, demoProblems(testenv.Compose(t, testenv.ComposeFile, testenv.DemoComposeFile)))
 }
 
 func reportProblems(t *testing.T, problems []string) {
@@ -92,29 +171,44 @@ func imageParts(image string) (repo, tag, digest string) {
 // that versions the base distribution, not the software.
 var versionedTag = regexp.MustCompile(`(^|[-_])v?[0-9]`)
 
-// unpinnedImages lists the services whose pulled image can change under the
-// walkthrough: no tag (latest), latest, or a moving tag such as alpine or
-// management brings another server version the next time someone pulls. A
-// service with a build section names the image it builds, not one it pulls.
-func unpinnedImages(p *types.Project) []string {
+// unversionedImages lists the services whose pulled image can change
+// under the walkthrough: no tag (latest), latest, or a tag such as alpine or
+// management that names no version brings another server version the next
+// time someone pulls. A tag that names a version is not a pin either (a
+// registry may move it, to a rebuild with security fixes, say): only a
+// digest is. The file names versions and no digests, because digests can
+// only be read from the registries; a team that wants pins adds
+// @sha256:... to each image and a bot to update them. The image the file
+// builds itself is named, not pulled.
+func unversionedImages(p *types.Project) []string {
 	var problems []string
 	for _, name := range serviceNames(p) {
 		svc := p.Services[name]
-		if svc.Build != nil {
+		if svc.Build != nil || builtImage(p, svc.Image) {
 			continue
 		}
 		_, tag, digest := imageParts(svc.Image)
 		switch {
 		case digest != "":
 		case tag == "":
-			problems = append(problems, fmt.Sprintf("service %s: image %q has no tag, which means latest: pin a version", name, svc.Image))
+			problems = append(problems, fmt.Sprintf("service %s: image %q has no tag, which means latest: name a version", name, svc.Image))
 		case tag == "latest":
-			problems = append(problems, fmt.Sprintf("service %s: image %q: latest moves, pin a version", name, svc.Image))
+			problems = append(problems, fmt.Sprintf("service %s: image %q: latest moves, name a version", name, svc.Image))
 		case !versionedTag.MatchString(tag):
 			problems = append(problems, fmt.Sprintf("service %s: image %q: tag %q names no version, so it moves", name, svc.Image, tag))
 		}
 	}
 	return problems
+}
+
+// builtImage tells whether some service of the project builds image.
+func builtImage(p *types.Project, image string) bool {
+	for _, svc := range p.Services {
+		if svc.Build != nil && image != "" && svc.Image == image {
+			return true
+		}
+	}
+	return false
 }
 
 // hasHealthcheck tells whether compose itself defines a health test for
@@ -123,6 +217,39 @@ func unpinnedImages(p *types.Project) []string {
 func hasHealthcheck(svc types.ServiceConfig) bool {
 	hc := svc.HealthCheck
 	return hc != nil && !hc.Disable && len(hc.Test) > 0 && hc.Test[0] != "NONE"
+}
+
+// healthcheckHosts finds the host a PostgreSQL client connects to in a
+// command line: pg_isready's or psql's -h or --host, host= in a
+// connection string, or the host of a postgres:// URL (empty there: the
+// socket).
+var healthcheckHosts = regexp.MustCompile(`(?:^|\s)(?:-h\s*|--host[=\s]\s*)["']?([^\s"']+)|\bhost=["']?([^\s"']+)|postgres(?:ql)?://(?:[^@/\s]*@)?([^/:?\s]*)`)
+
+// postgresHealthcheckProblems lists the PostgreSQL services whose health
+// check would pass on the Unix socket. On its first start the official
+// image runs the server on the socket only while it initialises the
+// database, then restarts it: a socket check reports healthy in between,
+// and the services that waited for it connect over TCP to a server that
+// is not listening. The check must use TCP, as they do.
+func postgresHealthcheckProblems(p *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		repo, _, _ := imageParts(svc.Image)
+		if n := path.Base(repo); (n != "postgres" && n != "postgresql") || !hasHealthcheck(svc) {
+			continue // missingServices reports a missing check
+		}
+		command := strings.Join(svc.HealthCheck.Test[1:], " ")
+		tcp := false
+		for _, m := range healthcheckHosts.FindAllStringSubmatch(command, -1) {
+			host := m[1] + m[2] + m[3]
+			tcp = tcp || host != "" && !strings.HasPrefix(host, "/")
+		}
+		if !tcp {
+			problems = append(problems, fmt.Sprintf("service %s: the health check %q connects over the Unix socket, healthy before the server listens on TCP: name the host the way the services connect (pg_isready -h 127.0.0.1)", name, command))
+		}
+	}
+	return problems
 }
 
 // restartPolicy is the policy the service's container runs with: `restart`,
@@ -424,29 +551,217 @@ func waitsForMigration(p *types.Project, svc types.ServiceConfig) bool {
 	return false
 }
 
-// builtServiceProblems checks the services built from this repository's
-// Dockerfile. The image holds every binary, so the entrypoint is what says
+// builtServiceProblems checks the services that run the image of this
+// repository's Dockerfile. The image holds every binary, so the entrypoint is what says
 // which one a service runs: without it the service runs the image's
 // default silently, and the tests that find services by entrypoint
 // (testenv.ComposeServicesOf, the cmd/*/main_test.go environment checks)
 // skip it. A binary that needs the schema must not start before it exists.
 func builtServiceProblems(p *types.Project, binaries []string) []string {
 	var problems []string
-	dockerfile := filepath.Join(p.WorkingDir, "Dockerfile")
 	for _, name := range serviceNames(p) {
 		svc := p.Services[name]
-		if svc.Build == nil || dockerfileOf(svc.Build) != dockerfile {
+		if !runsRepositoryImage(p, svc) {
 			continue
 		}
 		binary := entrypointBinary(svc)
 		switch {
 		case binary == "":
-			problems = append(problems, fmt.Sprintf("service %s is built from the Dockerfile but sets no entrypoint: name the binary it runs (one of %v)", name, binaries))
+			problems = append(problems, fmt.Sprintf("service %s runs the image of the Dockerfile but sets no entrypoint: name the binary it runs (one of %v)", name, binaries))
 		case !slices.Contains(binaries, binary):
 			problems = append(problems, fmt.Sprintf("service %s: entrypoint %q is not a binary of cmd/ (%v)", name, svc.Entrypoint[0], binaries))
 		}
 		if slices.Contains(schemaBinaries, binary) && !isMigrationStep(svc) && !waitsForMigration(p, svc) && !migratesOnStart(svc) {
 			problems = append(problems, fmt.Sprintf("service %s may start %s before the schema exists: depend on the migration step with condition service_completed_successfully, or set MIGRATE_ON_START=true", name, binary))
+		}
+	}
+	return problems
+}
+
+// runsRepositoryImage tells whether the service runs the image of the
+// repository's Dockerfile: it builds it, or it names the image that a
+// service building it tags.
+func runsRepositoryImage(p *types.Project, svc types.ServiceConfig) bool {
+	dockerfile := filepath.Join(p.WorkingDir, "Dockerfile")
+	if svc.Build != nil {
+		return dockerfileOf(svc.Build) == dockerfile
+	}
+	for _, b := range p.Services {
+		if b.Build != nil && dockerfileOf(b.Build) == dockerfile && b.Image != "" && b.Image == svc.Image {
+			return true
+		}
+	}
+	return false
+}
+
+// repeatedBuilds lists the Dockerfiles more than one service builds:
+// docker compose builds a build section once per service, the same image
+// again and again. One service builds it and tags it (build and image);
+// the others name that image.
+func repeatedBuilds(p *types.Project) []string {
+	builders := map[string][]string{} // Dockerfile -> services
+	for _, name := range serviceNames(p) {
+		if b := p.Services[name].Build; b != nil {
+			key := cmp.Or(dockerfileOf(b), b.Context+" (inline or remote)") + " target " + cmp.Or(b.Target, "(last)")
+			builders[key] = append(builders[key], name)
+		}
+	}
+	var problems []string
+	for _, key := range slices.Sorted(maps.Keys(builders)) {
+		if names := builders[key]; len(names) > 1 {
+			problems = append(problems, fmt.Sprintf("services %s all build %s: it is built once per service; build it in one service with an image: name, and give the others that image", strings.Join(names, ", "), key))
+		}
+	}
+	return problems
+}
+
+// adminOnly are the binaries whose only listener is ADMIN_ADDR (health,
+// metrics, and the consumer's fault endpoint when it is on).
+var adminOnly = []string{"outbox-relay", "order-consumer"}
+
+// publishedAdminPorts lists the host ports of services that serve admin
+// endpoints only: Prometheus scrapes them inside the compose network, and
+// the consumer's fault endpoint must never be reachable from outside it.
+func publishedAdminPorts(p *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		if !slices.Contains(adminOnly, entrypointBinary(svc)) {
+			continue
+		}
+		for _, port := range svc.Ports {
+			problems = append(problems, fmt.Sprintf("service %s (%s) publishes its admin port %d on the host (%s:%s): leave it inside the compose network", name, entrypointBinary(svc), port.Target, cmp.Or(port.HostIP, "0.0.0.0"), cmp.Or(port.Published, "ephemeral")))
+		}
+	}
+	return problems
+}
+
+// grafanaAnonymousRole lists the Grafana services that give anonymous
+// visitors more than Viewer: anyone reaching the port could change
+// dashboards, data sources and users.
+func grafanaAnonymousRole(p *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		repo, _, _ := imageParts(svc.Image)
+		if !strings.HasPrefix(path.Base(repo), "grafana") {
+			continue
+		}
+		if on, _ := strconv.ParseBool(envValue(svc, "GF_AUTH_ANONYMOUS_ENABLED")); !on {
+			continue
+		}
+		// Grafana's default anonymous role is Viewer.
+		if role := cmp.Or(envValue(svc, "GF_AUTH_ANONYMOUS_ORG_ROLE"), "Viewer"); !strings.EqualFold(role, "Viewer") {
+			problems = append(problems, fmt.Sprintf("service %s: anonymous visitors are %s: give them Viewer at most (GF_AUTH_ANONYMOUS_ORG_ROLE), and change things with a login", name, role))
+		}
+	}
+	return problems
+}
+
+// envValue is the value a service sets for a variable, "" when unset.
+func envValue(svc types.ServiceConfig, name string) string {
+	if v := svc.Environment[name]; v != nil {
+		return *v
+	}
+	return ""
+}
+
+// faultsOn tells whether a service turns on the consumer's fault endpoint.
+func faultsOn(svc types.ServiceConfig) bool {
+	on, _ := strconv.ParseBool(envValue(svc, "CONSUMER_FAULTS_ENDPOINT"))
+	return on
+}
+
+// faultEndpointsOn lists the services that turn the fault endpoint on: in
+// the stack itself, none may (the demo override does).
+func faultEndpointsOn(p *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(p) {
+		if faultsOn(p.Services[name]) {
+			problems = append(problems, fmt.Sprintf("service %s turns the fault endpoint on (CONSUMER_FAULTS_ENDPOINT): only the demo override may", name))
+		}
+	}
+	return problems
+}
+
+// demoProblems checks the demo: the walkthrough is there, is not started by
+// `up` (a profile), and calls the fault endpoint of a consumer that serves
+// it, by its service name, inside the compose network.
+func demoProblems(p *types.Project) []string {
+	walkthroughs := servicesWhere(p, func(svc types.ServiceConfig) bool { return entrypointBinary(svc) == "walkthrough" })
+	if len(walkthroughs) == 0 {
+		return []string{"no service runs the walkthrough"}
+	}
+	var problems []string
+	for _, w := range walkthroughs {
+		if len(w.Profiles) == 0 {
+			problems = append(problems, fmt.Sprintf("service %s has no profile: `up` would start the walkthrough", w.Name))
+		}
+		raw := envValue(w, "CONSUMER_ADMIN_URL")
+		u, err := url.Parse(raw)
+		if err != nil || u.Hostname() == "" {
+			problems = append(problems, fmt.Sprintf("service %s: CONSUMER_ADMIN_URL %q names no host", w.Name, raw))
+			continue
+		}
+		consumer, ok := p.Services[u.Hostname()]
+		switch {
+		case !ok || entrypointBinary(consumer) != "order-consumer":
+			problems = append(problems, fmt.Sprintf("service %s: CONSUMER_ADMIN_URL %s is not an order-consumer service of the compose network", w.Name, raw))
+		case !faultsOn(consumer):
+			problems = append(problems, fmt.Sprintf("service %s calls the fault endpoint of %s, which does not serve it (CONSUMER_FAULTS_ENDPOINT)", w.Name, consumer.Name))
+		}
+	}
+	return problems
+}
+
+// portLookup is an interpolation lookup that gives every variable whose
+// name ends in _PORT a value of its own (20001, 20002, ...) and leaves
+// every other variable unset, so its default applies.
+type portLookup struct {
+	mu     sync.Mutex
+	values map[string]string
+}
+
+func newPortLookup() *portLookup { return &portLookup{values: map[string]string{}} }
+
+func (l *portLookup) lookup(name string) (string, bool) {
+	if !strings.HasSuffix(name, "_PORT") {
+		return "", false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.values[name]; !ok {
+		l.values[name] = strconv.Itoa(20001 + len(l.values))
+	}
+	return l.values[name], true
+}
+
+// option makes the loader interpolate with the lookup.
+func (l *portLookup) option() cli.ProjectOptionsFn {
+	return cli.WithLoadOptions(func(o *loader.Options) {
+		if o.Interpolate != nil { // nil when the loader only reads the files
+			o.Interpolate.LookupValue = l.lookup
+		}
+	})
+}
+
+// fixedHostPorts compares the project loaded with no variable set
+// (fixed) and loaded with every ..._PORT variable set (moved): a published
+// host port that did not move is hard-coded, and collides with a server
+// the developer already runs on it (a local PostgreSQL on 5432).
+func fixedHostPorts(fixed, moved *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(fixed) {
+		ports := fixed.Services[name].Ports
+		for i, port := range ports {
+			if port.Published == "" {
+				continue // ephemeral
+			}
+			other := moved.Services[name].Ports
+			if i < len(other) && other[i].Published != port.Published {
+				continue
+			}
+			problems = append(problems, fmt.Sprintf("service %s: host port %s is fixed: publish \"${ORDERS_..._PORT:-%s}:%d\" and document the variable", name, port.Published, port.Published, port.Target))
 		}
 	}
 	return problems
@@ -524,37 +839,38 @@ func loadComposeDoc(t *testing.T, doc string, files map[string]string, opts ...c
 var stackServices = map[string]string{
 	"db": `
     image: postgres:16.4-alpine
-    healthcheck: {test: [CMD, pg_isready]}`,
+    healthcheck: {test: [CMD, pg_isready, -h, 127.0.0.1]}`,
 	"broker": `
     image: rabbitmq:3.13-management
     healthcheck: {test: [CMD, rabbitmq-diagnostics, ping]}`,
 	"schema": `
     build: .
+    image: orders:dev
     entrypoint: [/usr/local/bin/order-api]
     command: [migrate, up]
     restart: "no"
     depends_on: {db: {condition: service_healthy}}`,
 	"api": `
-    build: .
+    image: orders:dev
     entrypoint: [/usr/local/bin/order-api]
     restart: unless-stopped
     ports: ["8080:8080"]
     depends_on: {schema: {condition: service_completed_successfully}}`,
 	"relay": `
-    build: .
+    image: orders:dev
     entrypoint: [/usr/local/bin/outbox-relay]
     deploy: {replicas: 2}
     depends_on:
       schema: {condition: service_completed_successfully}
       broker: {condition: service_healthy}`,
 	"consumer": `
-    build: .
+    image: orders:dev
     entrypoint: [/usr/local/bin/order-consumer]
     depends_on:
       schema: {condition: service_completed_successfully}
       broker: {condition: service_healthy}`,
 	"hooks": `
-    build: .
+    image: orders:dev
     entrypoint: [/usr/local/bin/webhook-receiver]`,
 	"traces": `
     image: jaegertracing/all-in-one:1.62.0`,
@@ -564,6 +880,7 @@ var stackServices = map[string]string{
     ports: ["9090:9090"]`,
 	"dashboards": `
     image: grafana/grafana:11.3.1
+    environment: {GF_AUTH_ANONYMOUS_ENABLED: "true", GF_AUTH_ANONYMOUS_ORG_ROLE: Viewer}
     ports: ["3000:3000"]`,
 }
 
@@ -589,12 +906,37 @@ func stackDoc(changes map[string]string) string {
 	return b.String()
 }
 
+// allProfiles loads the services of every profile, as testenv.Compose.
+var allProfiles = []cli.ProjectOptionsFn{cli.WithProfiles([]string{"*"})}
+
+// demoDoc is a demo stack: the consumer with its fault endpoint on, and
+// the walkthrough calling it; changes as for stackDoc.
+func demoDoc(changes map[string]string) string {
+	all := map[string]string{
+		"consumer": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-consumer]\n    environment: {CONSUMER_FAULTS_ENDPOINT: \"true\"}",
+		"tour":     demoTour("http://consumer:9102", "[demo]"),
+	}
+	maps.Copy(all, changes)
+	return stackDoc(all)
+}
+
+// demoTour is a walkthrough service calling the fault endpoint at
+// adminURL, in profiles (none when "").
+func demoTour(adminURL, profiles string) string {
+	body := "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/walkthrough]\n    environment: {CONSUMER_ADMIN_URL: \"" + adminURL + "\"}"
+	if profiles != "" {
+		body += "\n    profiles: " + profiles
+	}
+	return body
+}
+
 var testBinaries = []string{"order-api", "outbox-relay", "order-consumer", "webhook-receiver"}
 
 // allComposeChecks runs every check, for the documents that must pass all.
 func allComposeChecks(p *types.Project) []string {
-	return slices.Concat(unpinnedImages(p), dependencyProblems(p), missingHostPaths(p),
-		hostPortProblems(p), missingServices(p), builtServiceProblems(p, testBinaries))
+	return slices.Concat(unversionedImages(p), dependencyProblems(p), postgresHealthcheckProblems(p), missingHostPaths(p),
+		hostPortProblems(p), missingServices(p), builtServiceProblems(p, testBinaries), repeatedBuilds(p),
+		publishedAdminPorts(p), grafanaAnonymousRole(p), faultEndpointsOn(p))
 }
 
 func TestComposeChecks(t *testing.T) {
@@ -610,14 +952,15 @@ func TestComposeChecks(t *testing.T) {
 	}{
 		{name: "complete stack", check: allComposeChecks, doc: stackDoc(nil), files: stackFiles},
 
-		// 1. pinned images
-		{name: "image without tag", check: unpinnedImages, doc: "services:\n  db:\n    image: postgres\n", want: []string{`"postgres" has no tag`}},
-		{name: "image latest", check: unpinnedImages, doc: "services:\n  db:\n    image: postgres:latest\n", want: []string{"latest moves"}},
-		{name: "tag without version", check: unpinnedImages, doc: "services:\n  mq:\n    image: rabbitmq:management\n", want: []string{`tag "management" names no version`}},
-		{name: "distribution tag", check: unpinnedImages, doc: "services:\n  db:\n    image: postgres:alpine3.20\n", want: []string{`tag "alpine3.20" names no version`}},
-		{name: "registry port is not a tag", check: unpinnedImages, doc: "services:\n  x:\n    image: localhost:5000/orders\n", want: []string{"has no tag"}},
-		{name: "versioned tags and digest", check: unpinnedImages, doc: "services:\n  a:\n    image: postgres:16.4-alpine\n  b:\n    image: prom/prometheus:v2.55.1\n  c:\n    image: rabbitmq@sha256:0000000000000000000000000000000000000000000000000000000000000000\n  d:\n    image: localhost:5000/orders:1.2\n"},
-		{name: "built image needs no pin", check: unpinnedImages, doc: "services:\n  app:\n    image: yourorg/orders:local\n    build: .\n"},
+		// 1. images named by version
+		{name: "image without tag", check: unversionedImages, doc: "services:\n  db:\n    image: postgres\n", want: []string{`"postgres" has no tag`}},
+		{name: "image latest", check: unversionedImages, doc: "services:\n  db:\n    image: postgres:latest\n", want: []string{"latest moves"}},
+		{name: "tag without version", check: unversionedImages, doc: "services:\n  mq:\n    image: rabbitmq:management\n", want: []string{`tag "management" names no version`}},
+		{name: "distribution tag", check: unversionedImages, doc: "services:\n  db:\n    image: postgres:alpine3.20\n", want: []string{`tag "alpine3.20" names no version`}},
+		{name: "registry port is not a tag", check: unversionedImages, doc: "services:\n  x:\n    image: localhost:5000/orders\n", want: []string{"has no tag"}},
+		{name: "versioned tags and digest", check: unversionedImages, doc: "services:\n  a:\n    image: postgres:16.4-alpine\n  b:\n    image: prom/prometheus:v2.55.1\n  c:\n    image: rabbitmq@sha256:0000000000000000000000000000000000000000000000000000000000000000\n  d:\n    image: localhost:5000/orders:1.2\n"},
+		{name: "built image needs no version", check: unversionedImages, doc: "services:\n  app:\n    image: yourorg/orders:local\n    build: .\n  other:\n    image: yourorg/orders:local\n"},
+		{name: "image built elsewhere", check: unversionedImages, doc: "services:\n  app:\n    image: yourorg/orders:local\n    build: .\n  other:\n    image: yourorg/other:local\n", want: []string{`"yourorg/other:local": tag "local" names no version`}},
 
 		// 2. depends_on
 		{name: "healthy without healthcheck", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: {db: {condition: service_healthy}}\n  db:\n    image: postgres:16\n", want: []string{"db has no healthcheck"}},
@@ -627,6 +970,12 @@ func TestComposeChecks(t *testing.T) {
 		{name: "completed target restart policy", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: {migrate: {condition: service_completed_successfully}}\n  migrate:\n    image: a:1\n    deploy: {restart_policy: {condition: on-failure}}\n", want: []string{"restarts (deploy.restart_policy on-failure)"}},
 		{name: "missing target, loader consistency off", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on: [db]\n", opts: []cli.ProjectOptionsFn{cli.WithConsistency(false)}, want: []string{"db, which is not a service"}},
 		{name: "dependencies that hold", check: dependencyProblems, doc: "services:\n  app:\n    image: a:1\n    depends_on:\n      db: {condition: service_healthy}\n      migrate: {condition: service_completed_successfully}\n      once: {condition: service_completed_successfully}\n  db:\n    image: postgres:16\n    healthcheck: {test: [CMD, pg_isready]}\n  migrate:\n    image: a:1\n    restart: \"no\"\n  once:\n    image: a:1\n"},
+
+		// 2b. PostgreSQL's health check over TCP
+		{name: "pg_isready on the socket", check: postgresHealthcheckProblems, doc: "services:\n  db:\n    image: postgres:16.4\n    healthcheck: {test: [CMD-SHELL, pg_isready -U postgres -d orders]}\n", want: []string{"connects over the Unix socket"}},
+		{name: "socket directory as host", check: postgresHealthcheckProblems, doc: "services:\n  db:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, pg_isready, -h, /var/run/postgresql]}\n", want: []string{"connects over the Unix socket"}},
+		{name: "psql URL without host", check: postgresHealthcheckProblems, doc: "services:\n  db:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, psql, \"postgresql:///orders\", -c, SELECT 1]}\n", want: []string{"connects over the Unix socket"}},
+		{name: "health checks over TCP", check: postgresHealthcheckProblems, doc: "services:\n  a:\n    image: postgres:16.4\n    healthcheck: {test: [CMD-SHELL, pg_isready -h 127.0.0.1 -U postgres]}\n  b:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, pg_isready, --host=localhost]}\n  c:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, psql, \"host=127.0.0.1 user=postgres\", -c, SELECT 1]}\n  d:\n    image: postgres:16.4\n    healthcheck: {test: [CMD, psql, \"postgresql://postgres@127.0.0.1/orders\", -c, SELECT 1]}\n  e:\n    image: postgres:16.4\n    healthcheck: {test: [CMD-SHELL, pg_isready -h127.0.0.1]}\n"},
 
 		// 3. host paths
 		{name: "bind mount missing", check: missingHostPaths, doc: "services:\n  p:\n    image: p:1\n    volumes: [./prometheus.yml:/etc/prometheus/prometheus.yml]\n", want: []string{"prometheus.yml does not exist"}},
@@ -674,6 +1023,31 @@ func TestComposeChecks(t *testing.T) {
 		{name: "api migrates on start", check: builtServices, doc: stackDoc(map[string]string{"api": "\n    build: .\n    entrypoint: [/usr/local/bin/order-api]\n    environment: {MIGRATE_ON_START: \"true\"}"})},
 		{name: "api migrates with the flag", check: builtServices, doc: stackDoc(map[string]string{"api": "\n    build: .\n    entrypoint: [/usr/local/bin/order-api]\n    command: [-migrate]"})},
 		{name: "another Dockerfile is not checked", check: builtServices, doc: "services:\n  tool:\n    build: {context: ., dockerfile: tools.Dockerfile}\n"},
+		{name: "service naming the built image without entrypoint", check: builtServices, doc: "services:\n  app:\n    build: .\n    image: orders:dev\n    entrypoint: [/usr/local/bin/webhook-receiver]\n  other:\n    image: orders:dev\n", want: []string{"service other runs the image of the Dockerfile but sets no entrypoint"}},
+		{name: "service naming the built image starts before the schema", check: builtServices, doc: stackDoc(map[string]string{"api": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]"}), want: []string{"service api may start order-api before the schema exists"}},
+
+		// 7. one build
+		{name: "every service builds", check: repeatedBuilds, doc: "services:\n  a:\n    build: .\n  b:\n    build: {context: .}\n  c:\n    build: .\n    image: orders:dev\n", want: []string{"services a, b, c all build"}},
+		{name: "anchor merged into each service", check: repeatedBuilds, doc: "x-app: &app\n  image: orders:dev\n  build: .\nservices:\n  a:\n    <<: *app\n  b:\n    <<: *app\n", want: []string{"services a, b all build"}},
+		{name: "one build, the others name its image", check: repeatedBuilds, doc: "services:\n  a:\n    build: .\n    image: orders:dev\n  b:\n    image: orders:dev\n  c:\n    build: {context: ., dockerfile: tools.Dockerfile}\n  d:\n    build: {context: ., target: debug}\n"},
+
+		// 8. admin ports, the fault endpoint, Grafana
+		{name: "consumer admin published", check: publishedAdminPorts, doc: "services:\n  c:\n    image: o:1\n    entrypoint: [/usr/local/bin/order-consumer]\n    ports: [\"9102:9102\"]\n", want: []string{"service c (order-consumer) publishes its admin port 9102 on the host (0.0.0.0:9102)"}},
+		{name: "relay admin on an ephemeral port", check: publishedAdminPorts, doc: "services:\n  r:\n    image: o:1\n    entrypoint: [/usr/local/bin/outbox-relay]\n    ports: [\"127.0.0.1::9101\"]\n", want: []string{"service r (outbox-relay) publishes its admin port 9101 on the host (127.0.0.1:ephemeral)"}},
+		{name: "api and webhook receiver published", check: publishedAdminPorts, doc: "services:\n  a:\n    image: o:1\n    entrypoint: [/usr/local/bin/order-api]\n    ports: [\"8080:8080\"]\n  w:\n    image: o:1\n    entrypoint: [/usr/local/bin/webhook-receiver]\n    ports: [\"8090:8090\"]\n  c:\n    image: o:1\n    entrypoint: [/usr/local/bin/order-consumer]\n    expose: [\"9102\"]\n"},
+		{name: "fault endpoint on", check: faultEndpointsOn, doc: "services:\n  c:\n    image: o:1\n    environment: {CONSUMER_FAULTS_ENDPOINT: \"1\"}\n", want: []string{"service c turns the fault endpoint on"}},
+		{name: "fault endpoint off", check: faultEndpointsOn, doc: "services:\n  c:\n    image: o:1\n    environment: {CONSUMER_FAULTS_ENDPOINT: \"false\"}\n  d:\n    image: o:1\n"},
+		{name: "grafana anonymous admin", check: grafanaAnonymousRole, doc: "services:\n  g:\n    image: grafana/grafana:11.3.1\n    environment: {GF_AUTH_ANONYMOUS_ENABLED: \"true\", GF_AUTH_ANONYMOUS_ORG_ROLE: Admin}\n", want: []string{"anonymous visitors are Admin"}},
+		{name: "grafana anonymous editor", check: grafanaAnonymousRole, doc: "services:\n  g:\n    image: grafana/grafana-oss:11.3.1\n    environment: [GF_AUTH_ANONYMOUS_ENABLED=1, GF_AUTH_ANONYMOUS_ORG_ROLE=Editor]\n", want: []string{"anonymous visitors are Editor"}},
+		{name: "grafana viewers", check: grafanaAnonymousRole, doc: "services:\n  a:\n    image: grafana/grafana:11.3.1\n    environment: {GF_AUTH_ANONYMOUS_ENABLED: \"true\", GF_AUTH_ANONYMOUS_ORG_ROLE: viewer}\n  b:\n    image: grafana/grafana:11.3.1\n    environment: {GF_AUTH_ANONYMOUS_ENABLED: \"true\"}\n  c:\n    image: grafana/grafana:11.3.1\n    environment: {GF_AUTH_ANONYMOUS_ENABLED: \"false\", GF_AUTH_ANONYMOUS_ORG_ROLE: Admin}\n"},
+
+		// 9. the demo
+		{name: "demo without walkthrough", check: demoProblems, opts: allProfiles, doc: demoDoc(map[string]string{"tour": ""}), want: []string{"no service runs the walkthrough"}},
+		{name: "walkthrough started by up", check: demoProblems, opts: allProfiles, doc: demoDoc(map[string]string{"tour": demoTour("http://consumer:9102", "")}), want: []string{"service tour has no profile"}},
+		{name: "walkthrough calls the host", check: demoProblems, opts: allProfiles, doc: demoDoc(map[string]string{"tour": demoTour("http://127.0.0.1:9102", "[demo]")}), want: []string{"CONSUMER_ADMIN_URL http://127.0.0.1:9102 is not an order-consumer service"}},
+		{name: "walkthrough calls the api", check: demoProblems, opts: allProfiles, doc: demoDoc(map[string]string{"tour": demoTour("http://api:9102", "[demo]")}), want: []string{"is not an order-consumer service"}},
+		{name: "consumer without faults", check: demoProblems, opts: allProfiles, doc: demoDoc(map[string]string{"consumer": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-consumer]"}), want: []string{"service tour calls the fault endpoint of consumer, which does not serve it"}},
+		{name: "demo", check: demoProblems, opts: allProfiles, doc: demoDoc(nil)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -706,6 +1080,36 @@ func TestComposeLoaderRejects(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("load error = %v, want one containing %q", err, tt.want)
 			}
+		})
+	}
+}
+
+func TestFixedHostPorts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, ports string
+		want        []string
+	}{
+		{"fixed", `["8080:80"]`, []string{`service a: host port 8080 is fixed: publish "${ORDERS_..._PORT:-8080}:80"`}},
+		{"fixed on one address", `["127.0.0.1:5432:5432"]`, []string{"host port 5432 is fixed"}},
+		{"one of two fixed", `["${ORDERS_AMQP_PORT:-5672}:5672", "15672:15672"]`, []string{"host port 15672 is fixed"}},
+		{"a variable that names no port", `["${ORDERS_HOST_IP:-127.0.0.1}:${API:-8080}:80"]`, []string{"host port 8080 is fixed"}},
+		{"variables", `["${ORDERS_HOST_IP:-127.0.0.1}:${ORDERS_API_PORT:-8080}:80", "${B_PORT:-9000}:90", "7000"]`, nil},
+		{"long syntax", `[{target: 80, published: "${ORDERS_API_PORT:-8080}"}]`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			doc := "services:\n  a:\n    image: a:1\n    ports: " + tt.ports + "\n"
+			fixed, err := loadComposeDoc(t, doc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			moved, err := loadComposeDoc(t, doc, nil, newPortLookup().option())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantProblems(t, fixedHostPorts(fixed, moved), tt.want)
 		})
 	}
 }

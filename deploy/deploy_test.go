@@ -3,9 +3,11 @@
 // tests keep the local stack honest without a Docker engine: the
 // dashboards query only the metrics docs/observability.md documents, every
 // panel is complete, Prometheus scrapes every process (this file);
-// docker-compose.yml pins its images, health-gates its dependencies and
-// runs the whole stack (compose_test.go); the Dockerfile builds every
-// command static and runs it distroless and non-root (dockerfile_test.go).
+// the compose files name their images by version, health-gate their
+// dependencies, build the image once, publish only settable ports and no
+// admin port, keep the fault endpoint in the demo and run the whole stack
+// (compose_test.go); the Dockerfile builds every command static and runs
+// it distroless and non-root (dockerfile_test.go).
 package deploy
 
 import (

@@ -33,26 +33,50 @@ import (
 func TestDockerfile(t *testing.T) {
 	t.Parallel()
 	root := testenv.RepoRoot(t)
-	stages := parseDockerfile(readRepoFile(t, "Dockerfile"))
-	reportProblems(t, dockerfileProblems(stages, goDirective(t, root), cmdBinaries(t)))
+	text := readRepoFile(t, "Dockerfile")
+	reportProblems(t, dockerfileProblems(parseDockerfile(text), goDirective(t, root), cmdBinaries(t)))
+	reportProblems(t, frontendProblems(text))
+}
+
+// directive is a parser directive: `# key=value` in the lines at the top
+// of a Dockerfile, before any other comment, empty line or instruction.
+var directive = regexp.MustCompile(`^#\s*([A-Za-z]+)\s*=\s*(.*?)\s*$`)
+
+// frontendProblems reports a `# syntax=` directive. It makes every build
+// fetch that Dockerfile frontend image from a registry before reading the
+// file, so builds fail offline, behind a proxy or during a registry
+// outage; the Dockerfile uses only what BuildKit's built-in frontend has.
+// A team that needs a newer frontend feature pins the frontend by digest
+// and changes this check.
+func frontendProblems(text string) []string {
+	for line := range strings.Lines(text) {
+		m := directive.FindStringSubmatch(strings.TrimRight(line, "\r\n"))
+		if m == nil {
+			break
+		}
+		if strings.EqualFold(m[1], "syntax") {
+			return []string{fmt.Sprintf("parser directive `# syntax=%s`: every build would first fetch that frontend from a registry; use the built-in one (say why in the Dockerfile if a feature needs another)", m[2])}
+		}
+	}
+	return nil
 }
 
 func TestComposeEntrypointsAreInTheImage(t *testing.T) {
 	t.Parallel()
 	installed := installedBinaries(parseDockerfile(readRepoFile(t, "Dockerfile")), cmdBinaries(t))
-	reportProblems(t, missingEntrypoints(testenv.Compose(t), installed))
+	checkStacks(t, func(p *types.Project) []string { return missingEntrypoints(p, installed) })
 }
 
-// missingEntrypoints lists the services built from the Dockerfile whose
-// entrypoint is not a path where the image has a binary: such a service
-// fails only when it starts. installed is installedBinaries' result.
+// missingEntrypoints lists the services running the image of the
+// Dockerfile whose entrypoint is not a path where the image has a binary:
+// such a service fails only when it starts. installed is
+// installedBinaries' result.
 func missingEntrypoints(p *types.Project, installed map[string]string) []string {
 	var problems []string
 	paths := slices.Sorted(maps.Values(installed))
-	dockerfile := filepath.Join(p.WorkingDir, "Dockerfile")
 	for _, name := range serviceNames(p) {
 		svc := p.Services[name]
-		if svc.Build == nil || dockerfileOf(svc.Build) != dockerfile || len(svc.Entrypoint) == 0 {
+		if !runsRepositoryImage(p, svc) || len(svc.Entrypoint) == 0 {
 			continue
 		}
 		if !slices.Contains(paths, svc.Entrypoint[0]) {
@@ -389,7 +413,7 @@ func dockerfileProblems(stages []buildStage, goVersion string, binaries []string
 		image := baseImage(stages, i)
 		repo, tag, _ := imageParts(image)
 		if m := goVersionTag.FindStringSubmatch(tag); path.Base(repo) != "golang" || m == nil || m[1] != goVersion {
-			problems = append(problems, fmt.Sprintf("stage %q builds FROM %s: want golang:%s (go.mod's go directive), pinned to it", cmp.Or(s.name, strconv.Itoa(i)), image, goVersion))
+			problems = append(problems, fmt.Sprintf("stage %q builds FROM %s: want golang:%s (go.mod's go directive), its version in the tag", cmp.Or(s.name, strconv.Itoa(i)), image, goVersion))
 		}
 		var env strings.Builder
 		for _, a := range ancestry(stages, i) {
@@ -578,8 +602,7 @@ func dockerignoreProblems(patterns, excluded, kept []string) []string {
 
 // goodDockerfile passes every check; each case of TestDockerfileChecks
 // breaks one thing in it (or changes it in a way that must still pass).
-const goodDockerfile = `# syntax=docker/dockerfile:1
-ARG GO_VERSION=1.26.8
+const goodDockerfile = `ARG GO_VERSION=1.26.8
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 COPY . .
@@ -620,7 +643,7 @@ func TestDockerfileChecks(t *testing.T) {
 		{name: "one stage", edits: [][2]string{{"FROM gcr.io/distroless/static-debian12:nonroot\nCOPY --from=build /out/ /usr/local/bin/\n", ""}}, want: []string{"1 stage(s)", "final stage FROM golang:1.26.8-bookworm"}},
 		{name: "older Go", edits: [][2]string{{"GO_VERSION=1.26.8", "GO_VERSION=1.25.3"}}, want: []string{`stage "build" builds FROM golang:1.25.3-bookworm: want golang:1.26`}},
 		{name: "Go 1.2 is not 1.26", edits: [][2]string{{"GO_VERSION=1.26.8", "GO_VERSION=1.2"}}, want: []string{"want golang:1.26"}},
-		{name: "unpinned Go", edits: [][2]string{{"golang:${GO_VERSION}-bookworm", "golang:bookworm"}}, want: []string{"builds FROM golang:bookworm"}},
+		{name: "Go version not in the tag", edits: [][2]string{{"golang:${GO_VERSION}-bookworm", "golang:bookworm"}}, want: []string{"builds FROM golang:bookworm"}},
 		{name: "not a Go image", edits: [][2]string{{"golang:${GO_VERSION}-bookworm", "debian:12"}}, want: []string{"builds FROM debian:12"}},
 		{name: "Go minor only", edits: [][2]string{{"golang:${GO_VERSION}-bookworm", "golang:1.26-alpine"}}},
 		{name: "build in a stage FROM the Go stage", edits: [][2]string{{"WORKDIR /src", "FROM build AS compile\nWORKDIR /src"}, {"--from=build", "--from=compile"}}},
@@ -655,6 +678,28 @@ func TestDockerfileChecks(t *testing.T) {
 					t.Errorf("no problem contains %q; problems:\n%s", want, strings.Join(got, "\n"))
 				}
 			}
+		})
+	}
+}
+
+func TestFrontendProblems(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, text string
+		want       []string
+	}{
+		{"syntax directive", "# syntax=docker/dockerfile:1\nFROM scratch\n", []string{"`# syntax=docker/dockerfile:1`"}},
+		{"pinned by digest", "#syntax = docker/dockerfile:1.7@sha256:0000\nFROM scratch\n", []string{"every build would first fetch"}},
+		{"after another directive", "# escape=`\n# SYNTAX=docker/dockerfile:1\nFROM scratch\n", []string{"docker/dockerfile:1"}},
+		{"none", "FROM scratch\n", nil},
+		{"a comment first, then it is a comment", "# The image.\n# syntax=docker/dockerfile:1\nFROM scratch\n", nil},
+		{"after an instruction", "FROM scratch\n# syntax=docker/dockerfile:1\n", nil},
+		{"another directive", "# check=error=true\nFROM scratch\n", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			wantProblems(t, frontendProblems(tt.text), tt.want)
 		})
 	}
 }
@@ -700,12 +745,13 @@ func TestMissingEntrypoints(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			doc := fmt.Sprintf("services:\n  app:\n    build: .\n    entrypoint: [%s]\n  other:\n    build: {context: ., dockerfile: other.Dockerfile}\n    entrypoint: [/elsewhere]\n", tt.entrypoint)
+			doc := fmt.Sprintf("services:\n  app:\n    build: .\n    image: orders:dev\n    entrypoint: [%s]\n  same:\n    image: orders:dev\n    entrypoint: [%s]\n  other:\n    build: {context: ., dockerfile: other.Dockerfile}\n    entrypoint: [/elsewhere]\n", tt.entrypoint, tt.entrypoint)
 			p, err := loadComposeDoc(t, doc, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := missingEntrypoints(p, installed); len(got) != tt.want {
+			// app builds the image, same runs it: both are checked.
+			if got := missingEntrypoints(p, installed); len(got) != 2*tt.want {
 				t.Errorf("problems = %q, want %d", got, tt.want)
 			}
 		})

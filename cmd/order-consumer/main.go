@@ -51,6 +51,8 @@ type Config struct {
 	Consumers       []string        `env:"CONSUMERS" envSeparator:","`
 	Prefetch        int             `env:"CONSUMER_PREFETCH" envDefault:"32"`
 	Workers         int             `env:"CONSUMER_WORKERS" envDefault:"8"`
+	BatchSize       int             `env:"CONSUMER_BATCH_SIZE" envDefault:"16"`
+	BatchWait       time.Duration   `env:"CONSUMER_BATCH_WAIT" envDefault:"0s"`
 	MaxAttempts     int             `env:"CONSUMER_MAX_ATTEMPTS" envDefault:"5"`
 	RetryDelays     []time.Duration `env:"CONSUMER_RETRY_DELAYS" envDefault:"1s,5s,30s,2m" envSeparator:","`
 	DeliveryLimit   int             `env:"CONSUMER_DELIVERY_LIMIT" envDefault:"20"`
@@ -77,6 +79,7 @@ func (c *Config) Validate() error {
 		c.Telemetry.Validate(),
 		config.Positive("CONSUMER_PREFETCH", c.Prefetch),
 		config.Positive("CONSUMER_WORKERS", c.Workers),
+		config.Positive("CONSUMER_BATCH_SIZE", c.BatchSize),
 		config.Positive("CONSUMER_MAX_ATTEMPTS", c.MaxAttempts),
 		config.Positive("CONSUMER_DELIVERY_LIMIT", c.DeliveryLimit),
 		config.Positive("CONSUMER_PROCESSING_LEASE", c.ProcessingLease),
@@ -104,7 +107,7 @@ func (c *Config) Validate() error {
 
 func (c *Config) consumerConfig() inbox.Config {
 	return inbox.Config{
-		Prefetch: c.Prefetch, Workers: c.Workers, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
+		Prefetch: c.Prefetch, Workers: c.Workers, BatchSize: c.BatchSize, BatchWait: c.BatchWait, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
 		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout, TxTimeout: c.TxTimeout,
 		InboxRetention: c.InboxRetention, Producer: service,
 	}
@@ -218,8 +221,8 @@ func replay(ctx context.Context, cfg Config, args []string, log *slog.Logger) er
 		}
 		limit = n
 	}
-	moved, err := inbox.Replay(ctx, cfg.AMQPURL, args[0], limit)
+	moved, err := inbox.Replay(ctx, cfg.AMQPURL, args[0], inbox.ReplayRequest{Limit: limit})
 	log.InfoContext(ctx, "replayed parked messages", slog.String("consumer_name", args[0]),
-		slog.String("from", inbox.ParkingLotName(inbox.QueueName(args[0]))), slog.Int("moved", moved))
+		slog.String("from", inbox.ParkingLotName(inbox.QueueName(args[0]))), slog.Int("moved", len(moved)))
 	return err
 }

@@ -1,5 +1,6 @@
-// Command walkthrough is a guided tour of a running order service (docker
-// compose up, or make dev): it creates orders and provokes, one at a time,
+// Command walkthrough is a guided tour of a running order service (make
+// dev, or the demo compose stack, which runs it inside its network): it
+// creates orders and provokes, one at a time,
 // the failures the transactional outbox and the inbox exist for, and shows
 // the evidence from the database, the broker and the processes that
 // nothing was lost and nothing applied twice:
@@ -19,7 +20,8 @@
 //	walkthrough [-yes] [-timeout 60s]
 //
 // -yes runs unattended (no pause between steps). Settings, from the
-// environment (defaults: the ports of docker compose and make dev):
+// environment (defaults: the addresses of make dev; the walkthrough
+// service of docker-compose.demo.yml sets the compose network's):
 //
 //	API_URL               order-api                   (http://127.0.0.1:8080)
 //	CONSUMER_ADMIN_URL    order-consumer admin        (http://127.0.0.1:9102)
@@ -136,6 +138,8 @@ func connect(ctx context.Context, cfg Config) (*system, error) {
 	s := &system{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
 	var missing []string
 	miss := func(format string, args ...any) { missing = append(missing, fmt.Sprintf(format, args...)) }
+	hint := "is the system running? `make dev`; with Docker, run the walkthrough inside the demo stack: " +
+		"`docker compose -f docker-compose.yml -f docker-compose.demo.yml run --rm walkthrough`"
 	if err := s.ready(ctx, cfg.APIURL+"/readyz"); err != nil {
 		miss("order-api at %s (API_URL): %v", cfg.APIURL, err)
 	}
@@ -180,8 +184,8 @@ func connect(ctx context.Context, cfg Config) (*system, error) {
 	if len(missing) > 0 {
 		s.close()
 		return nil, fmt.Errorf("the walkthrough cannot see the whole system; it runs only against one it can see:\n  - %s\n"+
-			"Is the system running? `make dev` or `docker compose up --build`; the variables name where the walkthrough looks (docs/walkthrough.md)",
-			strings.Join(missing, "\n  - "))
+			"(%s; the variables name where the walkthrough looks: docs/walkthrough.md)",
+			strings.Join(missing, "\n  - "), hint)
 	}
 	s.where = fmt.Sprintf("order-api %s, order-consumer %s,\nPostgreSQL %s, RabbitMQ %s", cfg.APIURL, cfg.ConsumerAdminURL, dbName, vhostName)
 	s.jaeger, s.rabbitUI, s.grafana = s.answers(ctx, cfg.JaegerURL), s.answers(ctx, cfg.RabbitUIURL), s.answers(ctx, cfg.GrafanaURL)

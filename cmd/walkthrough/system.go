@@ -336,7 +336,7 @@ func (s *system) armCrash(ctx context.Context, messageType string) error {
 	case err != nil:
 		return err
 	case code == http.StatusNotFound || code == http.StatusMethodNotAllowed:
-		return failf("the consumer has no fault endpoint: start order-consumer with CONSUMER_FAULTS_ENDPOINT=true (docker compose and make dev do)")
+		return failf("the consumer has no fault endpoint: start order-consumer with CONSUMER_FAULTS_ENDPOINT=true (make dev and docker-compose.demo.yml do)")
 	case code != http.StatusAccepted:
 		return failf("POST /faults/crash-after-commit answered %d", code)
 	}

@@ -209,6 +209,7 @@ func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 		s.queuesHint("orders.fulfillment, orders.warehouse, orders.notification, their .retry.* and .dlq"),
 		s.grafanaHint("the dashboard \"Order service: outbox and inbox\"", "consumer_messages_processed_total"),
 		"psql (make psql): SELECT * FROM order_state_transition WHERE order_id = '"+o.ID+"';",
+		"orderctl order "+o.ID+" : all of the above in one timeline (from a checkout: make ctl ARGS='order "+o.ID+"')",
 	)
 	return nil
 }
@@ -490,8 +491,9 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	n.look(
 		s.queuesHint(dlq+" → Get messages shows it with these headers"),
 		"the consumer's log: one \"parked\" line per consumer with message_id "+poisonID+" and the reason, never the payload",
-		"docs/operations.md: replaying parked messages (order-consumer replay <consumer>) once their cause is fixed;\n"+
-			"      this one is broken for good: an operator reads it and deletes it (Get messages, Ack mode: Automatic ack)",
+		"orderctl parked show "+subs[0]+" "+poisonID+" : the same, from the terminal, leaving it where it is",
+		"docs/operations.md: replaying parked messages (orderctl parked replay) once their cause is fixed;\n"+
+			"      this one is broken for good: an operator reads it and discards it (orderctl parked discard ... --reason)",
 	)
 	return nil
 }

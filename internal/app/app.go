@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -68,7 +69,9 @@ func ParseArgs(name string, args []string, stderr io.Writer, commands ...string)
 
 // RunMigrate is the migrate sub-command: up (the default), down (one
 // step), status, or reset (every migration down, then up: all data is
-// lost). It creates the database first if it does not exist.
+// lost). It creates the database first if it does not exist. A server that
+// is not up yet (docker compose starts everything together) is waited for,
+// up to db.ConnectTimeout.
 func RunMigrate(ctx context.Context, db config.Database, args []string, logger *slog.Logger, stdout io.Writer) error {
 	action := "up"
 	if len(args) > 0 {
@@ -77,10 +80,10 @@ func RunMigrate(ctx context.Context, db config.Database, args []string, logger *
 	if action != "up" && action != "down" && action != "status" && action != "reset" {
 		return fmt.Errorf("migrate %q: want up, down, status or reset", action)
 	}
-	if err := store.EnsureDatabase(ctx, db.URL); err != nil {
+	if err := ensureDatabase(ctx, db); err != nil {
 		return err
 	}
-	pool, err := store.NewPool(ctx, store.PoolConfig{URL: db.URL, MaxConns: 2, AppName: "migrate"})
+	pool, err := store.NewPool(ctx, store.PoolConfig{URL: db.URL, MaxConns: 2, AppName: "migrate", ConnectTimeout: db.ConnectTimeout})
 	if err != nil {
 		return err
 	}
@@ -105,10 +108,19 @@ func RunMigrate(ctx context.Context, db config.Database, args []string, logger *
 	}
 }
 
+// ensureDatabase is store.EnsureDatabase, waiting at most db.ConnectTimeout
+// (unset: 30s, as store.NewPool) for the server.
+func ensureDatabase(ctx context.Context, db config.Database) error {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(db.ConnectTimeout, 30*time.Second))
+	defer cancel()
+	return store.EnsureDatabase(ctx, db.URL)
+}
+
 // OpenDatabase opens the pool of a process: pc names it and sets its
 // options; db supplies the URL, size and timeouts. With -migrate (migrate)
 // or MIGRATE_ON_START it first creates the database if needed and applies
-// pending migrations, under goose's advisory lock. Its queries are traced
+// pending migrations, under goose's advisory lock. Either way it waits up
+// to db.ConnectTimeout for a server that is not up yet. Its queries are traced
 // and its statistics exported through tel.
 func OpenDatabase(ctx context.Context, pc store.PoolConfig, db config.Database, migrate bool, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
 	if migrate || db.MigrateOnStart {
@@ -118,6 +130,7 @@ func OpenDatabase(ctx context.Context, pc store.PoolConfig, db config.Database, 
 	}
 	pc.URL, pc.MaxConns = db.URL, db.MaxConns
 	pc.StatementTimeout, pc.LockTimeout = db.StatementTimeout, db.LockTimeout
+	pc.ConnectTimeout = db.ConnectTimeout
 	pc.Tracer = telemetry.DBTracer(tel.TracerProvider)
 	pool, err := store.NewPool(ctx, pc)
 	if err != nil {

@@ -78,6 +78,9 @@ type Database struct {
 	StatementTimeout time.Duration `env:"DB_STATEMENT_TIMEOUT" envDefault:"30s"`
 	// LockTimeout cancels a statement that waits longer for a lock (0: never).
 	LockTimeout time.Duration `env:"DB_LOCK_TIMEOUT" envDefault:"10s"`
+	// ConnectTimeout is how long start-up (migrate, the first connection)
+	// waits for a server that refuses connections or is still starting.
+	ConnectTimeout time.Duration `env:"DB_CONNECT_TIMEOUT" envDefault:"30s"`
 }
 
 // Validate checks the database block.
@@ -91,6 +94,9 @@ func (d Database) Validate() error {
 	}
 	if d.StatementTimeout < 0 || d.LockTimeout < 0 {
 		errs = append(errs, errors.New("DB_STATEMENT_TIMEOUT and DB_LOCK_TIMEOUT must not be negative"))
+	}
+	if d.ConnectTimeout <= 0 {
+		errs = append(errs, errors.New("DB_CONNECT_TIMEOUT must be positive"))
 	}
 	return errors.Join(errs...)
 }

@@ -48,7 +48,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Batch != 100 || cfg.Timeout != 5*time.Second || cfg.Level != "info" || cfg.Format != "json" ||
-		cfg.MaxConns != 10 || !strings.HasPrefix(cfg.URL, "postgres://") {
+		cfg.MaxConns != 10 || cfg.ConnectTimeout != 30*time.Second || !strings.HasPrefix(cfg.URL, "postgres://") {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 }
@@ -56,11 +56,12 @@ func TestLoadDefaults(t *testing.T) {
 func TestLoadRejectsBadValuesNamingTheVariable(t *testing.T) {
 	t.Parallel()
 	cases := map[string]map[string]string{
-		"TEST_BATCH":   {"TEST_BATCH": "0"},
-		"TEST_TIMEOUT": {"TEST_TIMEOUT": "soon"},
-		"LOG_LEVEL":    {"LOG_LEVEL": "loud"},
-		"LOG_FORMAT":   {"LOG_FORMAT": "xml"},
-		"DB_MAX_CONNS": {"DB_MAX_CONNS": "-1"},
+		"TEST_BATCH":         {"TEST_BATCH": "0"},
+		"TEST_TIMEOUT":       {"TEST_TIMEOUT": "soon"},
+		"LOG_LEVEL":          {"LOG_LEVEL": "loud"},
+		"LOG_FORMAT":         {"LOG_FORMAT": "xml"},
+		"DB_MAX_CONNS":       {"DB_MAX_CONNS": "-1"},
+		"DB_CONNECT_TIMEOUT": {"DB_CONNECT_TIMEOUT": "0s"},
 	}
 	for variable, environ := range cases {
 		var cfg testConfig
@@ -91,7 +92,7 @@ func TestDescribeMasksSecrets(t *testing.T) {
 	if described["TEST_TOKEN"] != "*****" {
 		t.Errorf("TEST_TOKEN described as %q", described["TEST_TOKEN"])
 	}
-	if got := strings.Join(config.Variables(&cfg), ","); got != "DATABASE_URL,DB_MAX_CONNS,MIGRATE_ON_START,DB_STATEMENT_TIMEOUT,DB_LOCK_TIMEOUT,LOG_LEVEL,LOG_FORMAT,TEST_BATCH,TEST_TIMEOUT,TEST_TOKEN" {
+	if got := strings.Join(config.Variables(&cfg), ","); got != "DATABASE_URL,DB_MAX_CONNS,MIGRATE_ON_START,DB_STATEMENT_TIMEOUT,DB_LOCK_TIMEOUT,DB_CONNECT_TIMEOUT,LOG_LEVEL,LOG_FORMAT,TEST_BATCH,TEST_TIMEOUT,TEST_TOKEN" {
 		t.Errorf("Variables = %s", got)
 	}
 }

@@ -845,3 +845,27 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		}
 	}
 }
+
+// The history in a create's answer is written, not read back: it must be
+// exactly what a GET of the order reads (created_at to the microsecond).
+func TestCreatedOrderHistoryIsWhatGetReads(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	created := b.do(http.MethodPost, "/v1/orders", []byte(validOrder), header{httpapi.HeaderCorrelationID: "corr-h"})
+	if created.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", created.status, created.body)
+	}
+	var post struct {
+		OrderID string          `json:"order_id"`
+		History json.RawMessage `json:"history"`
+	}
+	created.decode(t, &post)
+	got := b.do(http.MethodGet, "/v1/orders/"+post.OrderID, nil, nil)
+	var get struct {
+		History json.RawMessage `json:"history"`
+	}
+	got.decode(t, &get)
+	if string(post.History) != string(get.History) {
+		t.Fatalf("history in the create's answer %s, read back %s", post.History, get.History)
+	}
+}

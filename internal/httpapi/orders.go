@@ -194,10 +194,9 @@ func (s *Server) createOrder(c echo.Context) error {
 		if _, err := messages.Write(ctx, tx, cause, domain.SubmittedMessage(created)); err != nil {
 			return err
 		}
-		history, err := store.History(ctx, tx, created.ID())
-		if err != nil {
-			return err
-		}
+		// Its history is the one row CreateOrder wrote, at the same now():
+		// no need to read it back.
+		history := []store.HistoryEntry{{To: created.Status(), CorrelationID: cause.CorrelationID, CreatedAt: created.CreatedAt()}}
 		body, err := json.Marshal(newOrderDetailJSON(created, history))
 		if err != nil {
 			return err

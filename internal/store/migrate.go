@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,6 +24,10 @@ import (
 // EnsureDatabase creates the database named in url if the server does not
 // have it yet (a fresh server has only its maintenance databases). Two
 // processes racing to create it are fine: the loser sees it exist.
+//
+// A server that refuses connections, or answers that it is starting up, is
+// tried again with a growing delay until ctx is done: give ctx the deadline
+// start-up may take (migrate uses DB_CONNECT_TIMEOUT).
 func EnsureDatabase(ctx context.Context, url string) error {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -31,9 +38,9 @@ func EnsureDatabase(ctx context.Context, url string) error {
 		return nil
 	}
 	cfg.Database = "postgres"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := connectRetrying(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connect to the server's maintenance database: %w", err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
@@ -53,6 +60,25 @@ func EnsureDatabase(ctx context.Context, url string) error {
 		return fmt.Errorf("create database %q: %w", name, err)
 	}
 	return nil
+}
+
+// connectRetrying connects with cfg, trying again until ctx is done.
+func connectRetrying(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	start := time.Now()
+	delay := 100 * time.Millisecond
+	for {
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			return conn, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("PostgreSQL at %s not reachable: gave up after %s: %w",
+				net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), time.Since(start).Round(100*time.Millisecond), err)
+		case <-time.After(delay):
+			delay = min(2*delay, 2*time.Second)
+		}
+	}
 }
 
 // Migrator applies the embedded migrations (package migrations) under

@@ -24,30 +24,21 @@ type HistoryEntry struct {
 // CreateOrder inserts a new order, its items and the first row of its
 // history. It returns the order as stored (with its timestamps).
 func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause domain.Cause) (*domain.Order, error) {
-	row, err := queries.InsertOrder(ctx, db, dbsqlc.InsertOrderParams{
-		OrderID:    o.ID(),
-		CustomerID: o.CustomerID(),
-		Currency:   o.Currency(),
-		Status:     string(o.Status()),
-		Version:    int32(o.Version()),
-		TotalCents: o.TotalCents(),
-	})
+	items := o.Items()
+	p := dbsqlc.CreateOrderParams{
+		OrderID: o.ID(), CustomerID: o.CustomerID(), Currency: o.Currency(),
+		Status: string(o.Status()), Version: int32(o.Version()), TotalCents: o.TotalCents(),
+		MessageID: NilIfEmpty(cause.MessageID), CorrelationID: NilIfEmpty(cause.CorrelationID),
+	}
+	for i, it := range items {
+		p.LineNos = append(p.LineNos, int32(i+1))
+		p.Skus = append(p.Skus, it.SKU)
+		p.Quantities = append(p.Quantities, int32(it.Quantity))
+		p.UnitPricesCents = append(p.UnitPricesCents, it.UnitPriceCents)
+	}
+	row, err := queries.CreateOrder(ctx, db, p)
 	if err != nil {
 		return nil, fmt.Errorf("insert order %s: %w", o.ID(), Translate(err))
-	}
-	items := o.Items()
-	params := dbsqlc.InsertOrderItemsParams{OrderID: o.ID()}
-	for i, it := range items {
-		params.LineNos = append(params.LineNos, int32(i+1))
-		params.Skus = append(params.Skus, it.SKU)
-		params.Quantities = append(params.Quantities, int32(it.Quantity))
-		params.UnitPricesCents = append(params.UnitPricesCents, it.UnitPriceCents)
-	}
-	if err := queries.InsertOrderItems(ctx, db, params); err != nil {
-		return nil, fmt.Errorf("insert items of order %s: %w", o.ID(), Translate(err))
-	}
-	if err := insertTransition(ctx, db, o.ID(), "", o.Status(), cause); err != nil {
-		return nil, err
 	}
 	return domain.OrderFromDatabase(o.ID(), o.CustomerID(), o.Currency(), o.Status(), o.Version(),
 		items, row.CreatedAt, row.UpdatedAt), nil
@@ -161,20 +152,6 @@ func moveFrom(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, from
 	current := domain.Status(status)
 	_, err = domain.Next(current, t) // explains why it did not move
 	return Move{}, current, fmt.Errorf("order %s: %w", id, err)
-}
-
-func insertTransition(ctx context.Context, db DBTX, id uuid.UUID, from, to domain.Status, cause domain.Cause) error {
-	err := queries.InsertTransition(ctx, db, dbsqlc.InsertTransitionParams{
-		OrderID:       id,
-		FromStatus:    NilIfEmpty(string(from)),
-		ToStatus:      string(to),
-		MessageID:     NilIfEmpty(cause.MessageID),
-		CorrelationID: NilIfEmpty(cause.CorrelationID),
-	})
-	if err != nil {
-		return fmt.Errorf("record transition of order %s to %s: %w", id, to, Translate(err))
-	}
-	return nil
 }
 
 // TransitionRecorded reports whether message messageID already moved order

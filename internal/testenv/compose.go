@@ -1,32 +1,62 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-// Compose loads the repository's docker-compose.yml with the compose-spec
-// loader, the way docker compose reads it (interpolation, anchors, merge
-// keys, validation), with no Docker engine.
-func Compose(t testing.TB) *types.Project {
+// The repository's compose files: the stack, and the demo override that
+// adds the walkthrough and turns on the consumer's fault endpoint.
+const (
+	ComposeFile     = "docker-compose.yml"
+	DemoComposeFile = "docker-compose.demo.yml"
+)
+
+// Compose loads compose files of the repository (by default ComposeFile
+// alone; later files override earlier ones, as with docker compose -f ...
+// -f ...) with the compose-spec loader, the way docker compose reads them
+// (interpolation with no variable set, anchors, merge keys, validation),
+// with no Docker engine. Services of every profile are included.
+func Compose(t testing.TB, files ...string) *types.Project {
 	t.Helper()
-	path := filepath.Join(RepoRoot(t), "docker-compose.yml")
-	opts, err := cli.NewProjectOptions([]string{path}, cli.WithName("orders"), cli.WithWorkingDirectory(RepoRoot(t)),
-		// Every service, those of optional profiles ("tools") too.
-		cli.WithProfiles([]string{"*"}))
+	project, err := LoadCompose(t, nil, files...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	project, err := opts.LoadProject(t.Context())
-	if err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
-	}
 	return project
+}
+
+// LoadCompose is Compose with options of the loader added (an
+// interpolation lookup, say), returning the loader's error.
+func LoadCompose(t testing.TB, opts []cli.ProjectOptionsFn, files ...string) (*types.Project, error) {
+	t.Helper()
+	if len(files) == 0 {
+		files = []string{ComposeFile}
+	}
+	root := RepoRoot(t)
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(root, f)
+	}
+	opts = append([]cli.ProjectOptionsFn{cli.WithName("orders"), cli.WithWorkingDirectory(root),
+		// Every service, those of optional profiles ("demo") too.
+		cli.WithProfiles([]string{"*"})}, opts...)
+	po, err := cli.NewProjectOptions(paths, opts...)
+	if err != nil {
+		return nil, err
+	}
+	project, err := po.LoadProject(t.Context())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", strings.Join(files, " + "), err)
+	}
+	return project, nil
 }
 
 // ComposeServicesOf returns the compose services whose entrypoint runs the
@@ -41,20 +71,20 @@ func ComposeServicesOf(p *types.Project, binary string) []types.ServiceConfig {
 	return out
 }
 
-// ComposeSetsOnly fails t unless some service of docker-compose.yml runs
-// binary, and every such service sets only environment variables in known
-// (those the binary reads): any other is a setting that silently does
-// nothing, a misspelling most of the time.
+// ComposeSetsOnly fails t unless some service of the compose files (the
+// stack with the demo override) runs binary, and every such service sets
+// only environment variables in known (those the binary reads): any other
+// is a setting that silently does nothing, a misspelling most of the time.
 func ComposeSetsOnly(t *testing.T, binary string, known []string) {
 	t.Helper()
-	services := ComposeServicesOf(Compose(t), binary)
+	services := ComposeServicesOf(Compose(t, ComposeFile, DemoComposeFile), binary)
 	if len(services) == 0 {
-		t.Fatalf("no service of docker-compose.yml runs %s", binary)
+		t.Fatalf("no service of %s or %s runs %s", ComposeFile, DemoComposeFile, binary)
 	}
 	for _, svc := range services {
 		for name := range svc.Environment {
 			if !slices.Contains(known, name) {
-				t.Errorf("docker-compose.yml: service %s sets %s, which %s does not read", svc.Name, name, binary)
+				t.Errorf("%s + %s: service %s sets %s, which %s does not read", ComposeFile, DemoComposeFile, svc.Name, name, binary)
 			}
 		}
 	}

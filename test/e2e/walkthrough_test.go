@@ -2,16 +2,20 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -30,7 +34,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 
 	root := testenv.RepoRoot(t)
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/walkthrough")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/walkthrough", "./cmd/orderctl")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -99,6 +103,41 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	// The crash was real: the supervisor saw the consumer exit with code 3.
 	if !strings.Contains(devOutput(), "[dev] consumer exited (3)") {
 		t.Errorf("make dev never restarted the consumer after an exit with code 3")
+	}
+
+	// orderctl sees what the walkthrough did: its first order, whole, and
+	// the poison message of step 4 in the parking lots.
+	ctl := func(args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bin, "orderctl"), append(args, "--json")...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "ORDERCTL_USER=e2e")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("orderctl %v: %v\n%s", args, err, out)
+		}
+		return out
+	}
+	var status struct{ Next []string }
+	if err := json.Unmarshal(ctl("status"), &status); err != nil || !slices.Contains(status.Next, "orderctl parked list fulfillment") {
+		t.Errorf("orderctl status: %+v, %v", status, err)
+	}
+	db, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	err = db.QueryRow(t.Context(), `SELECT order_id::text FROM orders ORDER BY created_at LIMIT 1`).Scan(&first)
+	_ = db.Close(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timeline struct {
+		Status   string
+		History  []json.RawMessage
+		TraceIDs []string `json:"trace_ids"`
+	}
+	if err := json.Unmarshal(ctl("order", first), &timeline); err != nil || timeline.Status != "FULFILLED" || len(timeline.History) != 3 {
+		t.Errorf("orderctl order %s: %+v, %v", first, timeline, err)
 	}
 
 	// Ctrl-C: every process shuts down gracefully and make dev exits.

@@ -17,6 +17,14 @@ type Config struct {
 	// Workers is how many deliveries each consumer processes at once.
 	// Default 8.
 	Workers int
+	// BatchSize is how many deliveries a worker may apply in one
+	// transaction: those already waiting in the client's buffer when it
+	// takes one. 1 turns batching off. Default 16.
+	BatchSize int
+	// BatchWait, when set, is how long a worker waits for more deliveries
+	// to fill a batch. Default 0: a batch is what is already there, so a
+	// quiet queue gets no added latency.
+	BatchWait time.Duration
 	// MaxAttempts is how many times a transient failure is retried before
 	// the message is parked as poison. Default 5.
 	MaxAttempts int
@@ -51,6 +59,7 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.Prefetch = cmp.Or(c.Prefetch, 32)
 	c.Workers = cmp.Or(c.Workers, 8)
+	c.BatchSize = cmp.Or(c.BatchSize, 16)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
 	if len(c.RetryDelays) == 0 {
 		c.RetryDelays = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
@@ -65,8 +74,11 @@ func (c *Config) setDefaults() {
 // Validate reports settings that cannot work.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Prefetch < 1 || c.Workers < 1 || c.MaxAttempts < 1 || c.DeliveryLimit < 1 {
-		errs = append(errs, errors.New("prefetch, workers, max attempts and delivery limit must be at least 1"))
+	if c.Prefetch < 1 || c.Workers < 1 || c.MaxAttempts < 1 || c.DeliveryLimit < 1 || c.BatchSize < 1 {
+		errs = append(errs, errors.New("prefetch, workers, batch size, max attempts and delivery limit must be at least 1"))
+	}
+	if c.BatchWait < 0 {
+		errs = append(errs, errors.New("batch wait must not be negative"))
 	}
 	for _, d := range c.RetryDelays {
 		if d < time.Millisecond {

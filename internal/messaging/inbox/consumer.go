@@ -48,10 +48,14 @@ func NewConsumer(name string) *Consumer {
 // message and its effect (fulfillment's FULFILLMENT_DELAY, to cancel an
 // order before it is requested). A worker waits with its delivery
 // unacknowledged; when the consumer stops meanwhile, the delivery comes
-// again. 0 waits not at all.
+// again. A consumer that waits for some type takes its deliveries one at
+// a time, never in batches, so that each waits its own time. 0 waits not
+// at all.
 func Wait[M domain.Message](c *Consumer, d time.Duration) {
 	var zero M
-	c.waits[zero.MessageType()] = d
+	if d > 0 {
+		c.waits[zero.MessageType()] = d
+	}
 }
 
 // Handle registers h for the messages of type M (one version of one

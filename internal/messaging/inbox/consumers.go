@@ -207,7 +207,11 @@ func (c *loop) session(ctx context.Context) error {
 					if !c.waitBefore(ctx, stopTaking, raw) {
 						return // stopping: the delivery stays unacknowledged, and comes again
 					}
-					c.handle(workCtx, pub, raw)
+					if c.cfg.BatchSize > 1 && len(c.def.waits) == 0 { // a consumer that waits takes one at a time: each waits its own time
+						c.handleBatch(workCtx, pub, c.collect([]amqp.Delivery{raw}, deliveries, stopTaking))
+					} else {
+						c.handle(workCtx, pub, raw)
+					}
 				}
 			}
 		})

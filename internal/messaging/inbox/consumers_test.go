@@ -78,7 +78,7 @@ func setupConsumer(t *testing.T) *consumerBundle {
 	if err := messaging.DeclareExchange(b.ch); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), txid bigint NOT NULL DEFAULT txid_current())`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,9 +548,9 @@ func TestReplayFromTheParkingLot(t *testing.T) {
 	})
 
 	b.handler.set(func(h *effectHandler) { h.permanent = nil }) // the fix
-	moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, 10)
-	if err != nil || moved != 2 {
-		t.Fatalf("replayed %d: %v", moved, err)
+	moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{Limit: 10})
+	if err != nil || len(moved) != 2 {
+		t.Fatalf("replayed %v: %v", moved, err)
 	}
 	row := b.waitInbox(broken.MessageId, inbox.StatusProcessed)
 	testenv.WaitFor(t, 10*time.Second, "the replayed duplicate", func() bool { return b.counter("consumer.messages.duplicates") == 1 })
@@ -713,7 +713,7 @@ func TestReplayedMessageLinksItsOriginalTrace(t *testing.T) {
 	b.publish(msg)
 	b.waitInbox(msg.MessageId, inbox.StatusPermanentFailed)
 	b.handler.set(func(h *effectHandler) { h.permanent = nil })
-	if _, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, 1); err != nil {
+	if _, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{Limit: 1}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitInbox(msg.MessageId, inbox.StatusProcessed)

@@ -99,8 +99,12 @@ const (
 	HeaderParkedAt        = "parked_at"
 	HeaderParkedFromQueue = "parked_from_queue"
 	HeaderOriginalKey     = "original_routing_key"
-	// HeaderReplayedAt marks a message replayed from the parking lot.
-	HeaderReplayedAt = "replayed_at"
+	// HeaderReplayedAt marks a message replayed from the parking lot;
+	// HeaderReplayCount counts its replays, and HeaderReplayID names the
+	// last replay that moved it (a replay leaves alone what it moved once).
+	HeaderReplayedAt  = "replayed_at"
+	HeaderReplayCount = "replay_count"
+	HeaderReplayID    = "replay_id"
 )
 
 // parseDelivery validates the envelope of raw and decodes its payload. The

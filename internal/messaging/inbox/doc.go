@@ -25,7 +25,9 @@
 // to the consumer's parking lot with headers that say why; the delivery is
 // acknowledged only once the message is safely somewhere else. An effect
 // outside the database (a webhook) takes two transactions (External).
-// Replay (replay.go) moves parked messages back, keeping their ids.
+// Replay (replay.go) moves parked messages back, keeping their ids; Browse
+// and Discard (parked.go) look at parked messages without moving them, and
+// remove one for good (cmd/orderctl).
 //
 // docs/messaging.md draws the queues and the wrapper; docs/extending.md is
 // the recipe for a new consumer.

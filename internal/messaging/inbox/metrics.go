@@ -21,7 +21,7 @@ type consumerMetrics struct {
 	received, redelivered, processed, duplicates, retried        metric.Int64Counter
 	permanent, poisoned, parked, requeued, held, payloadMismatch metric.Int64Counter
 	duration, txDuration                                         metric.Float64Histogram
-	attempt                                                      metric.Int64Histogram
+	attempt, batchSize                                           metric.Int64Histogram
 }
 
 // zero starts the counters of a consumer at zero for every label value
@@ -75,6 +75,10 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 	}
 	if m.attempt, err = meter.Int64Histogram("inbox.attempt", metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20),
 		metric.WithDescription("The processing attempt of each message as it starts (1 = first).")); err != nil {
+		return nil, err
+	}
+	if m.batchSize, err = meter.Int64Histogram("consumer.batch.size", metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64),
+		metric.WithUnit("{message}"), metric.WithDescription("Deliveries a worker took together, to apply in one transaction, by consumer.")); err != nil {
 		return nil, err
 	}
 

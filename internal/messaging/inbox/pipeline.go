@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -25,6 +27,18 @@ type result struct {
 	reason  string
 }
 
+// step is one delivery on its way through the pipeline: its span and log
+// context, the envelope as parsed, and its handler.
+type step struct {
+	raw   amqp.Delivery
+	ctx   context.Context // carries the span and the log attributes
+	span  trace.Span
+	d     *Delivery
+	h     handler
+	err   error // the envelope is invalid, or no handler reads it: fail at once
+	start time.Time
+}
+
 // handle is the delivery wrapper, the same for every consumer:
 //
 //	validate the envelope -> BEGIN -> inbox row (insert, or find) ->
@@ -34,35 +48,49 @@ type result struct {
 // row, and retry later or park, acknowledging only once the message is
 // safely somewhere else.
 func (c *loop) handle(ctx context.Context, pub *confirmPublisher, raw amqp.Delivery) {
-	start := time.Now()
-	ctx, span := processSpan(ctx, c.tracer, raw, QueueName(c.def.name), c.def.name)
-	defer span.End()
-	d, err := parseDelivery(raw)
-	if sc := span.SpanContext(); sc.IsValid() {
-		d.TraceID = sc.TraceID().String() // every inbox row names its trace
+	s := c.begin(ctx, raw)
+	defer s.span.End()
+	var res result
+	err := s.err
+	if err == nil {
+		res, err = c.applyHolding(s.ctx, s.d, s.h)
 	}
-	attrs := metric.WithAttributes(attrConsumer.String(c.def.name), messaging.AttrMessageType.String(d.Type))
+	c.settle(s, pub, res, err)
+}
+
+// begin starts a delivery's span, parses its envelope and finds its
+// handler.
+func (c *loop) begin(ctx context.Context, raw amqp.Delivery) *step {
+	s := &step{raw: raw, start: time.Now()}
+	ctx, s.span = processSpan(ctx, c.tracer, raw, QueueName(c.def.name), c.def.name)
+	s.d, s.err = parseDelivery(raw)
+	if sc := s.span.SpanContext(); sc.IsValid() {
+		s.d.TraceID = sc.TraceID().String() // every inbox row names its trace
+	}
+	attrs := metric.WithAttributes(attrConsumer.String(c.def.name), messaging.AttrMessageType.String(s.d.Type))
 	c.metrics.received.Add(ctx, 1, attrs)
 	if raw.Redelivered {
 		c.metrics.redelivered.Add(ctx, 1, attrs)
 	}
-	ctx = telemetry.WithLogAttrs(ctx, slog.String("message_id", d.MessageID),
-		slog.String("message_type", d.Type), slog.String("correlation_id", d.CorrelationID), slog.String("order_id", d.OrderID()),
-		slog.Int("attempt", d.Attempt), slog.Bool("redelivered", raw.Redelivered))
-	var h handler
-	if err == nil {
-		h, err = c.def.handlerOf(d)
+	s.ctx = telemetry.WithLogAttrs(ctx, slog.String("message_id", s.d.MessageID),
+		slog.String("message_type", s.d.Type), slog.String("correlation_id", s.d.CorrelationID), slog.String("order_id", s.d.OrderID()),
+		slog.Int("attempt", s.d.Attempt), slog.Bool("redelivered", raw.Redelivered))
+	if s.err == nil {
+		s.h, s.err = c.def.handlerOf(s.d)
 	}
-	var res result
-	if err == nil {
-		res, err = c.applyHolding(ctx, d, h)
-	}
+	return s
+}
+
+// settle ends a delivery by what became of it: acknowledged after its
+// commit, sent round a retry queue, or parked.
+func (c *loop) settle(s *step, pub *confirmPublisher, res result, err error) {
+	ctx, d := s.ctx, s.d
 	if err != nil {
-		c.fail(ctx, pub, raw, d, err, start)
+		c.fail(ctx, pub, s.raw, d, err, s.start)
 		return
 	}
 	if res.outcome == "busy" { // another delivery holds the message: look again later
-		c.retryLater(ctx, pub, raw, d, d.Attempt, "busy", res.reason, start)
+		c.retryLater(ctx, pub, s.raw, d, d.Attempt, "busy", res.reason, s.start)
 		return
 	}
 	if c.afterCommit != nil {
@@ -73,22 +101,22 @@ func (c *loop) handle(ctx context.Context, pub *confirmPublisher, raw amqp.Deliv
 		c.exit(3)
 		return
 	}
-	if err := raw.Ack(false); err != nil {
+	if err := s.raw.Ack(false); err != nil {
 		// The channel is gone; the broker delivers the message again, and
 		// the inbox row makes that delivery a duplicate.
 		c.log.WarnContext(ctx, "ack failed after commit; the redelivery will be a duplicate", slog.String("error", err.Error()))
 		return
 	}
-	took := time.Since(start)
+	took := time.Since(s.start)
 	c.metrics.duration.Record(ctx, took.Seconds(), metric.WithAttributes(attrConsumer.String(c.def.name), messaging.AttrOutcome.String(res.outcome)))
-	span.SetAttributes(messaging.AttrOutcome.String(res.outcome))
+	s.span.SetAttributes(messaging.AttrOutcome.String(res.outcome))
 	logAttrs := []any{slog.String("outcome", res.outcome), slog.Duration("took", took)}
 	if res.reason != "" {
 		logAttrs = append(logAttrs, slog.String("reason", res.reason))
 	}
 	switch res.outcome {
 	case "duplicate":
-		c.metrics.duplicates.Add(ctx, 1, attrs)
+		c.metrics.duplicates.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name), messaging.AttrMessageType.String(d.Type)))
 		c.log.InfoContext(ctx, "duplicate acknowledged", logAttrs...)
 	default:
 		c.metrics.processed.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name), messaging.AttrMessageType.String(d.Type), messaging.AttrOutcome.String(res.outcome)))
@@ -157,30 +185,54 @@ func (c *loop) apply(ctx context.Context, d *Delivery, h handler) (res result, e
 			err = Permanent("handler_panic", fmt.Errorf("the handler panicked: %v", r))
 		}
 	}()
-	var (
-		external *External
-		attempt  int
-	)
+	var first effect
 	err = retryTx(ctx, func() error {
-		var err error
-		res, external, attempt, err = c.firstStep(ctx, d, h)
-		return err
+		return c.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			var err error
+			first, err = c.firstStep(ctx, tx, d, h)
+			return err
+		})
 	})
-	if err != nil || external == nil {
-		return res, err
+	if err != nil {
+		return first.res, err
 	}
+	return c.afterFirstStep(ctx, d, first)
+}
 
-	// The two-step shape: the intent is committed, the row still PROCESSING
-	// and the processing lease running. The call may not outlive the lease:
-	// after it, another delivery may take the message over.
+// effect is what the first transaction of a delivery did: its outcome so
+// far, the attempt it ran as, and what is left for after the commit.
+type effect struct {
+	res         result
+	attempt     int
+	external    *External             // a call to make, and its second step
+	afterCommit func(context.Context) // the handler's, run once committed
+}
+
+// afterFirstStep runs what follows the commit of a delivery's first
+// transaction: the handler's after-commit hook, then, for an external side
+// effect, the call and the second step.
+func (c *loop) afterFirstStep(ctx context.Context, d *Delivery, e effect) (result, error) {
+	if e.afterCommit != nil {
+		e.afterCommit(ctx)
+	}
+	if e.external == nil {
+		return e.res, nil
+	}
+	return c.secondStep(ctx, d, e.external, e.attempt)
+}
+
+// secondStep makes the call of an external side effect and records its
+// result. The intent is committed, the row still PROCESSING and the
+// processing lease running. The call may not outlive the lease: after it,
+// another delivery may take the message over. The second step records the
+// result, fenced by this attempt: after a takeover it records nothing, so a
+// late original can neither run twice nor undo what the takeover recorded.
+// While the database is away it waits, with the call's result in hand.
+func (c *loop) secondStep(ctx context.Context, d *Delivery, external *External, attempt int) (result, error) {
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.ProcessingLease*9/10)
 	callErr := external.Call(callCtx)
 	cancel()
-	// The second step records the result, fenced by this attempt: after a
-	// takeover it records nothing, so a late original can neither run twice
-	// nor undo what the takeover recorded. While the database is away it
-	// waits here, with the call's result in hand.
-	err = c.untilWritable(ctx, func() error {
+	err := c.untilWritable(ctx, func() error {
 		return retryTx(ctx, func() error {
 			return c.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				if err := Fence(ctx, tx, c.def.name, d.MessageID, attempt); err != nil {
@@ -200,69 +252,58 @@ func (c *loop) apply(ctx context.Context, d *Delivery, h handler) (res result, e
 		return result{outcome: "duplicate", reason: "taken over by another delivery after the processing lease; this attempt recorded nothing"}, nil
 	}
 	if err != nil {
-		return res, err
+		return result{}, err
 	}
 	if callErr != nil {
-		return res, callErr
+		return result{}, callErr
 	}
 	return result{outcome: "processed"}, nil
 }
 
-// firstStep is the transaction of the effect: inbox row, handler, outbox,
-// PROCESSED.
-func (c *loop) firstStep(ctx context.Context, d *Delivery, h handler) (result, *External, int, error) {
-	var (
-		res         result
-		external    *External
-		attempt     int
-		afterCommit func(context.Context)
-	)
-	err := c.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		decision, err := Begin(ctx, tx, d.inboxEntry(c.def.name), c.cfg.ProcessingLease)
-		if err != nil {
-			return err
-		}
-		switch {
-		case decision.Duplicate:
-			res = result{outcome: "duplicate", reason: "already processed"}
-			if decision.PayloadMismatch {
-				res.reason = "already processed; this delivery's body differs (a producer reused the message_id)"
-				c.metrics.payloadMismatch.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name)))
-			}
-			return nil
-		case decision.Busy:
-			res = result{outcome: "busy", reason: "another delivery is between the steps of its side effect"}
-			return nil
-		}
-		attempt = decision.Attempt
-		c.metrics.attempt.Record(ctx, int64(decision.Attempt), metric.WithAttributes(attrConsumer.String(c.def.name)))
-
-		out, err := h(ctx, tx, d)
-		if err != nil {
-			return err
-		}
-		afterCommit = out.AfterCommit
-		if len(out.Publish) > 0 {
-			if _, err := c.outbox.Write(ctx, tx, d.Cause(), out.Publish...); err != nil {
-				return err
-			}
-		}
-		switch {
-		case out.External != nil:
-			external = out.External
-			res = result{outcome: "processed"}
-			return Hold(ctx, tx, c.def.name, d.MessageID) // PROCESSING until the second step
-		case out.Ignored != "":
-			res = result{outcome: "ignored", reason: out.Ignored}
-			return MarkProcessed(ctx, tx, c.def.name, d.MessageID, OutcomeIgnored, out.Ignored)
-		}
-		res = result{outcome: "processed"}
-		return nil // Begin wrote the row PROCESSED (APPLIED): true as of the commit
-	})
-	if err == nil && afterCommit != nil {
-		afterCommit(ctx)
+// firstStep is the transaction of the effect, in tx: inbox row, handler,
+// outbox, PROCESSED.
+func (c *loop) firstStep(ctx context.Context, tx pgx.Tx, d *Delivery, h handler) (effect, error) {
+	var e effect
+	decision, err := Begin(ctx, tx, d.inboxEntry(c.def.name), c.cfg.ProcessingLease)
+	if err != nil {
+		return e, err
 	}
-	return res, external, attempt, err
+	switch {
+	case decision.Duplicate:
+		e.res = result{outcome: "duplicate", reason: "already processed"}
+		if decision.PayloadMismatch {
+			e.res.reason = "already processed; this delivery's body differs (a producer reused the message_id)"
+			c.metrics.payloadMismatch.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name)))
+		}
+		return e, nil
+	case decision.Busy:
+		e.res = result{outcome: "busy", reason: "another delivery is between the steps of its side effect"}
+		return e, nil
+	}
+	e.attempt = decision.Attempt
+	c.metrics.attempt.Record(ctx, int64(decision.Attempt), metric.WithAttributes(attrConsumer.String(c.def.name)))
+
+	out, err := h(ctx, tx, d)
+	if err != nil {
+		return e, err
+	}
+	e.afterCommit = out.AfterCommit
+	if len(out.Publish) > 0 {
+		if _, err := c.outbox.Write(ctx, tx, d.Cause(), out.Publish...); err != nil {
+			return e, err
+		}
+	}
+	switch {
+	case out.External != nil:
+		e.external = out.External
+		e.res = result{outcome: "processed"}
+		return e, Hold(ctx, tx, c.def.name, d.MessageID) // PROCESSING until the second step
+	case out.Ignored != "":
+		e.res = result{outcome: "ignored", reason: out.Ignored}
+		return e, MarkProcessed(ctx, tx, c.def.name, d.MessageID, OutcomeIgnored, out.Ignored)
+	}
+	e.res = result{outcome: "processed"}
+	return e, nil // Begin wrote the row PROCESSED (APPLIED): true as of the commit
 }
 
 // inTx runs f in a transaction bounded by CONSUMER_TX_TIMEOUT, so that a

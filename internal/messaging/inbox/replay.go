@@ -5,44 +5,62 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/yourorg/orders/internal/messaging"
 )
 
-// Replay moves up to limit messages from the parking lot of consumer back
-// to its work queue, oldest first, and says how many it moved. Each keeps
+// ReplayRequest says which parked messages Replay moves.
+type ReplayRequest struct {
+	// MessageID, when set, replays only that message; the others stay where
+	// they are.
+	MessageID string
+	// Limit caps how many messages are moved (0: every one that was in the
+	// parking lot when the replay started).
+	Limit int
+}
+
+// Replay moves messages from the parking lot of consumer back to its work
+// queue, oldest first, and returns the ids of those it moved. Each keeps
 // its message_id (so the inbox still recognises it), loses the parking and
-// retry headers (so it gets a fresh retry budget), and gains replayed_at.
-// A message is removed from the parking lot only after the broker confirmed
+// retry headers (so it gets a fresh retry budget), and gains replayed_at,
+// replay_count (one more than it had) and replay_id (this replay's). A
+// message is removed from the parking lot only after the broker confirmed
 // its copy in the work queue.
+//
+// A replay never takes a message twice, so it cannot loop on one that fails
+// again: it looks at no more messages than were parked when it started (a
+// message parked again lands behind those), and leaves alone any that
+// carries its own replay_id.
 //
 // What the consumer then does is the inbox's policy: a message PROCESSED
 // before is acknowledged as a duplicate and changes nothing; one that
 // failed is processed again. Replay is a production change: fix the cause
 // first (docs/operations.md).
-func Replay(ctx context.Context, amqpURL, consumer string, limit int) (int, error) {
-	conn, err := messaging.Dial(ctx, amqpURL, "order-consumer replay "+consumer)
+func Replay(ctx context.Context, amqpURL, consumer string, r ReplayRequest) ([]string, error) {
+	lot, err := openParkingLot(ctx, amqpURL, consumer, "replay")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
-	pub, err := newConfirmPublisher(conn)
+	defer lot.close()
+	pub, err := newConfirmPublisher(lot.conn)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
-	}
-	queue := QueueName(consumer)
-	parkingLot := ParkingLotName(queue)
-	moved := 0
-	for moved < limit {
-		d, ok, err := ch.Get(parkingLot, false)
-		if err != nil {
-			return moved, fmt.Errorf("get from %s: %w", parkingLot, err)
-		}
-		if !ok {
-			break
+	return replay(ctx, lot, pub, r, uuid.NewString())
+}
+
+// replay is Replay with the replay's id given (tests).
+func replay(ctx context.Context, lot *parkingLot, pub *confirmPublisher, r ReplayRequest, id string) ([]string, error) {
+	var moved []string
+	err := lot.scan(0, func(d amqp.Delivery) (bool, bool, error) {
+		switch {
+		case ctx.Err() != nil:
+			return false, true, ctx.Err()
+		case r.MessageID != "" && d.MessageId != r.MessageID,
+			messaging.HeaderString(d.Headers, HeaderReplayID) == id: // replayed by this run, and parked again
+			return false, false, nil
 		}
 		msg := republish(d)
 		for _, h := range []string{HeaderParkedCode, HeaderParkedReason, HeaderParkedConsumer, HeaderParkedAttempts,
@@ -50,14 +68,16 @@ func Replay(ctx context.Context, amqpURL, consumer string, limit int) (int, erro
 			delete(msg.Headers, h)
 		}
 		msg.Headers[HeaderReplayedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-		if err := pub.publish(ctx, queue, msg); err != nil {
-			_ = d.Nack(false, true)
-			return moved, fmt.Errorf("replay %s: %w", d.MessageId, err)
+		msg.Headers[HeaderReplayCount] = int32(headerInt(d.Headers, HeaderReplayCount) + 1)
+		msg.Headers[HeaderReplayID] = id
+		if err := pub.publish(ctx, lot.queue, msg); err != nil {
+			return false, true, fmt.Errorf("replay %s: %w", d.MessageId, err)
 		}
 		if err := d.Ack(false); err != nil {
-			return moved, fmt.Errorf("remove %s from %s: %w (it is in both queues now; the inbox absorbs the duplicate)", d.MessageId, parkingLot, err)
+			return false, true, fmt.Errorf("remove %s from %s: %w (it is in both queues now; the inbox absorbs the duplicate)", d.MessageId, lot.name, err)
 		}
-		moved++
-	}
-	return moved, nil
+		moved = append(moved, d.MessageId)
+		return true, r.Limit > 0 && len(moved) >= r.Limit, nil
+	})
+	return moved, err
 }

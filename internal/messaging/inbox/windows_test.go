@@ -186,9 +186,9 @@ func TestDeliveryLimitParksRecognisablyAndReplays(t *testing.T) {
 	}
 
 	b.start(cfg, b.amqpURL, nil)
-	moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, 10)
-	if err != nil || moved != 1 {
-		t.Fatalf("replay moved %d, %v", moved, err)
+	moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{Limit: 10})
+	if err != nil || len(moved) != 1 {
+		t.Fatalf("replay moved %v, %v", moved, err)
 	}
 	if row := b.waitInbox(msg.MessageId, inbox.StatusProcessed); b.effects(msg.MessageId) != 1 {
 		t.Fatalf("after the replay: %+v, %d effects", row, b.effects(msg.MessageId))

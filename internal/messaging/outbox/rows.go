@@ -216,3 +216,29 @@ func Stats(ctx context.Context, db store.DBTX) ([]Stat, error) {
 	}
 	return out, nil
 }
+
+// Retried is a FAILED row sent back to PENDING by RetryFailed.
+type Retried struct {
+	ID          uuid.UUID `json:"outbox_id"`
+	Type        string    `json:"message_type"`
+	AggregateID string    `json:"aggregate_id"`
+	LastError   string    `json:"last_error"` // why its last publish failed
+}
+
+// RetryFailed sends FAILED rows back to PENDING, due now and with their
+// attempts reset: the rows of ids, or with messageType set, every FAILED
+// row of that type. Rows that are not FAILED are left alone. It is an
+// operator's repair after the cause is fixed (orderctl outbox retry).
+func RetryFailed(ctx context.Context, db store.DBTX, ids []uuid.UUID, messageType string) ([]Retried, error) {
+	rows, err := queries.RetryFailedOutbox(ctx, db, dbsqlc.RetryFailedOutboxParams{
+		OutboxIds: ids, MessageType: store.NilIfEmpty(messageType),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retry failed outbox rows: %w", store.Translate(err))
+	}
+	out := make([]Retried, len(rows))
+	for i, r := range rows {
+		out[i] = Retried{ID: r.OutboxID, Type: r.MessageType, AggregateID: r.AggregateID, LastError: store.Deref(r.LastError)}
+	}
+	return out, nil
+}

@@ -76,6 +76,16 @@ type MessageOutbox struct {
 	UpdatedAt      time.Time
 }
 
+type OperatorAudit struct {
+	AuditID int64
+	At      time.Time
+	Actor   string
+	Action  string
+	Target  string
+	Reason  string
+	Details []byte
+}
+
 type Order struct {
 	OrderID    uuid.UUID
 	CustomerID string

@@ -336,3 +336,53 @@ func (q *Queries) ReleaseOutboxClaims(ctx context.Context, db DBTX, arg ReleaseO
 	}
 	return result.RowsAffected(), nil
 }
+
+const retryFailedOutbox = `-- name: RetryFailedOutbox :many
+UPDATE message_outbox
+SET status = 'PENDING', attempt_count = 0, next_attempt_at = now(), updated_at = now()
+WHERE status = 'FAILED'
+  AND (outbox_id = ANY ($1::uuid[]) OR message_type = $2)
+RETURNING outbox_id, message_type, aggregate_id, last_error
+`
+
+type RetryFailedOutboxParams struct {
+	OutboxIds   []uuid.UUID
+	MessageType *string
+}
+
+type RetryFailedOutboxRow struct {
+	OutboxID    uuid.UUID
+	MessageType string
+	AggregateID string
+	LastError   *string
+}
+
+// An operator's retry (orderctl outbox retry), after fixing the cause:
+// FAILED rows back to PENDING, due now, with a fresh attempt budget. The
+// rows keep their outbox_id, so consumers still deduplicate, and their
+// last_error until the publish clears it. Either the rows named, or every
+// FAILED row of one message type.
+func (q *Queries) RetryFailedOutbox(ctx context.Context, db DBTX, arg RetryFailedOutboxParams) ([]RetryFailedOutboxRow, error) {
+	rows, err := db.Query(ctx, retryFailedOutbox, arg.OutboxIds, arg.MessageType)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RetryFailedOutboxRow
+	for rows.Next() {
+		var i RetryFailedOutboxRow
+		if err := rows.Scan(
+			&i.OutboxID,
+			&i.MessageType,
+			&i.AggregateID,
+			&i.LastError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -1,0 +1,438 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/consumer/fulfillment"
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// Every goroutine the tests start (consumers, a relay) ends with its test.
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+// ctlEnv is orderctl's environment against a test's database and vhost.
+type ctlEnv struct {
+	t       *testing.T
+	environ map[string]string
+}
+
+func newCtl(t *testing.T, dbURL, amqpURL string) *ctlEnv {
+	return &ctlEnv{t: t, environ: map[string]string{
+		"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ORDERCTL_USER": "tester",
+		// inboxtest's consumers retry after these delays.
+		"CONSUMER_RETRY_DELAYS": "50ms,100ms", "LOG_LEVEL": "error",
+	}}
+}
+
+// run runs orderctl and returns what it printed, or its error.
+func (e *ctlEnv) run(args ...string) (string, error) {
+	e.t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(e.t.Context(), args, e.environ, &stdout, &stderr)
+	return stdout.String(), err
+}
+
+// ok runs orderctl and fails the test on an error.
+func (e *ctlEnv) ok(args ...string) string {
+	e.t.Helper()
+	out, err := e.run(args...)
+	if err != nil {
+		e.t.Fatalf("orderctl %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// json runs orderctl with --json and decodes what it printed into v.
+func (e *ctlEnv) json(v any, args ...string) {
+	e.t.Helper()
+	out := e.ok(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		e.t.Fatalf("orderctl %s --json printed what is not JSON: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (e *ctlEnv) audit() []Audit {
+	e.t.Helper()
+	var r auditReport
+	e.json(&r, "audit")
+	return r.Entries
+}
+
+// A poison message parked by a running consumer: list and show see it and
+// leave it; replay moves it back with its id, and since it fails again it is
+// parked again, without the replay looping on it; discard removes it. Each
+// change is in the audit with who and why.
+func TestParkedMessages(t *testing.T) {
+	t.Parallel()
+	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
+	ctl := newCtl(t, h.Pool.Config().ConnString(), h.AMQPURL)
+	poison := []string{ // their orders do not exist: order_not_found, parked at once
+		h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()}),
+		h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()}),
+	}
+	// parked waits until the parking lot holds both messages, replayed
+	// these many times, and returns them by id.
+	parked := func(replays ...int) map[string]inbox.Parked {
+		byID := map[string]inbox.Parked{}
+		testenv.WaitFor(t, 15*time.Second, fmt.Sprintf("both messages parked, replayed %v times", replays), func() bool {
+			var list parkedListReport
+			ctl.json(&list, "parked", "list", fulfillment.Name)
+			clear(byID)
+			for _, m := range list.Messages {
+				byID[m.MessageID] = m
+			}
+			return len(list.Messages) == 2 && byID[poison[0]].ReplayCount == replays[0] && byID[poison[1]].ReplayCount == replays[1]
+		})
+		return byID
+	}
+	got := parked(0, 0)
+	if m := got[poison[0]]; m.ReasonCode != "order_not_found" || m.Type != domain.TypeOrderSubmitted || m.OrderID == "" {
+		t.Fatalf("parked message: %+v", m)
+	}
+
+	// list and show leave the messages where they are.
+	out := ctl.ok("parked", "list", fulfillment.Name)
+	if !strings.Contains(out, poison[0]) || !strings.Contains(out, "order_not_found") {
+		t.Fatalf("parked list:\n%s", out)
+	}
+	var show parkedShowReport
+	ctl.json(&show, "parked", "show", fulfillment.Name, poison[0])
+	if show.Message.MessageID != poison[0] || show.Inbox == nil || show.Inbox.Status != inbox.StatusPermanentFailed || !strings.Contains(string(show.Body), "order_id") {
+		t.Fatalf("parked show: %+v", show)
+	}
+	if out := ctl.ok("parked", "show", fulfillment.Name, poison[0]); !strings.Contains(out, "parked_reason_code: order_not_found") {
+		t.Fatalf("parked show:\n%s", out)
+	}
+	parked(0, 0)
+	var status StatusReport
+	ctl.json(&status, "status")
+	if !slices.Contains(status.Next, "orderctl parked list fulfillment") ||
+		!slices.ContainsFunc(status.Queues, func(q QueueDepth) bool { return q.Queue == "orders.fulfillment.dlq" && q.Messages == 2 }) {
+		t.Fatalf("status: %+v", status)
+	}
+
+	// A state change needs a reason.
+	if _, err := ctl.run("parked", "replay", fulfillment.Name, poison[0]); err == nil || !strings.Contains(err.Error(), "--reason") {
+		t.Fatalf("replay without a reason: %v", err)
+	}
+	if len(ctl.audit()) != 0 {
+		t.Fatal("a refused command left an audit row")
+	}
+
+	// One message, by id: back to the work queue with its id, where it
+	// fails again and is parked again.
+	var replayed replayReport
+	ctl.json(&replayed, "parked", "replay", fulfillment.Name, poison[0], "--reason", "order table restored")
+	if !slices.Equal(replayed.Moved, poison[:1]) {
+		t.Fatalf("replay moved %v", replayed.Moved)
+	}
+	parked(1, 0)
+	var row InboxRow
+	ctl.json(&row, "inbox", "show", fulfillment.Name, poison[0])
+	if row.Attempts != 2 || row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != "order_not_found" {
+		t.Fatalf("inbox row after the replay: %+v", row)
+	}
+
+	// Every message: each is moved once, however fast the consumer parks
+	// them again.
+	ctl.json(&replayed, "parked", "replay", fulfillment.Name, "--all", "--reason", "retry after the fix")
+	if len(replayed.Moved) != 2 || !slices.Contains(replayed.Moved, poison[0]) || !slices.Contains(replayed.Moved, poison[1]) {
+		t.Fatalf("replay --all moved %v, want each of %v once", replayed.Moved, poison)
+	}
+	parked(2, 1) // both parked again, each replayed once more
+
+	// Discard: gone from the parking lot, kept in the audit.
+	var discarded discardReport
+	ctl.json(&discarded, "parked", "discard", fulfillment.Name, poison[0], "--reason", "test message, never valid")
+	if discarded.Message.MessageID != poison[0] || discarded.Message.ReasonCode != "order_not_found" {
+		t.Fatalf("discarded %+v", discarded.Message)
+	}
+	if _, err := ctl.run("parked", "discard", fulfillment.Name, poison[0], "--reason", "again"); err == nil {
+		t.Fatal("a second discard of the same message: want an error")
+	}
+
+	var actions []string
+	for _, a := range ctl.audit() {
+		if a.Actor != "tester" || a.Reason == "" || len(a.Details) == 0 {
+			t.Errorf("audit row %+v", a)
+		}
+		actions = append(actions, a.Action+" "+a.Target)
+	}
+	want := []string{"parked.discard fulfillment " + poison[0], "parked.replay fulfillment", "parked.replay fulfillment " + poison[0]}
+	if !slices.Equal(actions, want) {
+		t.Fatalf("audit, newest first: %v, want %v", actions, want)
+	}
+	if out := ctl.ok("audit"); !strings.Contains(out, "order table restored") || !strings.Contains(out, "tester") {
+		t.Fatalf("audit:\n%s", out)
+	}
+}
+
+// outbox failed lists the FAILED rows; outbox retry puts them back to
+// PENDING with their attempts reset, by id or by type, and records why in
+// the same transaction; status points at them.
+func TestOutboxRetry(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctl := newCtl(t, db.URL, testenv.NewVhost(t))
+	failed := func(typ string) uuid.UUID {
+		id := uuid.Must(uuid.NewV7())
+		_, err := db.Pool.Exec(t.Context(), `INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version,
+				exchange_name, routing_key, payload, status, attempt_count, last_error)
+			VALUES ($1, 'order', $2, $3, 1, 'orders.events', $3, '{}', 'FAILED', 10, 'unroutable: 312 NO_ROUTE')`, id, uuid.NewString(), typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	one, two, three := failed(domain.TypeOrderSubmitted), failed(domain.TypeOrderFulfilled), failed(domain.TypeOrderFulfilled)
+
+	var list failedReport
+	ctl.json(&list, "outbox", "failed")
+	if len(list.Rows) != 3 || list.Rows[0].ID != one || list.Rows[0].LastError != "unroutable: 312 NO_ROUTE" || list.Rows[0].Attempts != 10 {
+		t.Fatalf("outbox failed: %+v", list.Rows)
+	}
+	var status StatusReport
+	ctl.json(&status, "status")
+	if !slices.ContainsFunc(status.Stuck, func(s Stuck) bool {
+		return s.ID == one.String() && strings.HasPrefix(s.Next, "fix what last_error says, then: orderctl outbox retry "+one.String())
+	}) || !slices.ContainsFunc(status.Outbox, func(b Backlog) bool { return b.Status == "FAILED" && b.Of == domain.TypeOrderFulfilled && b.Rows == 2 }) {
+		t.Fatalf("status: %+v", status)
+	}
+	if out := ctl.ok("status"); !strings.Contains(out, "orderctl outbox retry "+one.String()) || !strings.Contains(out, "absent") {
+		t.Fatalf("status:\n%s", out)
+	}
+
+	if _, err := ctl.run("outbox", "retry", one.String()); err == nil || !strings.Contains(err.Error(), "--reason") {
+		t.Fatalf("retry without a reason: %v", err)
+	}
+	var retried retryReport
+	ctl.json(&retried, "outbox", "retry", one.String(), "--reason", "binding added")
+	if len(retried.Retried) != 1 || retried.Retried[0].ID != one || retried.Audit.ID == 0 {
+		t.Fatalf("retry: %+v", retried)
+	}
+	var (
+		st       string
+		attempts int
+		due      bool
+	)
+	if err := db.Pool.QueryRow(t.Context(), `SELECT status, attempt_count, next_attempt_at <= now() FROM message_outbox WHERE outbox_id = $1`, one).
+		Scan(&st, &attempts, &due); err != nil || st != "PENDING" || attempts != 0 || !due {
+		t.Fatalf("row after retry: %s, %d attempts, due %v: %v", st, attempts, due, err)
+	}
+	if _, err := ctl.run("outbox", "retry", one.String(), "--reason", "again"); err == nil {
+		t.Fatal("retry of a row that is not FAILED: want an error")
+	}
+	ctl.json(&retried, "outbox", "retry", "--type", domain.TypeOrderFulfilled, "--reason", "broker disk alarm cleared")
+	if ids := []uuid.UUID{retried.Retried[0].ID, retried.Retried[1].ID}; len(retried.Retried) != 2 || !slices.Contains(ids, two) || !slices.Contains(ids, three) {
+		t.Fatalf("retry --type: %+v", retried.Retried)
+	}
+
+	audit := ctl.audit()
+	if len(audit) != 2 || audit[1].Action != "outbox.retry" || audit[1].Target != one.String() || audit[1].Reason != "binding added" ||
+		!strings.Contains(string(audit[1].Details), "unroutable: 312 NO_ROUTE") || audit[0].Target != domain.TypeOrderFulfilled {
+		t.Fatalf("audit: %+v", audit)
+	}
+}
+
+// order <id> shows an order that went through the whole flow (a relay and
+// every consumer), with a parked message about it and its trace id.
+func TestOrderTimeline(t *testing.T) {
+	t.Parallel()
+	h := inboxtest.Start(t, consumer.All(consumer.Deps{MeterProvider: metricnoop.NewMeterProvider()})...)
+	dbURL := h.Pool.Config().ConnString()
+	ctl := newCtl(t, dbURL, h.AMQPURL)
+
+	// The order and its order.submitted row, as the API writes them, with
+	// the trace context of its request.
+	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(t.Context(), h.Pool, func(tx pgx.Tx) error {
+		created, err := store.CreateOrder(t.Context(), tx, o, domain.Cause{CorrelationID: "corr-ctl"})
+		if err != nil {
+			return err
+		}
+		_, err = (outbox.Writer{Producer: "test"}).Write(t.Context(), tx, domain.Cause{CorrelationID: "corr-ctl"}, domain.SubmittedMessage(created))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	if _, err := h.Pool.Exec(t.Context(), `UPDATE message_outbox SET headers = headers || jsonb_build_object('traceparent', $1::text)`,
+		"00-"+traceID+"-00f067aa0ba902b7-01"); err != nil {
+		t.Fatal(err)
+	}
+	startRelay(t, dbURL, h.AMQPURL)
+	testenv.WaitFor(t, 20*time.Second, "the order to be FULFILLED", func() bool {
+		var s string
+		return h.Pool.QueryRow(t.Context(), `SELECT status FROM orders WHERE order_id = $1`, o.ID()).Scan(&s) == nil && s == string(domain.StatusFulfilled)
+	})
+
+	// A broken message about the order, parked by the consumers that read
+	// its type.
+	badID := uuid.NewString()
+	publish(t, h.AMQPURL, amqp.Publishing{MessageId: badID, Type: domain.TypeOrderSubmitted, ContentType: messaging.ContentTypeJSON,
+		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(1)}, Body: []byte(`{"order_id": "` + o.ID().String() + `", "items": 7}`)})
+	h.WaitDone(fulfillment.Name, badID)
+
+	var tl OrderTimeline
+	testenv.WaitFor(t, 15*time.Second, "the parked message in the timeline", func() bool {
+		ctl.json(&tl, "order", o.ID().String())
+		return slices.ContainsFunc(tl.Parked, func(p ParkedOf) bool { return p.Consumer == fulfillment.Name && p.MessageID == badID })
+	})
+	if tl.Status != string(domain.StatusFulfilled) || len(tl.History) != 3 || tl.History[2].To != string(domain.StatusFulfilled) {
+		t.Fatalf("order %s, history %+v", tl.Status, tl.History)
+	}
+	var types []string
+	for _, x := range tl.Outbox {
+		if x.Status != "PUBLISHED" || x.PublishedAt == nil || x.Attempts != 1 || x.CorrelationID != "corr-ctl" {
+			t.Errorf("outbox row %+v", x)
+		}
+		types = append(types, x.Type)
+	}
+	if want := []string{domain.TypeOrderSubmitted, domain.TypeFulfillmentRequested, domain.TypeFulfillmentCompleted, domain.TypeOrderFulfilled}; !slices.Equal(types, want) {
+		t.Fatalf("outbox rows %v, want %v", types, want)
+	}
+	consumers := map[string]bool{}
+	for _, x := range tl.Inbox {
+		if x.Status != inbox.StatusProcessed || x.ProcessedAt == nil {
+			t.Errorf("inbox row %+v", x)
+		}
+		consumers[x.Consumer] = true
+	}
+	for _, name := range []string{"fulfillment", "warehouse", "notification", "shipping"} {
+		if !consumers[name] {
+			t.Errorf("no inbox row of %s in %+v", name, tl.Inbox)
+		}
+	}
+	if !slices.Contains(tl.TraceIDs, traceID) || len(tl.Events) < len(tl.History)+2*len(tl.Outbox)+len(tl.Inbox)+len(tl.Parked) {
+		t.Fatalf("trace ids %v, %d events", tl.TraceIDs, len(tl.Events))
+	}
+	out := ctl.ok("order", o.ID().String())
+	for _, want := range []string{"FULFILLED", "order.submitted published (attempt 1)", "fulfillment.requested processed: APPLIED", "trace id: " + traceID, badID, "malformed_message"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("order lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := ctl.run("order", uuid.NewString()); err == nil {
+		t.Fatal("an order that does not exist: want an error")
+	}
+}
+
+// retention deletes what the retention settings allow, with the functions
+// the services use, and records that it ran.
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctl := newCtl(t, db.URL, testenv.NewVhost(t))
+	_, err := db.Pool.Exec(t.Context(), `
+		INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, status, published_at)
+		VALUES (gen_random_uuid(), 'order', 'o-1', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'PUBLISHED', now() - interval '8 days'),
+		       (gen_random_uuid(), 'order', 'o-2', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'PUBLISHED', now());
+		INSERT INTO message_inbox (consumer_name, message_id, message_type, message_version, status, payload_hash, processed_at)
+		VALUES ('fulfillment', 'm-old', 'order.submitted', 1, 'PROCESSED', 'h', now() - interval '31 days'),
+		       ('fulfillment', 'm-new', 'order.submitted', 1, 'PROCESSED', 'h', now())`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.run("retention"); err == nil {
+		t.Fatal("retention without a reason: want an error")
+	}
+	var r retentionReport
+	ctl.json(&r, "retention", "--reason", "disk at 90%")
+	if len(r.Sweeps) != 3 || r.Sweeps[0].Deleted != 1 || r.Sweeps[1].Deleted != 1 || r.Sweeps[2].Deleted != 0 || r.Audit.Action != "retention" {
+		t.Fatalf("retention: %+v", r)
+	}
+	var left int
+	if err := db.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM message_outbox) + (SELECT count(*) FROM message_inbox)`).Scan(&left); err != nil || left != 2 {
+		t.Fatalf("%d rows left: %v", left, err)
+	}
+}
+
+// Commands and arguments that make no sense are refused before anything
+// runs; -h prints the usage.
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	ctl := newCtl(t, "postgres://nobody@127.0.0.1:1/none", "amqp://127.0.0.1:1/")
+	for _, args := range [][]string{nil, {"frobnicate"}, {"outbox"}, {"parked", "list"}, {"parked", "list", "nobody"}, {"order"},
+		{"parked", "replay", "fulfillment", "--all"}, {"retention", "now", "--reason", "r"}, {"--limit", "-1", "audit"}} {
+		if _, err := ctl.run(args...); err == nil {
+			t.Errorf("orderctl %v: want an error", args)
+		}
+	}
+	var stderr bytes.Buffer
+	_ = run(t.Context(), []string{"-h"}, ctl.environ, io.Discard, &stderr)
+	for _, c := range commands {
+		if !strings.Contains(stderr.String(), c.name+" "+c.usage) {
+			t.Errorf("the usage lacks %q", c.name)
+		}
+	}
+}
+
+// Every variable orderctl reads is documented in the README.
+func TestREADMEDocumentsEveryVariable(t *testing.T) {
+	t.Parallel()
+	testenv.READMEDocuments(t, config.Variables(&Config{}))
+}
+
+func startRelay(t *testing.T, dbURL, amqpURL string) {
+	t.Helper()
+	pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: dbURL, AppName: "relay-under-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
+		outbox.Deps{Pool: pool, AMQPURL: amqpURL, Logger: testenv.Logger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; pool.Close() })
+	testenv.WaitFor(t, 10*time.Second, "the relay to be ready", func() bool { return r.Ready(t.Context()) == nil })
+}
+
+func publish(t *testing.T, url string, msg amqp.Publishing) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(t.Context(), domain.EventsExchange, msg.Type, true, false, msg)
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish: %v", err)
+	}
+}

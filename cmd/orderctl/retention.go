@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/store"
+)
+
+// Sweep is one retention run over one kind of row.
+type Sweep struct {
+	What      string `json:"what"`
+	Setting   string `json:"setting"`
+	Retention string `json:"retention"` // "0s": kept forever, nothing deleted
+	Deleted   int64  `json:"deleted"`
+	Error     string `json:"error,omitempty"`
+}
+
+type retentionReport struct {
+	Sweeps []Sweep `json:"sweeps"`
+	Audit  Audit   `json:"audit"`
+}
+
+// retention runs, now, the retention the services run every minute, with
+// their settings: the same functions in the same batches
+// (background.Retention.Once).
+func retention(ctx context.Context, c *ctl) (report, error) {
+	type sweeper struct {
+		Sweep
+		keep   time.Duration
+		delete func(ctx context.Context, db store.DBTX, keep time.Duration, limit int) (int64, error)
+	}
+	var r retentionReport
+	var errs []error
+	for _, s := range []sweeper{
+		{Sweep{What: "published outbox rows", Setting: "RELAY_RETENTION"}, c.cfg.OutboxRetention, outbox.DeletePublished},
+		{Sweep{What: "processed inbox rows", Setting: "CONSUMER_INBOX_RETENTION"}, c.cfg.InboxRetention, inbox.DeleteProcessed},
+		{Sweep{What: "expired idempotency keys", Setting: "IDEMPOTENCY_KEY_TTL"}, c.cfg.IdempotencyKeyTTL, store.DeleteExpiredIdempotencyKeys},
+	} {
+		s.Retention = s.keep.String()
+		if s.keep > 0 {
+			var failure error // Once logs a failure and stops; keep it to report it
+			s.Deleted = background.Retention{What: s.What, Logger: c.log, Delete: func(ctx context.Context, limit int) (int64, error) {
+				n, err := s.delete(ctx, c.pool, s.keep, limit)
+				failure = err
+				return n, err
+			}}.Once(ctx)
+			if failure != nil {
+				s.Error = failure.Error()
+				errs = append(errs, failure)
+			}
+		}
+		r.Sweeps = append(r.Sweeps, s.Sweep)
+	}
+	var err error
+	r.Audit, err = c.record(ctx, c.pool, "retention", "outbox, inbox, idempotency keys", c.args.reason, map[string]any{"sweeps": r.Sweeps})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r retentionReport) human(w io.Writer) {
+	var rows [][]string
+	for _, s := range r.Sweeps {
+		keep := s.Retention
+		if keep == "0s" {
+			keep = "forever (nothing deleted)"
+		}
+		rows = append(rows, []string{s.What, s.Setting + "=" + keep, fmt.Sprint(s.Deleted)})
+	}
+	table(w, []string{"rows", "kept for", "deleted"}, rows)
+	_, _ = fmt.Fprintf(w, "Audit #%d.\n", r.Audit.ID)
+}

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+)
+
+// stuckAfter is when an unpublished outbox row counts as stuck: a running
+// relay publishes a committed row within milliseconds.
+const stuckAfter = time.Minute
+
+// StatusReport is the state of the whole system, with what to do next.
+type StatusReport struct {
+	Outbox    []Backlog    `json:"outbox"` // PENDING, PUBLISHING and FAILED rows by type
+	Inbox     []Backlog    `json:"inbox"`  // rows not PROCESSED, by consumer
+	Queues    []QueueDepth `json:"queues"`
+	QueueNote string       `json:"queue_note,omitempty"` // why the depths are missing
+	Stuck     []Stuck      `json:"stuck"`                // the oldest stuck items
+	Next      []string     `json:"next"`                 // what to do, most urgent first
+}
+
+// Backlog counts rows of one status.
+type Backlog struct {
+	Status        string        `json:"status"`
+	Of            string        `json:"of"` // the message type (outbox) or the consumer (inbox)
+	Rows          int64         `json:"rows"`
+	Oldest        time.Duration `json:"-"`
+	OldestSeconds float64       `json:"oldest_age_seconds,omitempty"`
+}
+
+// QueueDepth is what a passive declare says of one queue.
+type QueueDepth struct {
+	Consumer  string `json:"consumer"`
+	Queue     string `json:"queue"`
+	Kind      string `json:"kind"` // work, retry or parking lot
+	Messages  int    `json:"messages"`
+	Consumers int    `json:"consumers"`
+	Missing   bool   `json:"missing,omitempty"` // not declared: the consumer never ran against this broker
+}
+
+// Stuck is one item that needs a look.
+type Stuck struct {
+	Where      string        `json:"where"` // outbox, or inbox/<consumer>
+	ID         string        `json:"id"`
+	What       string        `json:"what"`
+	Age        time.Duration `json:"-"`
+	AgeSeconds float64       `json:"age_seconds"`
+	Next       string        `json:"next"`
+}
+
+func status(ctx context.Context, c *ctl) (report, error) {
+	r := &StatusReport{Stuck: []Stuck{}, Next: []string{}}
+	next := func(s string) {
+		if !slices.Contains(r.Next, s) {
+			r.Next = append(r.Next, s)
+		}
+	}
+
+	// The outbox and the inbox, by the same queries as the services' gauges.
+	ostats, err := outbox.Stats(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range ostats {
+		r.Outbox = append(r.Outbox, Backlog{Status: s.Status, Of: s.MessageType, Rows: s.Rows, Oldest: s.OldestAge, OldestSeconds: s.OldestAge.Seconds()})
+		if s.Status == "FAILED" {
+			next(fmt.Sprintf("orderctl outbox failed --type %s   (then, once the cause is fixed: orderctl outbox retry --type %s --reason \"...\")", s.MessageType, s.MessageType))
+		}
+	}
+	istats, err := inbox.Stats(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range istats {
+		r.Inbox = append(r.Inbox, Backlog{Status: s.Status, Of: s.Consumer, Rows: s.Rows, Oldest: s.OldestAge, OldestSeconds: s.OldestAge.Seconds()})
+	}
+
+	// The oldest stuck items.
+	if err := r.stuck(ctx, c); err != nil {
+		return nil, err
+	}
+	for i, s := range r.Stuck {
+		r.Stuck[i].AgeSeconds = s.Age.Seconds()
+		next(s.Next)
+	}
+
+	// The queues, by passive declares: they change nothing.
+	if err := r.queues(ctx, c); err != nil {
+		r.QueueNote = "the queue depths could not be read: " + err.Error()
+	}
+	for _, q := range r.Queues {
+		switch {
+		case q.Kind == "parking lot" && q.Messages > 0:
+			next("orderctl parked list " + q.Consumer)
+		case q.Kind == "work" && q.Messages > 0 && q.Consumers == 0:
+			next(fmt.Sprintf("%s has %d messages and no consumer: is order-consumer running (CONSUMERS)?", q.Queue, q.Messages))
+		}
+	}
+	return r, nil
+}
+
+func (r *StatusReport) stuck(ctx context.Context, c *ctl) error {
+	rows, err := c.pool.Query(ctx, `(SELECT outbox_id::text, message_type, aggregate_id, status, attempt_count, coalesce(last_error, ''), now() - created_at
+			FROM message_outbox WHERE status = 'FAILED' ORDER BY updated_at LIMIT 5)
+		UNION ALL
+		(SELECT outbox_id::text, message_type, aggregate_id, status, attempt_count, coalesce(last_error, ''), now() - created_at
+			FROM message_outbox WHERE status = 'PENDING' AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT 5)
+		UNION ALL
+		(SELECT outbox_id::text, message_type, aggregate_id, status, attempt_count, coalesce(last_error, ''), now() - created_at
+			FROM message_outbox WHERE status = 'PUBLISHING' AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT 5)`,
+		stuckAfter.Seconds())
+	if err != nil {
+		return fmt.Errorf("read stuck outbox rows: %w", err)
+	}
+	outboxStuck, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Stuck, error) {
+		var (
+			s                          Stuck
+			typ, order, status, lastEr string
+			attempts                   int
+		)
+		if err := row.Scan(&s.ID, &typ, &order, &status, &attempts, &lastEr, &s.Age); err != nil {
+			return s, err
+		}
+		s.Where = "outbox"
+		s.What = fmt.Sprintf("%s of order %s: %s after %d attempts %s", typ, order, status, attempts, lastEr)
+		switch {
+		case status == "FAILED":
+			s.Next = fmt.Sprintf("fix what last_error says, then: orderctl outbox retry %s --reason \"...\"", s.ID)
+		case status == "PUBLISHING":
+			s.Next = "a relay holds it; any relay takes it back when the lease (RELAY_LEASE) ends"
+		case lastEr != "":
+			s.Next = "the relay retries it with backoff; an unroutable one needs the consumer that binds " + typ
+		default:
+			s.Next = "never tried: is an outbox-relay running against this database?"
+		}
+		return s, nil
+	})
+	if err != nil {
+		return fmt.Errorf("read stuck outbox rows: %w", err)
+	}
+	r.Stuck = append(r.Stuck, outboxStuck...)
+
+	rows, err = c.pool.Query(ctx, `SELECT `+inboxColumns+` FROM message_inbox WHERE status <> 'PROCESSED' ORDER BY first_received_at LIMIT 10`)
+	if err != nil {
+		return fmt.Errorf("read stuck inbox rows: %w", err)
+	}
+	inboxStuck, err := pgx.CollectRows(rows, scanInboxRow)
+	if err != nil {
+		return fmt.Errorf("read stuck inbox rows: %w", err)
+	}
+	for _, x := range inboxStuck {
+		s := Stuck{Where: "inbox/" + x.Consumer, ID: x.MessageID, Age: time.Since(x.FirstReceivedAt),
+			What: fmt.Sprintf("%s of order %s: %s after %d attempts %s", x.Type, orDash(x.AggregateID), x.Status, x.Attempts, x.LastErrorCode)}
+		switch x.Status {
+		case inbox.StatusPermanentFailed, inbox.StatusPoisoned:
+			s.Next = "orderctl parked list " + x.Consumer
+		default:
+			s.Next = "orderctl inbox show " + x.Consumer + " " + x.MessageID
+		}
+		r.Stuck = append(r.Stuck, s)
+	}
+	return nil
+}
+
+// queues reads the depth of every consumer's queues. A passive declare of
+// a queue that does not exist closes its channel, so each has its own.
+func (r *StatusReport) queues(ctx context.Context, c *ctl) error {
+	conn, err := messaging.Dial(ctx, c.cfg.AMQPURL, "orderctl status")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	for _, name := range consumer.Names() {
+		queue := inbox.QueueName(name)
+		all := []QueueDepth{{Consumer: name, Queue: queue, Kind: "work"}}
+		for _, d := range c.cfg.RetryDelays {
+			all = append(all, QueueDepth{Consumer: name, Queue: inbox.RetryQueueName(queue, d), Kind: "retry"})
+		}
+		all = append(all, QueueDepth{Consumer: name, Queue: inbox.ParkingLotName(queue), Kind: "parking lot"})
+		for _, q := range all {
+			ch, err := conn.Channel()
+			if err != nil {
+				return fmt.Errorf("open channel: %w", err)
+			}
+			info, err := ch.QueueDeclarePassive(q.Queue, true, false, false, false, nil)
+			var amqpErr *amqp.Error
+			switch {
+			case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
+				q.Missing = true
+			case err != nil:
+				return fmt.Errorf("declare %s (passive): %w", q.Queue, err)
+			default:
+				q.Messages, q.Consumers = info.Messages, info.Consumers
+				_ = ch.Close()
+			}
+			r.Queues = append(r.Queues, q)
+		}
+	}
+	return nil
+}
+
+func (r *StatusReport) human(w io.Writer) {
+	_, _ = fmt.Fprintln(w, "outbox (rows not yet published):")
+	var rows [][]string
+	for _, b := range r.Outbox {
+		rows = append(rows, []string{"  " + b.Status, b.Of, fmt.Sprint(b.Rows), oldest(b)})
+	}
+	if len(rows) == 0 {
+		_, _ = fmt.Fprintln(w, "  none: every row is published")
+	} else {
+		table(w, []string{"  status", "message_type", "rows", "oldest"}, rows)
+	}
+
+	_, _ = fmt.Fprintln(w, "\ninbox (rows not PROCESSED):")
+	rows = nil
+	for _, b := range r.Inbox {
+		rows = append(rows, []string{"  " + b.Of, b.Status, fmt.Sprint(b.Rows), oldest(b)})
+	}
+	if len(rows) == 0 {
+		_, _ = fmt.Fprintln(w, "  none")
+	} else {
+		table(w, []string{"  consumer", "status", "rows", "oldest"}, rows)
+	}
+
+	_, _ = fmt.Fprintln(w, "\nqueues:")
+	if r.QueueNote != "" {
+		_, _ = fmt.Fprintf(w, "  %s\n", r.QueueNote)
+	}
+	rows = nil
+	for _, q := range r.Queues {
+		depth, consumers := fmt.Sprint(q.Messages), fmt.Sprint(q.Consumers)
+		if q.Missing {
+			depth, consumers = "absent", "-"
+		}
+		rows = append(rows, []string{"  " + q.Queue, q.Kind, depth, consumers})
+	}
+	if len(rows) > 0 {
+		table(w, []string{"  queue", "kind", "messages", "consumers"}, rows)
+	}
+
+	_, _ = fmt.Fprintf(w, "\nstuck (outbox rows FAILED, or unpublished for over %s; inbox rows not PROCESSED), oldest first:\n", stuckAfter)
+	if len(r.Stuck) == 0 {
+		_, _ = fmt.Fprintln(w, "  nothing")
+	}
+	for _, s := range r.Stuck {
+		_, _ = fmt.Fprintf(w, "  %s %s (%s old): %s\n    next: %s\n", s.Where, s.ID, age(s.Age), s.What, s.Next)
+	}
+
+	_, _ = fmt.Fprintln(w, "\nnext:")
+	if len(r.Next) == 0 {
+		_, _ = fmt.Fprintln(w, "  nothing to do")
+	}
+	for _, n := range r.Next {
+		_, _ = fmt.Fprintf(w, "  %s\n", n)
+	}
+}
+
+func oldest(b Backlog) string {
+	if b.Oldest == 0 {
+		return "-"
+	}
+	return age(b.Oldest)
+}
