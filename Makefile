@@ -9,6 +9,11 @@ TOOL    := $(GO) tool -modfile=tools/go.mod
 PKGS    := ./...
 # DATABASE_URL and AMQP_URL come from the environment; unset, the binaries
 # use the local servers, and the tests use them or start containers.
+# The targets that run the service or talk to its database (dev, run*,
+# migrate, walkthrough, psql, db/reset, ctl, replay) also read .env when it
+# exists, under
+# the environment (scripts/env.sh); the tests do not.
+ENV     := ./scripts/env.sh
 
 # make load: the rate (orders/s) and duration of the load generator;
 # make bench/flow: its rates and the duration of each run.
@@ -23,6 +28,10 @@ help: ## list the targets
 .PHONY: test
 test: ## run every test against the local PostgreSQL and RabbitMQ (or containers)
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+.PHONY: test/unit
+test/unit: ## the tests that need no servers (go test -short: those needing PostgreSQL or RabbitMQ skip)
+	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: test/race
 test/race: ## run every test with the race detector
@@ -49,32 +58,40 @@ generate: ## regenerate the sqlc code (store, outbox, inbox queries) and docs/ca
 
 .PHONY: migrate
 migrate: ## create the database if needed and apply the migrations (DATABASE_URL)
-	$(GO) run ./cmd/order-api migrate up
+	$(ENV) $(GO) run ./cmd/order-api migrate up
 
 .PHONY: run
 run: ## run order-api against DATABASE_URL, migrating first
-	$(GO) run ./cmd/order-api -migrate
+	$(ENV) $(GO) run ./cmd/order-api -migrate
 
 .PHONY: run/relay
 run/relay: ## run outbox-relay against DATABASE_URL and AMQP_URL
-	$(GO) run ./cmd/outbox-relay
+	$(ENV) $(GO) run ./cmd/outbox-relay
 
 .PHONY: run/consumer
 run/consumer: ## run order-consumer against DATABASE_URL and AMQP_URL
-	$(GO) run ./cmd/order-consumer
+	$(ENV) $(GO) run ./cmd/order-consumer
 
 .PHONY: dev
-dev: ## the whole system on this machine without Docker (migrations, api, 2 relays, consumer, webhook receiver); Ctrl-C stops it
+dev: ## the whole system on this machine without Docker (migrations, api, 2 relays, consumer, webhook receiver); Ctrl-C or make stop stops it
 	./scripts/dev.sh
+
+.PHONY: stop
+stop: ## stop what make dev started (from another terminal)
+	./scripts/dev.sh stop
+
+.PHONY: psql
+psql: ## psql on DATABASE_URL (the orders database of make dev by default)
+	$(ENV) sh -c 'exec psql "$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/orders?sslmode=disable}"'
 
 .PHONY: ctl
 ctl: ## orderctl, the operator's tool, against DATABASE_URL and AMQP_URL: make ctl ARGS='status'
-	$(GO) run ./cmd/orderctl $(ARGS)
+	$(ENV) $(GO) run ./cmd/orderctl $(ARGS)
 
 .PHONY: replay
 replay: ## move a consumer's parked messages back to its work queue: make replay CONSUMER=fulfillment REASON='why'
 	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why'"; exit 2; }
-	$(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
+	$(ENV) $(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
 
 .PHONY: compose-test
 compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough inside it (-yes), always down -v; COMPOSE_SERVICES= to start a subset
@@ -82,7 +99,7 @@ compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough in
 
 .PHONY: walkthrough
 walkthrough: ## a guided tour of the system make dev runs; ARGS=-yes runs it unattended (compose: make compose-test)
-	$(GO) run ./cmd/walkthrough $(ARGS)
+	$(ENV) $(GO) run ./cmd/walkthrough $(ARGS)
 
 .PHONY: load
 load: ## post orders to the running API at RATE orders/s for DURATION and report latency (ARGS=-chart latency.svg)
@@ -90,4 +107,4 @@ load: ## post orders to the running API at RATE orders/s for DURATION and report
 
 .PHONY: db/reset
 db/reset: ## roll every migration back and apply them again (drops all data!)
-	$(GO) run ./cmd/order-api migrate reset
+	$(ENV) $(GO) run ./cmd/order-api migrate reset

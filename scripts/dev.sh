@@ -18,8 +18,14 @@
 # does, to run beside other tests): DEV_API_ADDR, DEV_RELAY1_ADDR,
 # DEV_RELAY2_ADDR, DEV_CONSUMER_ADDR, DEV_WEBHOOK_ADDR; DEV_BIN is where the
 # binaries are built (bin/).
+#
+# The settings of .env, when it exists, apply (scripts/env.sh), under those
+# already in the environment. `scripts/dev.sh stop` (make stop) stops a
+# running make dev from another terminal, as Ctrl-C does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
 
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/orders?sslmode=disable}"
 export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
@@ -31,6 +37,36 @@ relay2_addr="${DEV_RELAY2_ADDR:-127.0.0.1:9103}"
 consumer_addr="${DEV_CONSUMER_ADDR:-127.0.0.1:9102}"
 webhook_addr="${DEV_WEBHOOK_ADDR:-127.0.0.1:8090}"
 bin="${DEV_BIN:-bin}"
+pidfile="$bin/dev.pid"
+
+# running: the pid of a make dev of this checkout that is still running.
+running() {
+	local pid
+	pid=$(cat "$pidfile" 2>/dev/null) || return 1
+	[[ $(ps -o args= -p "$pid" 2>/dev/null) == *dev.sh* ]] && echo "$pid"
+}
+
+if [[ ${1:-} == stop ]]; then
+	if ! pid=$(running); then
+		echo "[dev] make dev is not running (no live pid in $pidfile)"
+		exit 0
+	fi
+	echo "[dev] stopping make dev (pid $pid)"
+	kill -TERM "$pid"
+	for _ in $(seq 1 300); do
+		kill -0 "$pid" 2>/dev/null || { echo "[dev] stopped"; exit 0; }
+		sleep 0.1
+	done
+	echo "[dev] pid $pid is still running after 30s" >&2
+	exit 1
+elif [[ $# -gt 0 ]]; then
+	echo "usage: scripts/dev.sh [stop]" >&2
+	exit 2
+fi
+if pid=$(running); then
+	echo "[dev] make dev is running already (pid $pid); make stop stops it" >&2
+	exit 1
+fi
 
 echo "[dev] building into $bin/"
 mkdir -p "$bin"
@@ -38,6 +74,8 @@ go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cm
 echo "[dev] migrating ${DATABASE_URL%%\?*}"
 "$bin/order-api" migrate up 2>&1 | sed -u 's/^/[migrate] /'
 
+echo $$ >"$pidfile"
+trap 'rm -f "$pidfile"' EXIT
 trap 'echo "[dev] stopping"; kill -TERM $(jobs -p) 2>/dev/null || true; wait; echo "[dev] stopped"' INT TERM
 
 # supervise NAME VAR=value... -- BINARY: run BINARY with the variables,
@@ -81,5 +119,5 @@ supervise relay-2  ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 -- "$bin/outbox-re
 supervise consumer ADMIN_ADDR="$consumer_addr" NOTIFY_WEBHOOK_URL="http://$webhook_addr/notifications" \
 	CONSUMER_FAULTS_ENDPOINT=true CONSUMER_PROCESSING_LEASE="${CONSUMER_PROCESSING_LEASE:-10s}" -- "$bin/order-consumer"
 
-echo "[dev] running; Ctrl-C stops everything. Try: make walkthrough"
+echo "[dev] running; Ctrl-C (or make stop) stops everything. Try: make walkthrough, and http://$api_addr/ui/"
 wait

@@ -1,6 +1,7 @@
 // Command order-api is the HTTP API of the order service: it accepts orders
 // and cancellations, and writes each change together with its outbox
 // message in one transaction. The outbox-relay publishes those messages.
+// It also serves the order timeline pages under /ui/.
 //
 //	order-api [-migrate]                 serve on HTTP_ADDR
 //	order-api migrate [up|down|status]   manage the schema and exit
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,13 +49,21 @@ type Config struct {
 	ShutdownDelay time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s"`
 	// ShutdownTimeout bounds the wait for requests in flight on SIGTERM.
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	// JaegerUIURL is the Jaeger UI the order timeline page (/ui/) links
+	// each order's trace to; empty: no link, the trace id only.
+	JaegerUIURL string `env:"JAEGER_UI_URL"`
 }
 
 // Validate checks every setting and reports all the bad ones.
 func (c *Config) Validate() error {
-	var delay error
+	var delay, jaeger error
 	if c.ShutdownDelay < 0 {
 		delay = fmt.Errorf("SHUTDOWN_DELAY must not be negative, got %v", c.ShutdownDelay)
+	}
+	if c.JaegerUIURL != "" {
+		if u, err := url.Parse(c.JaegerUIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			jaeger = fmt.Errorf("JAEGER_UI_URL must be an http(s) URL such as http://localhost:16686, got %q", c.JaegerUIURL)
+		}
 	}
 	return errors.Join(
 		c.Database.Validate(),
@@ -64,6 +74,7 @@ func (c *Config) Validate() error {
 		config.Positive("HTTP_MAX_IN_FLIGHT", c.MaxInFlight),
 		delay,
 		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
+		jaeger,
 	)
 }
 
@@ -111,6 +122,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		IdempotencyKeyTTL: cfg.IdempotencyKeyTTL,
 		AcquireTimeout:    cfg.AcquireTimeout,
 		MaxInFlight:       cfg.MaxInFlight,
+		JaegerUIURL:       cfg.JaegerUIURL,
 	}, httpapi.Deps{
 		Pool:           pool,
 		Logger:         log,

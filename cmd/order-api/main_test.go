@@ -48,6 +48,19 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 	}
 }
 
+// JAEGER_UI_URL is where the timeline page links traces: a value that is
+// no http(s) URL stops the start, naming the variable.
+func TestBadJaegerUIURLFailsStartup(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"localhost:16686", "ftp://jaeger", "http://"} {
+		var out bytes.Buffer
+		err := run(t.Context(), nil, map[string]string{"JAEGER_UI_URL": bad}, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "JAEGER_UI_URL") {
+			t.Errorf("JAEGER_UI_URL=%s: err = %v; want it named", bad, err)
+		}
+	}
+}
+
 // The process serves with -migrate on an empty database, and on cancel
 // (SIGTERM) drains and returns without error.
 func TestServeAndShutDown(t *testing.T) {

@@ -65,6 +65,10 @@ type Config struct {
 	// address, for the walkthrough and drills. Never in production.
 	FaultsEndpoint  bool          `env:"CONSUMER_FAULTS_ENDPOINT" envDefault:"false"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	// FulfillmentDelay is how long fulfillment waits, outside any
+	// transaction, before it requests the fulfillment of a submitted order:
+	// a demo knob that leaves time to cancel by hand. 0 in production.
+	FulfillmentDelay time.Duration `env:"FULFILLMENT_DELAY" envDefault:"0s"`
 }
 
 // Validate checks every setting and reports all the bad ones.
@@ -87,6 +91,9 @@ func (c *Config) Validate() error {
 		if !slices.Contains(consumer.Names(), name) {
 			errs = append(errs, fmt.Errorf("CONSUMERS: unknown consumer %q (want some of %v)", name, consumer.Names()))
 		}
+	}
+	if c.FulfillmentDelay < 0 {
+		errs = append(errs, fmt.Errorf("FULFILLMENT_DELAY must not be negative, got %v", c.FulfillmentDelay))
 	}
 	if c.ProcessingLease <= c.WebhookTimeout {
 		errs = append(errs, errors.New("CONSUMER_PROCESSING_LEASE must be longer than NOTIFY_WEBHOOK_TIMEOUT"))
@@ -153,8 +160,9 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 
 	// The consumers, and their admin endpoints beside them.
 	selected, err := consumer.Select(consumer.All(consumer.Deps{
-		MeterProvider: tel.MeterProvider,
-		Notifier:      notification.Config{URL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: tel.TracerProvider},
+		MeterProvider:    tel.MeterProvider,
+		Notifier:         notification.Config{URL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: tel.TracerProvider},
+		FulfillmentDelay: cfg.FulfillmentDelay,
 	}), cfg.Consumers)
 	if err != nil {
 		return err

@@ -86,7 +86,7 @@ func (e *ctlEnv) audit() []Audit {
 // change is in the audit with who and why.
 func TestParkedMessages(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider()))
+	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
 	ctl := newCtl(t, h.Pool.Config().ConnString(), h.AMQPURL)
 	poison := []string{ // their orders do not exist: order_not_found, parked at once
 		h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()}),

@@ -71,9 +71,31 @@ func (c *Config) Validate() error {
 	)
 }
 
+// validateRelay checks the settings that must agree with each other,
+// naming the variables. outbox.Config.Validate checks the same rules in
+// its own words; it runs last, for any rule added there later.
 func (c *Config) validateRelay() error {
+	var errs []error
+	if c.Lease <= c.ConfirmTimeout {
+		errs = append(errs, fmt.Errorf("RELAY_LEASE (%s) must be longer than RELAY_CONFIRM_TIMEOUT (%s): a row's lease must outlast the wait for its confirm", c.Lease, c.ConfirmTimeout))
+	}
+	if c.MaxInFlight < c.BatchSize {
+		errs = append(errs, fmt.Errorf("RELAY_MAX_IN_FLIGHT (%d) must be at least RELAY_BATCH_SIZE (%d): the confirm window must hold one batch", c.MaxInFlight, c.BatchSize))
+	}
+	if c.BackoffMax < c.BackoffBase {
+		errs = append(errs, fmt.Errorf("RELAY_BACKOFF_MAX (%s) must not be below RELAY_BACKOFF_BASE (%s)", c.BackoffMax, c.BackoffBase))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("RELAY_RETENTION must not be negative, got %s", c.Retention))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 	rc := c.relayConfig()
-	return rc.Validate()
+	if err := rc.Validate(); err != nil {
+		return fmt.Errorf("RELAY_*: %w", err)
+	}
+	return nil
 }
 
 func (c *Config) relayConfig() outbox.Config {

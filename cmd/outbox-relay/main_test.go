@@ -115,9 +115,22 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "RELAY_BATCH_SIZE") {
 		t.Fatalf("err = %v", err)
 	}
-	err = run(t.Context(), nil, map[string]string{"RELAY_LEASE": "1s", "RELAY_CONFIRM_TIMEOUT": "10s"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "lease") {
-		t.Fatalf("err = %v", err)
+	// Settings that must agree: the error names both variables of each rule.
+	for _, tc := range []struct {
+		env  map[string]string
+		want []string
+	}{
+		{map[string]string{"RELAY_LEASE": "1s", "RELAY_CONFIRM_TIMEOUT": "10s"}, []string{"RELAY_LEASE", "RELAY_CONFIRM_TIMEOUT"}},
+		{map[string]string{"RELAY_MAX_IN_FLIGHT": "10", "RELAY_BATCH_SIZE": "20"}, []string{"RELAY_MAX_IN_FLIGHT", "RELAY_BATCH_SIZE"}},
+		{map[string]string{"RELAY_BACKOFF_BASE": "1m", "RELAY_BACKOFF_MAX": "1s"}, []string{"RELAY_BACKOFF_MAX", "RELAY_BACKOFF_BASE"}},
+		{map[string]string{"RELAY_RETENTION": "-1h"}, []string{"RELAY_RETENTION"}},
+	} {
+		err := run(t.Context(), nil, tc.env, io.Discard, io.Discard)
+		for _, name := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%v: err = %v; want %s named", tc.env, err, name)
+			}
+		}
 	}
 }
 

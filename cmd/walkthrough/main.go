@@ -41,11 +41,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/messaging/inbox"
 )
 
 // Config is where the running system is.
@@ -122,40 +127,167 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	return tour(ctx, sys, n)
 }
 
-// connect checks that the system is up and opens the database and broker.
+// connect checks, before step 1, that the walkthrough sees the whole
+// system, and the same system the processes use: order-api, the
+// consumer's admin endpoints and the webhook receiver answer; the database
+// answers and holds the schema, and order-api's newest order is in it; the
+// RabbitMQ vhost answers and holds the consumers' queues. It names every
+// part it cannot see, not only the first. It also finds out which of
+// Jaeger, the RabbitMQ management UI and Grafana answer, for the hints.
 func connect(ctx context.Context, cfg Config) (*system, error) {
 	s := &system{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
+	var missing []string
+	miss := func(format string, args ...any) { missing = append(missing, fmt.Sprintf(format, args...)) }
 	hint := "is the system running? `make dev`; with Docker, run the walkthrough inside the demo stack: " +
 		"`docker compose -f docker-compose.yml -f docker-compose.demo.yml run --rm walkthrough`"
 	if err := s.ready(ctx, cfg.APIURL+"/readyz"); err != nil {
-		return nil, fmt.Errorf("order-api at %s: %w (%s; API_URL)", cfg.APIURL, err, hint)
+		miss("order-api at %s (API_URL): %v", cfg.APIURL, err)
 	}
 	if err := s.ready(ctx, cfg.ConsumerAdminURL+"/readyz"); err != nil {
-		return nil, fmt.Errorf("order-consumer admin at %s: %w (%s; CONSUMER_ADMIN_URL)", cfg.ConsumerAdminURL, err, hint)
+		miss("order-consumer's admin endpoints at %s (CONSUMER_ADMIN_URL): %v", cfg.ConsumerAdminURL, err)
 	}
 	if cfg.WebhookURL != "" {
 		if err := s.ready(ctx, cfg.WebhookURL+"/healthz"); err != nil {
-			return nil, fmt.Errorf("webhook receiver at %s: %w (%s; WEBHOOK_RECEIVER_URL, or set it empty)", cfg.WebhookURL, err, hint)
+			miss("the webhook receiver at %s (WEBHOOK_RECEIVER_URL, or set it empty): %v", cfg.WebhookURL, err)
 		}
 	}
+
+	dbName := describeDatabase(cfg.DatabaseURL)
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	if err == nil {
-		err = pool.Ping(ctx)
+		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = pool.Ping(pingCtx)
+		cancel()
 	}
-	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL (DATABASE_URL): %w", err)
+	switch {
+	case err != nil:
+		miss("PostgreSQL, %s (DATABASE_URL): %v", dbName, err)
+	default:
+		s.db = pool
+		if problem := s.checkDatabase(ctx); problem != "" {
+			miss("PostgreSQL, %s (DATABASE_URL): %s", dbName, problem)
+		}
 	}
-	s.db = pool
-	conn, err := amqp.DialConfig(cfg.AMQPURL, amqp.Config{Properties: amqp.Table{"connection_name": "walkthrough"}})
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("RabbitMQ (AMQP_URL): %w", err)
+
+	vhostName := describeVhost(cfg.AMQPURL)
+	conn, err := amqp.DialConfig(cfg.AMQPURL, amqp.Config{Properties: amqp.Table{"connection_name": "walkthrough"}, Dial: amqp.DefaultDial(5 * time.Second)})
+	switch {
+	case err != nil:
+		miss("RabbitMQ, %s (AMQP_URL): %v", vhostName, err)
+	default:
+		s.amqp = conn
+		if problem := s.checkVhost(); problem != "" {
+			miss("RabbitMQ, %s (AMQP_URL): %s", vhostName, problem)
+		}
 	}
-	s.amqp = conn
+
+	if len(missing) > 0 {
+		s.close()
+		return nil, fmt.Errorf("the walkthrough cannot see the whole system; it runs only against one it can see:\n  - %s\n"+
+			"(%s; the variables name where the walkthrough looks: docs/walkthrough.md)",
+			strings.Join(missing, "\n  - "), hint)
+	}
+	s.where = fmt.Sprintf("order-api %s, order-consumer %s,\nPostgreSQL %s, RabbitMQ %s", cfg.APIURL, cfg.ConsumerAdminURL, dbName, vhostName)
+	s.jaeger, s.rabbitUI, s.grafana = s.answers(ctx, cfg.JaegerURL), s.answers(ctx, cfg.RabbitUIURL), s.answers(ctx, cfg.GrafanaURL)
 	return s, nil
 }
 
+// checkDatabase says what is wrong with the database for the walkthrough,
+// or "": the schema must be there, and order-api's newest order in it (or
+// order-api must have none yet), else the walkthrough reads another
+// database than the one order-api writes.
+func (s *system) checkDatabase(ctx context.Context) string {
+	var migrated bool
+	if err := s.db.QueryRow(ctx, `SELECT to_regclass('orders') IS NOT NULL AND to_regclass('message_outbox') IS NOT NULL
+		AND to_regclass('message_inbox') IS NOT NULL`).Scan(&migrated); err != nil {
+		return fmt.Sprintf("cannot read it: %v", err)
+	}
+	if !migrated {
+		return "it has no orders, message_outbox or message_inbox table: not the database order-api uses, or not migrated (make migrate)"
+	}
+	var page struct {
+		Orders []struct {
+			ID string `json:"order_id"`
+		} `json:"orders"`
+	}
+	if code, err := s.do(ctx, http.MethodGet, s.cfg.APIURL+"/v1/orders?limit=1", nil, nil, &page); err != nil || code != http.StatusOK || len(page.Orders) == 0 {
+		return "" // order-api has no order yet (or did not answer: said above)
+	}
+	var found bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM orders WHERE order_id = $1)`, page.Orders[0].ID).Scan(&found); err != nil {
+		return fmt.Sprintf("cannot read it: %v", err)
+	}
+	if !found {
+		return fmt.Sprintf("order-api's newest order %s is not in it: order-api writes to another database", page.Orders[0].ID)
+	}
+	return ""
+}
+
+// checkVhost says what is wrong with the vhost for the walkthrough, or "":
+// the queue of every consumer must be there, else order-consumer uses
+// another vhost (or has never started).
+func (s *system) checkVhost() string {
+	var absent []string
+	for _, c := range consumer.All(consumer.Deps{}) {
+		ch, err := s.amqp.Channel()
+		if err != nil {
+			return fmt.Sprintf("cannot open a channel: %v", err)
+		}
+		if _, err := ch.QueueDeclarePassive(inbox.QueueName(c.Name()), true, false, false, false, nil); err != nil {
+			absent = append(absent, inbox.QueueName(c.Name()))
+		}
+		_ = ch.Close() // a failed passive declare closed it already
+	}
+	if len(absent) > 0 {
+		return fmt.Sprintf("it has no queue %s: not the vhost order-consumer uses, or order-consumer never started", strings.Join(absent, ", "))
+	}
+	return ""
+}
+
+// describeDatabase names the database of a URL for people: its name and
+// server, never its password.
+func describeDatabase(url string) string {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "(DATABASE_URL does not parse)"
+	}
+	return fmt.Sprintf("database %q on %s:%d", cfg.Database, cfg.Host, cfg.Port)
+}
+
+// describeVhost names the vhost of an AMQP URL for people: its name and
+// server, never its password.
+func describeVhost(url string) string {
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		return "(AMQP_URL does not parse)"
+	}
+	return fmt.Sprintf("vhost %q on %s:%d", uri.Vhost, uri.Host, uri.Port)
+}
+
+// answers reports whether a web UI answers at url (any answer but a 5xx).
+func (s *system) answers(ctx context.Context, url string) bool {
+	if url == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode < 500
+}
+
 func (s *system) close() {
-	_ = s.amqp.Close()
-	s.db.Close()
+	if s.amqp != nil {
+		_ = s.amqp.Close()
+	}
+	if s.db != nil {
+		s.db.Close()
+	}
 }

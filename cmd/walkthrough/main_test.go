@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -74,5 +76,63 @@ func TestSaysHowToStartTheSystem(t *testing.T) {
 	err := run(context.Background(), []string{"-yes"}, lookup, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "make dev") || !strings.Contains(err.Error(), "API_URL") {
 		t.Fatalf("want an error naming API_URL and how to start the system, got %v", err)
+	}
+}
+
+// With nothing where the variables point, the walkthrough names every
+// part it cannot see, each with its variable, before step 1.
+func TestNamesEverythingItCannotSee(t *testing.T) {
+	t.Parallel()
+	closed := testenv.FreeAddr(t) // nothing listens there
+	env := map[string]string{
+		"API_URL": "http://" + closed, "CONSUMER_ADMIN_URL": "http://" + closed, "WEBHOOK_RECEIVER_URL": "http://" + closed,
+		"DATABASE_URL": "postgres://postgres@" + closed + "/orders?sslmode=disable", "AMQP_URL": "amqp://guest:guest@" + closed + "/",
+	}
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	err := run(context.Background(), []string{"-yes"}, lookup, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("the walkthrough ran against nothing")
+	}
+	for _, want := range []string{"API_URL", "CONSUMER_ADMIN_URL", "WEBHOOK_RECEIVER_URL", "DATABASE_URL", "AMQP_URL", `database "orders"`, `vhost "/"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not name %s:\n%v", want, err)
+		}
+	}
+}
+
+// A database and a vhost that answer but are not the running system's
+// (order-api's newest order is not in the database, the consumers' queues
+// are not in the vhost): the walkthrough refuses, naming both.
+func TestRefusesAnotherSystemsDatabaseAndVhost(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t) // migrated, and empty
+	amqpURL := testenv.NewVhost(t)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			_, _ = w.Write([]byte(`{"status":"ready"}`))
+		case "/v1/orders": // an order of another database
+			_, _ = w.Write([]byte(`{"orders":[{"order_id":"01a2b3c4-0000-7000-8000-000000000001"}],"next_cursor":null}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(api.Close)
+	env := map[string]string{
+		"API_URL": api.URL, "CONSUMER_ADMIN_URL": api.URL, "WEBHOOK_RECEIVER_URL": "",
+		"DATABASE_URL": db.URL, "AMQP_URL": amqpURL,
+	}
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	err := run(context.Background(), []string{"-yes"}, lookup, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("the walkthrough ran against another system's database and vhost")
+	}
+	for _, want := range []string{
+		"order-api writes to another database", `database "` + db.Name + `"`, "DATABASE_URL",
+		"no queue orders.fulfillment", "not the vhost order-consumer uses", "AMQP_URL",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
 	}
 }

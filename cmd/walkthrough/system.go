@@ -28,6 +28,10 @@ type system struct {
 	http *http.Client
 	db   *pgxpool.Pool
 	amqp *amqp.Connection
+	// where names the system the walkthrough talks to, for its first words.
+	where string
+	// Which of the web UIs the hints point to answer (make dev runs none).
+	jaeger, rabbitUI, grafana bool
 }
 
 // order is the API's view of an order (GET /v1/orders/{id}).

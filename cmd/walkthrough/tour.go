@@ -32,10 +32,14 @@ func tour(ctx context.Context, s *system, n *narrator) error {
 		{"cancels racing fulfillment", stepRace},
 	}
 	n.steps = len(steps)
-	n.say("This walkthrough drives the running order service (order-api %s, order-consumer %s)\n"+
-		"and shows, from the database and the broker, what the outbox and the inbox do.\n"+
+	n.say("This walkthrough drives the running order service and shows, from the database and\n"+
+		"the broker, what the outbox and the inbox do. It talks to:\n%s\n"+
 		"Every query it prints can be pasted into psql. Nothing here is simulated: the\n"+
-		"faults are real messages and a real crash of order-consumer.", s.cfg.APIURL, s.cfg.ConsumerAdminURL)
+		"faults are real messages and a real crash of order-consumer.", s.where)
+	if absent := s.absentUIs(); absent != "" {
+		n.say("Not answering: %s (make dev runs none of them). Its hints point to\n"+
+			"what there is instead: the order timeline page, psql, the logs, /metrics.", absent)
+	}
 	st := &state{}
 	for _, step := range steps {
 		if err := n.pause(ctx); err != nil {
@@ -200,10 +204,11 @@ func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 		trace = inbox[0][5]
 	}
 	n.look(
-		fmt.Sprintf("Jaeger %s/trace/%s : POST /v1/orders, each relay publish, each consumer process, the SQL, one trace", s.cfg.JaegerURL, trace),
-		fmt.Sprintf("RabbitMQ %s/#/queues : orders.fulfillment, orders.warehouse, orders.notification, their .retry.* and .dlq", s.cfg.RabbitUIURL),
-		fmt.Sprintf("Grafana %s : the dashboard \"Order service: outbox and inbox\"", s.cfg.GrafanaURL),
-		"psql: SELECT * FROM order_state_transition WHERE order_id = '"+o.ID+"';",
+		fmt.Sprintf("the order's timeline %s/ui/orders/%s : every hop above in time order, and the trace id", s.cfg.APIURL, o.ID),
+		s.traceHint(trace, "POST /v1/orders, each relay publish, each consumer process, the SQL, one trace"),
+		s.queuesHint("orders.fulfillment, orders.warehouse, orders.notification, their .retry.* and .dlq"),
+		s.grafanaHint("the dashboard \"Order service: outbox and inbox\"", "consumer_messages_processed_total"),
+		"psql (make psql): SELECT * FROM order_state_transition WHERE order_id = '"+o.ID+"';",
 		"orderctl order "+o.ID+" : all of the above in one timeline (from a checkout: make ctl ARGS='order "+o.ID+"')",
 	)
 	return nil
@@ -293,8 +298,8 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	n.ok("consumer_messages_duplicates_total on %s/metrics: %.0f → %.0f", s.cfg.ConsumerAdminURL, dupBefore, dupAfter)
 	n.look(
 		"the consumer's log: a line \"duplicate\" per consumer with message_id "+row.ID.String(),
-		"Jaeger: the order's trace has new process spans (the message carries the row's traceparent)",
-		"Grafana: \"Duplicates per consumer\"",
+		s.traceHint("", "the order's trace has new process spans (the message carries the row's traceparent)"),
+		s.grafanaHint("\"Duplicates per consumer\"", "consumer_messages_duplicates_total"),
 	)
 	return nil
 }
@@ -395,7 +400,7 @@ FROM message_inbox WHERE aggregate_id = $1 AND consumer_name = 'warehouse'`
 	n.ok("the restarted order-consumer counted it: consumer_messages_duplicates_total{consumer_name=\"warehouse\"} = %.0f", dups)
 	n.look(
 		"the consumer's log: \"fault injection: exiting after the commit, before the ack\", then after the restart a \"duplicate\" line for the same message_id",
-		"RabbitMQ: the connection of order-consumer is new; the message was redelivered (redelivered flag)",
+		s.queuesHint("the connection of order-consumer is new; the message was redelivered (redelivered flag)"),
 	)
 	return nil
 }
@@ -484,7 +489,7 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	}
 	n.ok("parked with its reason; the body is kept as it came, for whoever fixes the producer")
 	n.look(
-		fmt.Sprintf("RabbitMQ %s/#/queues : %s → Get messages shows it with these headers", s.cfg.RabbitUIURL, dlq),
+		s.queuesHint(dlq+" → Get messages shows it with these headers"),
 		"the consumer's log: one \"parked\" line per consumer with message_id "+poisonID+" and the reason, never the payload",
 		"orderctl parked show "+subs[0]+" "+poisonID+" : the same, from the terminal, leaving it where it is",
 		"docs/operations.md: replaying parked messages (orderctl parked replay) once their cause is fixed;\n"+
@@ -620,4 +625,57 @@ func orEmpty(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// absentUIs names the web UIs of the hints that do not answer.
+func (s *system) absentUIs() string {
+	var absent []string
+	for _, ui := range []struct {
+		name string
+		up   bool
+	}{
+		{"Jaeger (JAEGER_URL " + s.cfg.JaegerURL + ")", s.jaeger},
+		{"the RabbitMQ management UI (RABBITMQ_UI_URL " + s.cfg.RabbitUIURL + ")", s.rabbitUI},
+		{"Grafana (GRAFANA_URL " + s.cfg.GrafanaURL + ")", s.grafana},
+	} {
+		if !ui.up {
+			absent = append(absent, ui.name)
+		}
+	}
+	return strings.Join(absent, ", ")
+}
+
+// traceHint points to a trace in Jaeger, or, without Jaeger, to the
+// order timeline page and the console exporter.
+func (s *system) traceHint(traceID, what string) string {
+	if s.jaeger {
+		if traceID == "" {
+			return "Jaeger " + s.cfg.JaegerURL + " : " + what
+		}
+		return fmt.Sprintf("Jaeger %s/trace/%s : %s", s.cfg.JaegerURL, traceID, what)
+	}
+	return "no Jaeger: the timeline page names the trace id; OTEL_TRACES_EXPORTER=console make dev prints the spans in the logs"
+}
+
+// queuesHint points to the RabbitMQ management UI's queues, or, without
+// it, to rabbitmqctl.
+func (s *system) queuesHint(what string) string {
+	if s.rabbitUI {
+		return fmt.Sprintf("RabbitMQ %s/#/queues : %s", s.cfg.RabbitUIURL, what)
+	}
+	vhost := "/"
+	if uri, err := amqp.ParseURI(s.cfg.AMQPURL); err == nil {
+		vhost = uri.Vhost
+	}
+	return fmt.Sprintf("no RabbitMQ management UI: rabbitmqctl list_queues -p '%s' name messages_ready messages_unacknowledged "+
+		"shows the queues (or enable the UI: rabbitmq-plugins enable rabbitmq_management)", vhost)
+}
+
+// grafanaHint points to a Grafana panel, or, without Grafana, to the
+// metric on the consumer's /metrics.
+func (s *system) grafanaHint(panel, metric string) string {
+	if s.grafana {
+		return fmt.Sprintf("Grafana %s : %s", s.cfg.GrafanaURL, panel)
+	}
+	return fmt.Sprintf("no Grafana: %s on %s/metrics", metric, s.cfg.ConsumerAdminURL)
 }

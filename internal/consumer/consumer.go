@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -19,13 +20,17 @@ type Deps struct {
 	MeterProvider metric.MeterProvider
 	// Notifier configures the notification webhook.
 	Notifier notification.Config
+	// FulfillmentDelay is how long fulfillment waits before it requests
+	// the fulfillment of a submitted order (FULFILLMENT_DELAY, a demo
+	// knob); 0: no wait.
+	FulfillmentDelay time.Duration
 }
 
 // All returns every consumer of order-consumer, in the order of the flow.
 // Adding a consumer is one line here (docs/extending.md).
 func All(d Deps) []*inbox.Consumer {
 	return []*inbox.Consumer{
-		fulfillment.New(d.MeterProvider),
+		fulfillment.New(d.MeterProvider, d.FulfillmentDelay),
 		warehouse.New(),
 		notification.New(d.Notifier),
 		shipping.New(),

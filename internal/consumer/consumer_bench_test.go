@@ -312,5 +312,5 @@ func rates(xs []float64) []string {
 }
 
 func fulfillmentConsumer() *inbox.Consumer {
-	return fulfillment.New(metricnoop.NewMeterProvider())
+	return fulfillment.New(metricnoop.NewMeterProvider(), 0)
 }

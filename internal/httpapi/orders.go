@@ -254,34 +254,9 @@ func (s *Server) listOrders(c echo.Context) error {
 	if err := onlyQueryParams(c, "customer_id", "status", "limit", "after"); err != nil {
 		return err
 	}
-	params := store.ListParams{Limit: defaultPageSize}
-	if v := c.QueryParam("customer_id"); v != "" {
-		if !utf8.ValidString(v) || utf8.RuneCountInString(v) > domain.MaxCustomerIDLen || strings.ContainsRune(v, 0) {
-			return newError(http.StatusBadRequest, "invalid_query",
-				fmt.Sprintf("customer_id must be 1 to %d characters of UTF-8, without NUL.", domain.MaxCustomerIDLen))
-		}
-		params.CustomerID = v
-	}
-	if v := c.QueryParam("status"); v != "" {
-		status, err := domain.ParseStatus(v)
-		if err != nil {
-			return newError(http.StatusBadRequest, "invalid_query", "status must be one of SUBMITTED, FULFILLMENT_REQUESTED, FULFILLED, REJECTED, CANCELLED.")
-		}
-		params.Status = status
-	}
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPageSize {
-			return newError(http.StatusBadRequest, "invalid_query", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxPageSize))
-		}
-		params.Limit = n
-	}
-	if v := c.QueryParam("after"); v != "" {
-		cursor, err := decodeCursor(v)
-		if err != nil {
-			return newError(http.StatusBadRequest, "invalid_query", "after must be a next_cursor from an earlier page.")
-		}
-		params.After = cursor
+	params, err := listParams(c, defaultPageSize)
+	if err != nil {
+		return err
 	}
 	// The page and its items are read in one snapshot, so they agree.
 	ctx := c.Request().Context()
@@ -289,7 +264,7 @@ func (s *Server) listOrders(c echo.Context) error {
 		orders []*domain.Order
 		next   *store.Cursor
 	)
-	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		orders, next, err = store.ListOrders(ctx, tx, params)
 		return err
@@ -306,6 +281,42 @@ func (s *Server) listOrders(c echo.Context) error {
 		out.NextCursor = &cursor
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// listParams reads the filters and the page of a list of orders from the
+// query (customer_id, status, limit, after), as GET /v1/orders and the
+// /ui/ page take them; limit is the page size when the query has none.
+func listParams(c echo.Context, limit int) (store.ListParams, error) {
+	params := store.ListParams{Limit: limit}
+	if v := c.QueryParam("customer_id"); v != "" {
+		if !utf8.ValidString(v) || utf8.RuneCountInString(v) > domain.MaxCustomerIDLen || strings.ContainsRune(v, 0) {
+			return params, newError(http.StatusBadRequest, "invalid_query",
+				fmt.Sprintf("customer_id must be 1 to %d characters of UTF-8, without NUL.", domain.MaxCustomerIDLen))
+		}
+		params.CustomerID = v
+	}
+	if v := c.QueryParam("status"); v != "" {
+		status, err := domain.ParseStatus(v)
+		if err != nil {
+			return params, newError(http.StatusBadRequest, "invalid_query", "status must be one of SUBMITTED, FULFILLMENT_REQUESTED, FULFILLED, REJECTED, CANCELLED.")
+		}
+		params.Status = status
+	}
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageSize {
+			return params, newError(http.StatusBadRequest, "invalid_query", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxPageSize))
+		}
+		params.Limit = n
+	}
+	if v := c.QueryParam("after"); v != "" {
+		cursor, err := decodeCursor(v)
+		if err != nil {
+			return params, newError(http.StatusBadRequest, "invalid_query", "after must be a next_cursor from an earlier page.")
+		}
+		params.After = cursor
+	}
+	return params, nil
 }
 
 // cancelOrder: POST /v1/orders/{order_id}/cancel. The guarded transition

@@ -113,7 +113,8 @@ func echoCode(status int) string {
 const retryAfterSeconds = "1"
 
 // errorHandler writes every error response of the API, and logs the
-// failures that are the server's fault.
+// failures that are the server's fault. The pages under /ui/ get their
+// errors as HTML pages, with the same status.
 func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
@@ -131,6 +132,12 @@ func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		if p.Status >= http.StatusInternalServerError && !errors.Is(err, errOverloaded) {
 			logger.ErrorContext(req.Context(), "request failed", slog.String("error", err.Error()),
 				slog.String("method", req.Method), slog.String("route", c.Path()))
+		}
+		if isPage(req) {
+			if err := renderErrorPage(c, p); err != nil {
+				logger.ErrorContext(req.Context(), "error page failed", slog.String("error", err.Error()))
+			}
+			return
 		}
 		body, _ := json.Marshal(p)
 		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,6 +28,10 @@ type Config struct {
 	// with Retry-After at once. /healthz, /readyz and /metrics are not
 	// counted. Default 100.
 	MaxInFlight int
+	// JaegerUIURL, when set, is where the order timeline page links the
+	// order's trace: JaegerUIURL + "/trace/" + the trace id. Default: no
+	// link, the trace id only.
+	JaegerUIURL string
 }
 
 func (c *Config) setDefaults() {
@@ -39,6 +44,7 @@ func (c *Config) setDefaults() {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 100
 	}
+	c.JaegerUIURL = strings.TrimRight(c.JaegerUIURL, "/")
 }
 
 // Deps is what the API runs on.
@@ -69,7 +75,8 @@ type apiMetrics struct {
 	created, cancelled, replays metric.Int64Counter
 }
 
-// New returns the API as an http.Handler, with every route of docs/contract.md.
+// New returns the API as an http.Handler, with every route of docs/contract.md,
+// and the order timeline pages under /ui/.
 func New(cfg Config, deps Deps) (*echo.Echo, error) {
 	cfg.setDefaults()
 	m, err := newAPIMetrics(deps.MeterProvider.Meter("github.com/yourorg/orders/internal/httpapi"))
@@ -103,6 +110,10 @@ func New(cfg Config, deps Deps) (*echo.Echo, error) {
 	e.GET("/v1/orders", s.listOrders)
 	e.GET("/v1/orders/:order_id", s.getOrder)
 	e.POST("/v1/orders/:order_id/cancel", s.cancelOrder)
+
+	// The order timeline pages, HTML for people (ui.go).
+	e.GET("/ui/", s.uiOrders)
+	e.GET("/ui/orders/:order_id", s.uiOrder)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)

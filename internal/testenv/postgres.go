@@ -6,7 +6,8 @@
 // defaults) when they answer. When one does not answer and its variable is
 // not set, the package starts it in a container with testcontainers-go,
 // once per test binary, so `make test` also works on a laptop that has
-// Docker and nothing else.
+// Docker and nothing else. Under `go test -short` (make test/unit) every
+// test that asks for a server here is skipped, saying so.
 //
 // A database is a copy of a template that holds the migrated schema: the
 // template is built once per schema version (under an advisory lock, since
@@ -74,6 +75,7 @@ var server struct {
 // it when t ends.
 func NewDatabase(t testing.TB) *Database {
 	t.Helper()
+	needsServers(t, "PostgreSQL")
 	ctx := context.Background()
 	server.once.Do(func() { server.adminURL, server.template, server.err = preparePostgres(ctx) })
 	if server.err != nil {
@@ -121,6 +123,7 @@ func NewDatabase(t testing.TB) *Database {
 // in it, for tests of code that creates its own database.
 func ServerURL(t testing.TB, name string) string {
 	t.Helper()
+	needsServers(t, "PostgreSQL")
 	server.once.Do(func() { server.adminURL, server.template, server.err = preparePostgres(context.Background()) })
 	if server.err != nil {
 		t.Fatalf("testenv: PostgreSQL: %v", server.err)
@@ -131,6 +134,7 @@ func ServerURL(t testing.TB, name string) string {
 // DropDatabaseAtCleanup drops database name (if it exists) when t ends.
 func DropDatabaseAtCleanup(t testing.TB, name string) {
 	t.Helper()
+	needsServers(t, "PostgreSQL")
 	t.Cleanup(func() {
 		ctx := context.Background()
 		admin := connectAdmin(t, ctx)

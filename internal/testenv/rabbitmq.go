@@ -45,6 +45,7 @@ var broker struct {
 // and everything in it is deleted when t ends.
 func NewVhost(t testing.TB) string {
 	t.Helper()
+	needsServers(t, "RabbitMQ")
 	ctx := context.Background()
 	broker.once.Do(func() { broker.url, broker.admin, broker.err = prepareRabbitMQ(ctx) })
 	if broker.err != nil {

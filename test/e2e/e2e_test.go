@@ -60,13 +60,14 @@ type system struct {
 
 func newSystem(t *testing.T) *system {
 	t.Helper()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	dbURL, amqpURL := testenv.ServerURL(t, name), testenv.NewVhost(t) // first: under -short they skip, before the build
 	bin, err := binaries()
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := testenv.TestDatabaseName()
-	testenv.DropDatabaseAtCleanup(t, name)
-	s := &system{t: t, bin: bin, procs: map[string]*process{}, dbURL: testenv.ServerURL(t, name), amqpURL: testenv.NewVhost(t)}
+	s := &system{t: t, bin: bin, procs: map[string]*process{}, dbURL: dbURL, amqpURL: amqpURL}
 	s.env = []string{"DATABASE_URL=" + s.dbURL, "AMQP_URL=" + s.amqpURL, "LOG_FORMAT=json",
 		"RELAY_POLL_INTERVAL=200ms", "RELAY_BACKOFF_BASE=50ms", "RELAY_BACKOFF_MAX=500ms",
 		"CONSUMER_RETRY_DELAYS=100ms,500ms", "CONSUMER_PROCESSING_LEASE=10s", "SHUTDOWN_TIMEOUT=5s"}

@@ -28,6 +28,10 @@ import (
 // group, as a terminal sends it) must stop every process.
 func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	t.Parallel()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	dbURL, amqpURL := testenv.ServerURL(t, name), testenv.NewVhost(t) // first: under -short they skip, before the build
+
 	root := testenv.RepoRoot(t)
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/walkthrough", "./cmd/orderctl")
@@ -35,10 +39,6 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-
-	name := testenv.TestDatabaseName()
-	testenv.DropDatabaseAtCleanup(t, name)
-	dbURL, amqpURL := testenv.ServerURL(t, name), testenv.NewVhost(t)
 	addr := map[string]string{}
 	for _, k := range []string{"DEV_API_ADDR", "DEV_RELAY1_ADDR", "DEV_RELAY2_ADDR", "DEV_CONSUMER_ADDR", "DEV_WEBHOOK_ADDR"} {
 		addr[k] = testenv.FreeAddr(t)
@@ -46,7 +46,8 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 
 	dev := exec.Command("./scripts/dev.sh")
 	dev.Dir = root
-	dev.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "DEV_BIN="+bin, "LOG_FORMAT=json")
+	dev.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "DEV_BIN="+bin, "LOG_FORMAT=json",
+		"DOTENV=none") // this test sets the environment; a .env of the checkout must not add to it
 	for k, v := range addr {
 		dev.Env = append(dev.Env, k+"="+v)
 	}

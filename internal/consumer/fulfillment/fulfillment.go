@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
@@ -28,8 +29,11 @@ const Name = "fulfillment"
 
 // New returns the consumer. It reports how long orders take from their
 // creation to FULFILLED or REJECTED (orders.completion.duration) through
-// mp (default: the global meter provider).
-func New(mp metric.MeterProvider) *inbox.Consumer {
+// mp (default: the global meter provider). It waits delay after it
+// receives an order.submitted and before it requests the fulfillment, out
+// of any transaction (FULFILLMENT_DELAY, a demo knob: 0 in production),
+// so that a cancel can be shown by hand.
+func New(mp metric.MeterProvider, delay time.Duration) *inbox.Consumer {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -42,6 +46,7 @@ func New(mp metric.MeterProvider) *inbox.Consumer {
 	f := &fulfillment{completion: completion}
 	c := inbox.NewConsumer(Name)
 	inbox.Handle(c, f.submitted)
+	inbox.Wait[domain.OrderSubmittedV1](c, delay)
 	inbox.Handle(c, f.completed)
 	inbox.Handle(c, f.rejected)
 	return c

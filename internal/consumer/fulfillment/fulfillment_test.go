@@ -1,7 +1,10 @@
 package fulfillment_test
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -20,7 +23,7 @@ import (
 // transition, and one about an order that does not exist as not found.
 func TestMovesTheOrder(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider()))
+	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
 	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -64,5 +67,51 @@ func TestMovesTheOrder(t *testing.T) {
 	missing := h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()})
 	if row := h.WaitDone(fulfillment.Name, missing); row.LastErrorCode != "order_not_found" {
 		t.Fatalf("an order that does not exist: %+v, want order_not_found", row)
+	}
+}
+
+// With a delay (FULFILLMENT_DELAY), fulfillment waits before it requests
+// the fulfillment, in no transaction: a cancel made meanwhile goes through
+// at once, and the late order.submitted then finds the order CANCELLED and
+// changes nothing.
+func TestDelayLeavesTimeToCancel(t *testing.T) {
+	t.Parallel()
+	const delay = 2 * time.Second
+	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), delay))
+	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(h.Ctx, h.Pool, func(tx pgx.Tx) error {
+		_, err := store.CreateOrder(h.Ctx, tx, o, domain.Cause{CorrelationID: "c"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	submitted := h.Deliver(domain.SubmittedMessage(o))
+	time.Sleep(delay / 4) // the consumer has the delivery, and waits
+	// The consumers' sessions hold no transaction while they wait.
+	if n := h.Count(`SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'consumers-under-test' AND xact_start IS NOT NULL`); n != 0 {
+		t.Fatalf("%d consumer sessions are in a transaction during the wait", n)
+	}
+	cancelCtx, cancel := context.WithTimeout(h.Ctx, time.Second)
+	defer cancel()
+	if _, _, err := store.MoveOrder(cancelCtx, h.Pool, o.ID(), domain.TriggerCancel, domain.Cause{CorrelationID: "by-hand"}); err != nil {
+		t.Fatalf("cancel during the wait: %v", err)
+	}
+
+	row := h.WaitDone(fulfillment.Name, submitted)
+	if took := time.Since(start); took < delay {
+		t.Errorf("processed after %v, before the delay of %v", took, delay)
+	}
+	if row.Status != inbox.StatusProcessed || row.Outcome != inbox.OutcomeIgnored || !strings.Contains(row.OutcomeReason, "CANCELLED") {
+		t.Fatalf("inbox row %+v, want PROCESSED, IGNORED because the order is CANCELLED", row)
+	}
+	if n := h.Count(`SELECT count(*) FROM message_outbox WHERE aggregate_id = $1 AND message_type = $2`,
+		o.ID().String(), domain.TypeFulfillmentRequested); n != 0 {
+		t.Fatalf("%d fulfillment.requested rows for a cancelled order", n)
 	}
 }

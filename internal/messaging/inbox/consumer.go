@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,6 +25,7 @@ import (
 type Consumer struct {
 	name     string
 	handlers map[handlerKey]handler
+	waits    map[string]time.Duration // by message type: see Wait
 }
 
 // handlerKey names one version of one message type.
@@ -37,7 +39,23 @@ type handler func(ctx context.Context, tx pgx.Tx, d *Delivery) (Outcome, error)
 
 // NewConsumer returns a consumer named name, with no handlers yet.
 func NewConsumer(name string) *Consumer {
-	return &Consumer{name: name, handlers: map[handlerKey]handler{}}
+	return &Consumer{name: name, handlers: map[handlerKey]handler{}, waits: map[string]time.Duration{}}
+}
+
+// Wait makes the consumer wait d after it receives a message of type M
+// and before it processes it, outside any transaction and holding no lock
+// or connection: a demo knob that leaves time to act by hand between a
+// message and its effect (fulfillment's FULFILLMENT_DELAY, to cancel an
+// order before it is requested). A worker waits with its delivery
+// unacknowledged; when the consumer stops meanwhile, the delivery comes
+// again. A consumer that waits for some type takes its deliveries one at
+// a time, never in batches, so that each waits its own time. 0 waits not
+// at all.
+func Wait[M domain.Message](c *Consumer, d time.Duration) {
+	var zero M
+	if d > 0 {
+		c.waits[zero.MessageType()] = d
+	}
 }
 
 // Handle registers h for the messages of type M (one version of one

@@ -204,7 +204,10 @@ func (c *loop) session(ctx context.Context) error {
 						closeOnce.Do(func() { close(deliveriesClosed) })
 						return
 					}
-					if c.cfg.BatchSize > 1 {
+					if !c.waitBefore(ctx, stopTaking, raw) {
+						return // stopping: the delivery stays unacknowledged, and comes again
+					}
+					if c.cfg.BatchSize > 1 && len(c.def.waits) == 0 { // a consumer that waits takes one at a time: each waits its own time
 						c.handleBatch(workCtx, pub, c.collect([]amqp.Delivery{raw}, deliveries, stopTaking))
 					} else {
 						c.handle(workCtx, pub, raw)
@@ -233,4 +236,24 @@ func (c *loop) session(ctx context.Context) error {
 	close(stopTaking)
 	wg.Wait()
 	return sessionErr
+}
+
+// waitBefore waits, before a delivery is processed, as long as the
+// consumer's Wait asks for its type (none for most), outside any
+// transaction. It returns false when the session stops meanwhile.
+func (c *loop) waitBefore(ctx context.Context, stop <-chan struct{}, raw amqp.Delivery) bool {
+	wait := c.def.waits[raw.Type]
+	if wait <= 0 {
+		return true
+	}
+	c.log.InfoContext(ctx, "waiting before processing", slog.String("message_id", raw.MessageId),
+		slog.String("message_type", raw.Type), slog.Duration("wait", wait))
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-stop:
+		return false
+	}
 }

@@ -1,0 +1,428 @@
+package timeline
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/store"
+)
+
+// Timeline is everything the database holds about one order.
+type Timeline struct {
+	Order         *domain.Order
+	History       []store.HistoryEntry // oldest first
+	Outbox        []OutboxRow          // oldest first
+	Inbox         []InboxRow           // by first delivery
+	Notifications []Notification       // oldest first
+}
+
+// OutboxRow is one message of the order in message_outbox.
+type OutboxRow struct {
+	ID            uuid.UUID // the AMQP message_id
+	Type          string
+	Status        string // PENDING, PUBLISHING, PUBLISHED or FAILED
+	Attempts      int
+	Producer      string // the process that wrote it (app_id)
+	CorrelationID string
+	CausationID   string // the message whose handling wrote it; "" for the API
+	TraceID       string // from its traceparent header; "" when none
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	NextAttemptAt time.Time
+	PublishedAt   *time.Time
+	LastError     string
+}
+
+// InboxRow is one consumer's record of one message of the order.
+type InboxRow struct {
+	Consumer         string
+	MessageID        string
+	Type             string
+	Status           string // PROCESSED, PROCESSING, RETRYABLE_FAILED, PERMANENT_FAILED, POISONED
+	Outcome          string // APPLIED or IGNORED when PROCESSED
+	OutcomeReason    string
+	Attempts         int
+	FirstReceivedAt  time.Time
+	LastReceivedAt   time.Time
+	ProcessedAt      *time.Time
+	LastErrorCode    string
+	LastErrorMessage string
+	TraceID          string
+}
+
+// Notification is one customer notification of the order
+// (customer_notification) and its webhook delivery.
+type Notification struct {
+	ID        uuid.UUID // the Idempotency-Key of its webhook calls
+	Kind      string
+	Status    string // PENDING, SENT, SKIPPED or FAILED
+	MessageID string // the message that asked for it
+	Attempts  int
+	LastError string
+	CreatedAt time.Time
+	SentAt    *time.Time
+}
+
+// Read reads the timeline of order id; a missing order is
+// domain.ErrNotFound. Run it in one read-only transaction (see the package
+// comment), so that the tables agree.
+func Read(ctx context.Context, db store.DBTX, id uuid.UUID) (*Timeline, error) {
+	order, err := store.GetOrder(ctx, db, id)
+	if err != nil {
+		return nil, err
+	}
+	history, err := store.History(ctx, db, id)
+	if err != nil {
+		return nil, err
+	}
+	tl := &Timeline{Order: order, History: history}
+	if tl.Outbox, err = outboxRows(ctx, db, id); err != nil {
+		return nil, err
+	}
+	if tl.Inbox, err = inboxRows(ctx, db, id); err != nil {
+		return nil, err
+	}
+	if tl.Notifications, err = notifications(ctx, db, id); err != nil {
+		return nil, err
+	}
+	return tl, nil
+}
+
+func outboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]OutboxRow, error) {
+	rows, err := db.Query(ctx, `
+		SELECT outbox_id, message_type, status, attempt_count, headers, created_at, updated_at,
+		       next_attempt_at, published_at, coalesce(last_error, '')
+		FROM message_outbox WHERE aggregate_type = $1 AND aggregate_id = $2
+		ORDER BY created_at, outbox_id`, domain.AggregateOrder, id.String())
+	if err != nil {
+		return nil, fmt.Errorf("outbox rows of order %s: %w", id, store.Translate(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxRow, error) {
+		var (
+			r       OutboxRow
+			headers []byte
+		)
+		err := row.Scan(&r.ID, &r.Type, &r.Status, &r.Attempts, &headers, &r.CreatedAt, &r.UpdatedAt,
+			&r.NextAttemptAt, &r.PublishedAt, &r.LastError)
+		h := map[string]string{}
+		_ = json.Unmarshal(headers, &h) // a hand-made row may have other headers: show none
+		r.Producer, r.CorrelationID, r.CausationID = h[messaging.HeaderProducer], h[messaging.HeaderCorrelationID], h[messaging.HeaderCausationID]
+		r.TraceID = traceIDOf(h[messaging.HeaderTraceparent])
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox rows of order %s: %w", id, store.Translate(err))
+	}
+	return out, nil
+}
+
+func inboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]InboxRow, error) {
+	rows, err := db.Query(ctx, `
+		SELECT consumer_name, message_id, message_type, status, coalesce(outcome, ''), coalesce(outcome_reason, ''),
+		       attempt_count, first_received_at, last_received_at, processed_at,
+		       coalesce(last_error_code, ''), coalesce(last_error_message, ''), coalesce(trace_id, '')
+		FROM message_inbox WHERE aggregate_id = $1
+		ORDER BY first_received_at, consumer_name, message_id`, id.String())
+	if err != nil {
+		return nil, fmt.Errorf("inbox rows of order %s: %w", id, store.Translate(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (InboxRow, error) {
+		var r InboxRow
+		err := row.Scan(&r.Consumer, &r.MessageID, &r.Type, &r.Status, &r.Outcome, &r.OutcomeReason,
+			&r.Attempts, &r.FirstReceivedAt, &r.LastReceivedAt, &r.ProcessedAt,
+			&r.LastErrorCode, &r.LastErrorMessage, &r.TraceID)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox rows of order %s: %w", id, store.Translate(err))
+	}
+	return out, nil
+}
+
+func notifications(ctx context.Context, db store.DBTX, id uuid.UUID) ([]Notification, error) {
+	rows, err := db.Query(ctx, `
+		SELECT notification_id, kind, status, message_id, attempt_count, coalesce(last_error, ''), created_at, sent_at
+		FROM customer_notification WHERE order_id = $1
+		ORDER BY created_at, notification_id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("notifications of order %s: %w", id, store.Translate(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Notification, error) {
+		var n Notification
+		err := row.Scan(&n.ID, &n.Kind, &n.Status, &n.MessageID, &n.Attempts, &n.LastError, &n.CreatedAt, &n.SentAt)
+		return n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("notifications of order %s: %w", id, store.Translate(err))
+	}
+	return out, nil
+}
+
+// traceIDOf returns the trace id of a W3C traceparent
+// ("00-<trace id>-<span id>-<flags>"), or "" when it is not one.
+func traceIDOf(traceparent string) string {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
+		return ""
+	}
+	return parts[1]
+}
+
+// TraceID is the trace of the order: the one of its first outbox row (the
+// request that created it), or, once retention has deleted the outbox rows,
+// the one its first consumer recorded. "" when tracing recorded none.
+func (t *Timeline) TraceID() string {
+	for _, r := range t.Outbox {
+		if r.TraceID != "" {
+			return r.TraceID
+		}
+	}
+	for _, r := range t.Inbox {
+		if r.TraceID != "" {
+			return r.TraceID
+		}
+	}
+	return ""
+}
+
+// Actor names who did a hop.
+const (
+	ActorAPI     = "order-api"
+	ActorRelay   = "outbox-relay"
+	ActorWebhook = "webhook"
+)
+
+// Kind tells the hops apart.
+type Kind string
+
+// The kinds of hop.
+const (
+	KindTransition   Kind = "transition"   // the order changed status (order_state_transition)
+	KindPublish      Kind = "publish"      // an outbox row, and what the relay did with it
+	KindDelivery     Kind = "delivery"     // a consumer's inbox row of a message
+	KindNotification Kind = "notification" // a customer notification and its webhook calls
+)
+
+// Health says whether a hop went as it should.
+type Health string
+
+// The health of a hop.
+const (
+	HealthOK      Health = "ok"      // done
+	HealthPending Health = "pending" // not done yet, or being retried
+	HealthFailed  Health = "failed"  // given up: needs an operator
+)
+
+// Hop is one step of the order's flow.
+type Hop struct {
+	At      time.Time
+	Actor   string // order-api, outbox-relay, a consumer's name, webhook
+	Kind    Kind
+	Summary string   // one line: what happened
+	Details []Detail // the facts behind it, in a fixed order
+	Health  Health
+	// Waiting: the hop has not happened yet (an outbox row not published
+	// yet). At is when it was asked for; Hops lists it after the hops that
+	// happened.
+	Waiting bool
+}
+
+// Detail is one labelled fact of a hop.
+type Detail struct {
+	Label, Value string
+}
+
+// Hops returns every hop of the order in time order: the transitions, one
+// hop per outbox row (its publish, or why it is not published yet), one per
+// inbox row, one per notification. Hops at the same instant keep that
+// order; the waiting hops come last.
+//
+// A row's timestamp is the start of the transaction that wrote it (now()),
+// except a transition's (clock_timestamp()): in time order, a consumer's
+// inbox row comes before the transition it made, as it happened. An outbox
+// row not published yet would come before the transition of its own
+// transaction: it is listed with the waiting hops instead. A published
+// row's hop comes before every delivery of its message (see publishHop).
+func (t *Timeline) Hops() []Hop {
+	types := map[string]string{} // message id -> type
+	for _, r := range t.Outbox {
+		types[r.ID.String()] = r.Type
+	}
+	applied := map[string][]string{}    // message id -> the consumers that applied it
+	delivered := map[string]time.Time{} // message id -> its first delivery to any consumer
+	for _, r := range t.Inbox {
+		if r.Outcome == "APPLIED" {
+			applied[r.MessageID] = append(applied[r.MessageID], r.Consumer)
+		}
+		if first, ok := delivered[r.MessageID]; !ok || r.FirstReceivedAt.Before(first) {
+			delivered[r.MessageID] = r.FirstReceivedAt
+		}
+	}
+	var hops []Hop
+	for _, h := range t.History {
+		hops = append(hops, transitionHop(h, types, applied))
+	}
+	for _, r := range t.Outbox {
+		hops = append(hops, publishHop(r, delivered))
+	}
+	for _, r := range t.Inbox {
+		hops = append(hops, deliveryHop(r))
+	}
+	for _, n := range t.Notifications {
+		hops = append(hops, notificationHop(n))
+	}
+	slices.SortStableFunc(hops, func(a, b Hop) int {
+		if a.Waiting != b.Waiting {
+			if a.Waiting {
+				return 1
+			}
+			return -1
+		}
+		return a.At.Compare(b.At)
+	})
+	return hops
+}
+
+// transitionHop is a change of status. One caused by a message names the
+// consumer that applied the message when only one did; the history itself
+// does not record which consumer it was.
+func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]string) Hop {
+	hop := Hop{At: h.CreatedAt, Kind: KindTransition, Health: HealthOK}
+	switch {
+	case h.MessageID == nil && h.From == "":
+		hop.Actor, hop.Summary = ActorAPI, fmt.Sprintf("order created: %s", h.To)
+	case h.MessageID == nil:
+		hop.Actor, hop.Summary = ActorAPI, fmt.Sprintf("%s → %s (HTTP request)", h.From, h.To)
+	default:
+		hop.Actor = "a consumer"
+		if by := applied[*h.MessageID]; len(by) == 1 {
+			hop.Actor = by[0]
+		}
+		hop.Summary = fmt.Sprintf("%s → %s on %s", h.From, h.To, cmp.Or(types[*h.MessageID], "a message"))
+		hop.Details = append(hop.Details, Detail{"message id", *h.MessageID})
+	}
+	if h.CorrelationID != "" {
+		hop.Details = append(hop.Details, Detail{"correlation id", h.CorrelationID})
+	}
+	return hop
+}
+
+// publishHop is an outbox row and its publish. published_at is when the
+// relay marked the row, after the broker's confirm: a consumer may have
+// received the message before that. The hop is placed at the earlier of
+// the two, the first moment the message is known to have been out.
+func publishHop(r OutboxRow, delivered map[string]time.Time) Hop {
+	hop := Hop{Actor: ActorRelay, Kind: KindPublish}
+	switch r.Status {
+	case "PUBLISHED":
+		hop.Summary, hop.Health = "published "+r.Type, HealthOK
+		if r.PublishedAt != nil {
+			hop.At = *r.PublishedAt
+		}
+		if first, ok := delivered[r.ID.String()]; ok && (hop.At.IsZero() || first.Before(hop.At)) {
+			hop.At = first
+		}
+	case "FAILED":
+		hop.Summary, hop.Health, hop.At = r.Type+": FAILED, the relay gave up", HealthFailed, r.UpdatedAt
+	default: // PENDING, PUBLISHING
+		hop.Summary, hop.Health, hop.At, hop.Waiting = r.Type+" not published yet: "+r.Status, HealthPending, r.CreatedAt, true
+	}
+	hop.Details = []Detail{
+		{"message id", r.ID.String()},
+		{"written by", cmp.Or(r.Producer, "?")},
+		{"written at", stamp(r.CreatedAt)},
+		{"status", r.Status},
+		{"attempts", fmt.Sprint(r.Attempts)},
+	}
+	if r.PublishedAt != nil {
+		hop.Details = append(hop.Details, Detail{"marked published at", stamp(*r.PublishedAt)},
+			Detail{"publish delay", r.PublishedAt.Sub(r.CreatedAt).Round(time.Millisecond).String()})
+	} else {
+		hop.Details = append(hop.Details, Detail{"next attempt at", stamp(r.NextAttemptAt)})
+	}
+	if r.CausationID != "" {
+		hop.Details = append(hop.Details, Detail{"caused by", r.CausationID})
+	}
+	if r.LastError != "" {
+		hop.Details = append(hop.Details, Detail{"last error", r.LastError})
+	}
+	return hop
+}
+
+func deliveryHop(r InboxRow) Hop {
+	hop := Hop{At: r.FirstReceivedAt, Actor: r.Consumer, Kind: KindDelivery}
+	switch r.Status {
+	case "PROCESSED":
+		hop.Health = HealthOK
+		hop.Summary = fmt.Sprintf("%s: %s (%s)", r.Type, r.Status, r.Outcome)
+	case "PERMANENT_FAILED", "POISONED":
+		hop.Health = HealthFailed
+		hop.Summary = fmt.Sprintf("%s: %s, parked", r.Type, r.Status)
+	default:
+		hop.Health = HealthPending
+		hop.Summary = fmt.Sprintf("%s: %s", r.Type, r.Status)
+	}
+	hop.Details = []Detail{
+		{"message id", r.MessageID},
+		{"first received", stamp(r.FirstReceivedAt)},
+		{"last received", stamp(r.LastReceivedAt)},
+		{"processed", stampOr(r.ProcessedAt, "not yet")},
+		{"status", r.Status},
+		{"outcome", cmp.Or(r.Outcome, "none yet")},
+		{"attempts", fmt.Sprint(r.Attempts)},
+	}
+	if r.OutcomeReason != "" {
+		hop.Details = append(hop.Details, Detail{"outcome reason", r.OutcomeReason})
+	}
+	if r.LastErrorCode != "" || r.LastErrorMessage != "" {
+		last := r.LastErrorMessage
+		if !strings.HasPrefix(last, r.LastErrorCode) { // the message often starts with its code
+			last = strings.TrimSpace(r.LastErrorCode + ": " + last)
+		}
+		hop.Details = append(hop.Details, Detail{"last error", last})
+	}
+	return hop
+}
+
+func notificationHop(n Notification) Hop {
+	hop := Hop{At: n.CreatedAt, Actor: ActorWebhook, Kind: KindNotification,
+		Summary: fmt.Sprintf("notification %s: %s", n.Kind, n.Status)}
+	switch n.Status {
+	case "SENT", "SKIPPED":
+		hop.Health = HealthOK
+	case "FAILED":
+		hop.Health = HealthFailed
+	default:
+		hop.Health = HealthPending
+	}
+	hop.Details = []Detail{
+		{"idempotency key", n.ID.String()},
+		{"asked for by", n.MessageID},
+		{"webhook calls", fmt.Sprint(n.Attempts)},
+		{"sent", stampOr(n.SentAt, "not yet")},
+	}
+	if n.LastError != "" {
+		hop.Details = append(hop.Details, Detail{"last error", n.LastError})
+	}
+	return hop
+}
+
+// stamp shows a time in UTC to the millisecond.
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") }
+
+func stampOr(t *time.Time, none string) string {
+	if t == nil {
+		return none
+	}
+	return stamp(*t)
+}

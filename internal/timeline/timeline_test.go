@@ -1,0 +1,212 @@
+package timeline_test
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/internal/timeline"
+)
+
+func TestMain(m *testing.M) {
+	// As telemetry.Setup does in each binary: the outbox rows carry the
+	// W3C trace context of the transaction that writes them.
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	os.Exit(m.Run())
+}
+
+// The trace of the request that created the order, as the API's outbox
+// row carries it.
+var requestTrace = trace.NewSpanContext(trace.SpanContextConfig{
+	TraceID:    trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+	SpanID:     trace.SpanID{0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+	TraceFlags: trace.FlagsSampled,
+})
+
+// readTimeline reads the timeline as the page does: in one read-only
+// transaction.
+func readTimeline(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) *timeline.Timeline {
+	t.Helper()
+	var tl *timeline.Timeline
+	err := pgx.BeginTxFunc(t.Context(), pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		tl, err = timeline.Read(t.Context(), tx, id)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
+// An order written, published, consumed, notified and cancelled, row by
+// row with the functions the services use: its timeline has every hop, in
+// the order they happened, with the facts of each.
+func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctx := t.Context()
+	pool := db.Pool
+
+	// order-api: the order and its order.submitted row, in the request's trace.
+	order, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-<b>1</b>", "EUR", []domain.Item{{SKU: "A-1", Quantity: 2, UnitPriceCents: 1250}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := outbox.Writer{Producer: "order-api"}
+	var submitted uuid.UUID
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		cause := domain.Cause{CorrelationID: "corr-1"}
+		created, err := store.CreateOrder(ctx, tx, order, cause)
+		if err != nil {
+			return err
+		}
+		traced := trace.ContextWithSpanContext(ctx, requestTrace)
+		ids, err := api.Write(traced, tx, cause, domain.SubmittedMessage(created))
+		if err != nil {
+			return err
+		}
+		submitted = ids[0]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// outbox-relay: claims and publishes it.
+	rows, err := outbox.ClaimRows(ctx, pool, "relay-1", 10, time.Minute)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %v, %d rows", err, len(rows))
+	}
+	if n, err := outbox.MarkPublished(ctx, pool, []outbox.Claim{rows[0].Claim()}); err != nil || n != 1 {
+		t.Fatalf("mark published: %v, %d", err, n)
+	}
+
+	// fulfillment applies it: inbox row, transition, follow-up message.
+	entry := inbox.Entry{Consumer: "fulfillment", MessageID: submitted.String(), Type: domain.TypeOrderSubmitted, Version: 1,
+		AggregateID: order.ID().String(), PayloadHash: "h", CorrelationID: "corr-1", TraceID: requestTrace.TraceID().String()}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := inbox.Begin(ctx, tx, entry, time.Minute); err != nil {
+			return err
+		}
+		cause := domain.Cause{MessageID: submitted.String(), CorrelationID: "corr-1"}
+		if _, _, err := store.MoveOrder(ctx, tx, order.ID(), domain.TriggerSubmitted, cause); err != nil {
+			return err
+		}
+		return inbox.MarkProcessed(ctx, tx, entry.Consumer, entry.MessageID, inbox.OutcomeApplied, "")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another consumer failed on it and will retry.
+	failed := entry
+	failed.Consumer = "warehouse"
+	if _, err := inbox.RecordFailure(ctx, pool, failed, inbox.Failure{Status: inbox.StatusRetryableFailed, Code: "lock_timeout", Message: "the stock row was locked"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The notifier recorded a notification and sent it on its second call.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO customer_notification (notification_id, order_id, kind, status, message_id, attempt_count, last_error, sent_at)
+		VALUES ($1, $2, 'order_received', 'SENT', $3, 2, 'webhook answered 503', now())`,
+		uuid.New(), order.ID(), submitted.String()); err != nil {
+		t.Fatal(err)
+	}
+
+	// order-api: the cancel, whose message is not published yet.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		cause := domain.Cause{CorrelationID: "corr-2"}
+		if _, _, err := store.MoveOrder(ctx, tx, order.ID(), domain.TriggerCancel, cause); err != nil {
+			return err
+		}
+		_, err := api.Write(ctx, tx, cause, domain.OrderCancelledV1{ID: order.ID()})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tl := readTimeline(t, pool, order.ID())
+	if tl.Order.Status() != domain.StatusCancelled || len(tl.History) != 3 || len(tl.Outbox) != 2 || len(tl.Inbox) != 2 || len(tl.Notifications) != 1 {
+		t.Fatalf("timeline: %s, %d transitions, %d outbox, %d inbox, %d notifications",
+			tl.Order.Status(), len(tl.History), len(tl.Outbox), len(tl.Inbox), len(tl.Notifications))
+	}
+	if got, want := tl.TraceID(), "4bf92f3577b34da6a3ce929d0e0e4736"; got != want {
+		t.Errorf("TraceID() = %q, want %q", got, want)
+	}
+
+	type hop struct {
+		actor   string
+		kind    timeline.Kind
+		summary string
+		health  timeline.Health
+	}
+	var got []hop
+	for _, h := range tl.Hops() {
+		got = append(got, hop{h.Actor, h.Kind, h.Summary, h.Health})
+	}
+	want := []hop{
+		{"order-api", timeline.KindTransition, "order created: SUBMITTED", timeline.HealthOK},
+		{"outbox-relay", timeline.KindPublish, "published order.submitted", timeline.HealthOK},
+		{"fulfillment", timeline.KindDelivery, "order.submitted: PROCESSED (APPLIED)", timeline.HealthOK},
+		{"fulfillment", timeline.KindTransition, "SUBMITTED → FULFILLMENT_REQUESTED on order.submitted", timeline.HealthOK},
+		{"warehouse", timeline.KindDelivery, "order.submitted: RETRYABLE_FAILED", timeline.HealthPending},
+		{"webhook", timeline.KindNotification, "notification order_received: SENT", timeline.HealthOK},
+		{"order-api", timeline.KindTransition, "FULFILLMENT_REQUESTED → CANCELLED (HTTP request)", timeline.HealthOK},
+		// Waiting: after everything that happened.
+		{"outbox-relay", timeline.KindPublish, "order.cancelled not published yet: PENDING", timeline.HealthPending},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("hops:\n got %v\nwant %v", got, want)
+	}
+
+	hops := tl.Hops()
+	if !slices.IsSortedFunc(hops[:7], func(a, b timeline.Hop) int { return a.At.Compare(b.At) }) || !hops[7].Waiting {
+		t.Errorf("hops are not in time order, the waiting one last")
+	}
+	facts := func(h timeline.Hop) string {
+		var b strings.Builder
+		for _, d := range h.Details {
+			b.WriteString(d.Label + "=" + d.Value + "; ")
+		}
+		return b.String()
+	}
+	for i, want := range map[int][]string{
+		1: {"message id=" + submitted.String(), "written by=order-api", "attempts=1", "marked published at="},
+		4: {"attempts=1", "last error=lock_timeout: the stock row was locked", "processed=not yet"},
+		5: {"webhook calls=2", "last error=webhook answered 503"},
+		6: {"correlation id=corr-2"},
+		7: {"written by=order-api", "next attempt at="},
+	} {
+		for _, w := range want {
+			if !strings.Contains(facts(hops[i]), w) {
+				t.Errorf("hop %d (%s) has no %q: %s", i, hops[i].Summary, w, facts(hops[i]))
+			}
+		}
+	}
+}
+
+// An order that is not there is domain.ErrNotFound.
+func TestTimelineOfUnknownOrder(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	_, err := timeline.Read(t.Context(), db.Pool, uuid.New())
+	if !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("err = %v, want domain.ErrNotFound", err)
+	}
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# scripts/env.sh: the settings of .env, for the processes run from this
+# checkout (make dev, make run, make run/relay, make run/consumer, make
+# migrate, make walkthrough, make psql, make db/reset).
+#
+#   scripts/env.sh COMMAND [ARGS...]   run COMMAND with .env's settings
+#   source scripts/env.sh              export them into this shell (scripts/dev.sh)
+#
+# .env (at the root of the repository; copy .env.example) holds NAME=value
+# lines; blank lines and lines starting with # are skipped, and a value may
+# be wrapped in single or double quotes. A variable already set in the
+# environment wins over .env, as with docker compose: `LOG_LEVEL=debug make
+# run` overrides the file. DOTENV names another file; DOTENV=none reads
+# none (the end-to-end tests set their own environment). With no .env,
+# nothing changes.
+
+# load_dotenv FILE: export every NAME=value of FILE not already set.
+load_dotenv() {
+	local file=$1 line name value n=0
+	while IFS= read -r line || [[ -n $line ]]; do
+		line=${line%$'\r'}
+		[[ $line =~ ^[[:space:]]*(#|$) ]] && continue
+		line=${line#export }
+		name=${line%%=*}
+		value=${line#*=}
+		if [[ $line != *=* || ! $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]]; then
+			echo "[env] $file: skipping a line that is not NAME=value: $line" >&2
+			continue
+		fi
+		if [[ $value =~ ^\"(.*)\"$ || $value =~ ^\'(.*)\'$ ]]; then
+			value=${BASH_REMATCH[1]}
+		fi
+		[[ -n ${!name+set} ]] && continue
+		export "$name=$value"
+		n=$((n + 1))
+	done <"$file"
+	echo "[env] $n settings from $file" >&2
+}
+
+dotenv_file="${DOTENV:-$(dirname "${BASH_SOURCE[0]}")/../.env}"
+if [[ $dotenv_file != none && -f $dotenv_file ]]; then
+	load_dotenv "$dotenv_file"
+fi
+unset dotenv_file
+
+# Run as a command: run the rest of the command line with those settings.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+	set -euo pipefail
+	if [[ $# -eq 0 ]]; then
+		echo "usage: scripts/env.sh COMMAND [ARGS...]" >&2
+		exit 2
+	fi
+	exec "$@"
+fi

@@ -1,0 +1,150 @@
+// Package scripts_test checks the shell scripts of make dev, make stop and
+// the .env loader that the Makefile's run targets use.
+package scripts_test
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// environ runs scripts/env.sh env with extra variables and returns the
+// environment the command saw, and what env.sh said on stderr.
+func environ(t *testing.T, extra ...string) (map[string]string, string) {
+	t.Helper()
+	cmd := exec.Command("./env.sh", "env")
+	cmd.Env = append(os.Environ(), extra...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("env.sh env: %v\n%s", err, stderr.String())
+	}
+	vars := map[string]string{}
+	for line := range strings.Lines(stdout.String()) {
+		name, value, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+		vars[name] = value
+	}
+	return vars, stderr.String()
+}
+
+// .env's settings reach the command, under the environment's: comments,
+// blank lines, quotes and `export` as docker compose reads them.
+func TestEnvFileUnderTheEnvironment(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), ".env")
+	body := "# a comment\n\nDOTENV_TEST_A=from-file\nDOTENV_TEST_B=\"two words\"\nexport DOTENV_TEST_C='c'\nDOTENV_TEST_D=x=y#z\nnot a setting\n"
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars, said := environ(t, "DOTENV="+file, "DOTENV_TEST_A=from-shell")
+	for name, want := range map[string]string{
+		"DOTENV_TEST_A": "from-shell", "DOTENV_TEST_B": "two words", "DOTENV_TEST_C": "c", "DOTENV_TEST_D": "x=y#z",
+	} {
+		if vars[name] != want {
+			t.Errorf("%s = %q, want %q", name, vars[name], want)
+		}
+	}
+	if !strings.Contains(said, "not a setting") || !strings.Contains(said, "3 settings from "+file) {
+		t.Errorf("env.sh did not say what it read and skipped:\n%s", said)
+	}
+
+	vars, _ = environ(t, "DOTENV=none")
+	if _, ok := vars["DOTENV_TEST_B"]; ok {
+		t.Errorf("DOTENV=none read a file")
+	}
+}
+
+// .env.example, copied to .env, loads whole: every line is a comment, blank
+// or a setting env.sh takes.
+func TestEnvExampleLoads(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, _ := strings.Cut(line, "=")
+		want[name] = value
+	}
+	// Unset every one of them, so that the file's values show.
+	var extra []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !listed(want, name) {
+			extra = append(extra, kv)
+		}
+	}
+	cmd := exec.Command("./env.sh", "env")
+	cmd.Env = append(extra, "DOTENV=../.env.example")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		name, value, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+		got[name] = value
+	}
+	for name, value := range want {
+		if v, ok := got[name]; !ok || v != value {
+			t.Errorf("%s: got %q, want %q from .env.example", name, v, value)
+		}
+	}
+}
+
+func listed(m map[string]string, name string) bool {
+	_, ok := m[name]
+	return ok
+}
+
+// make stop stops a running make dev (found by its pid file) and says so
+// when there is none; a second make dev refuses to start beside the first.
+func TestDevStop(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	dev := func(args ...string) (string, error) {
+		cmd := exec.Command("./dev.sh", args...)
+		cmd.Env = append(os.Environ(), "DEV_BIN="+bin, "DOTENV=none")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := dev("stop"); err != nil || !strings.Contains(out, "not running") {
+		t.Fatalf("stop with nothing running: %v\n%s", err, out)
+	}
+
+	// A stand-in for a running make dev: its command line names dev.sh,
+	// and it exits on SIGTERM.
+	fake := exec.Command("bash", "-c", `trap "exit 0" TERM; while :; do sleep 0.05; done`, "dev.sh")
+	if err := fake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = fake.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = fake.Process.Kill(); <-exited })
+	if err := os.WriteFile(filepath.Join(bin, "dev.pid"), []byte(strconv.Itoa(fake.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if out, err := dev(); err == nil || !strings.Contains(out, "running already") {
+		t.Fatalf("a second make dev: %v\n%s", err, out)
+	}
+	if out, err := dev("stop"); err != nil || !strings.Contains(out, "stopped") {
+		t.Fatalf("stop: %v\n%s", err, out)
+	}
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("make stop returned and the process still runs")
+	}
+}
