@@ -96,13 +96,32 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("FULFILLMENT_DELAY must not be negative, got %v", c.FulfillmentDelay))
 	}
 	if c.ProcessingLease <= c.WebhookTimeout {
-		errs = append(errs, errors.New("CONSUMER_PROCESSING_LEASE must be longer than NOTIFY_WEBHOOK_TIMEOUT"))
+		errs = append(errs, fmt.Errorf("CONSUMER_PROCESSING_LEASE (%s) must be longer than NOTIFY_WEBHOOK_TIMEOUT (%s)", c.ProcessingLease, c.WebhookTimeout))
 	}
+	for _, d := range c.RetryDelays {
+		if d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("CONSUMER_RETRY_DELAYS: %s is shorter than a millisecond", d))
+		}
+	}
+	if !slices.IsSorted(c.RetryDelays) {
+		errs = append(errs, fmt.Errorf("CONSUMER_RETRY_DELAYS (%v): the retry delays must grow", c.RetryDelays))
+	}
+	if c.InboxRetention < 0 {
+		errs = append(errs, fmt.Errorf("CONSUMER_INBOX_RETENTION must not be negative, got %s", c.InboxRetention))
+	}
+	if c.BatchWait < 0 {
+		errs = append(errs, fmt.Errorf("CONSUMER_BATCH_WAIT must not be negative, got %s", c.BatchWait))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	// What the consumers themselves check, named above; anything else is
+	// still reported.
 	cc := c.consumerConfig()
 	if err := cc.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("CONSUMER_*: %w", err))
+		return fmt.Errorf("CONSUMER_*: %w", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (c *Config) consumerConfig() inbox.Config {

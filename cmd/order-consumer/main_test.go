@@ -92,7 +92,7 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 func TestBadConfigurationFailsStartup(t *testing.T) {
 	t.Parallel()
 	err := run(t.Context(), nil, map[string]string{"CONSUMERS": "fulfillment,billing", "CONSUMER_RETRY_DELAYS": "5s,1s"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "billing") || !strings.Contains(err.Error(), "retry delays must grow") {
+	if err == nil || !strings.Contains(err.Error(), "billing") || !strings.Contains(err.Error(), "CONSUMER_RETRY_DELAYS") || !strings.Contains(err.Error(), "retry delays must grow") {
 		t.Fatalf("err = %v", err)
 	}
 }
