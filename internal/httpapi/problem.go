@@ -82,6 +82,11 @@ func problemFor(err error) Problem {
 		return problem(http.StatusServiceUnavailable, "overloaded", "The server is at its limit; retry later.")
 	case errors.Is(err, context.DeadlineExceeded):
 		return problem(http.StatusServiceUnavailable, "timeout", "The request took too long; retry later.")
+	case store.IsUnavailable(err):
+		// The database is down, unreachable, read-only (a failover) or out
+		// of disk: nothing was written, and the same request will work
+		// once it is back. Not the request's fault, and not a bug.
+		return problem(http.StatusServiceUnavailable, "database_unavailable", "The database cannot take the request right now; nothing was written. Retry later.")
 	default:
 		return problem(http.StatusInternalServerError, "internal", "The server failed to handle the request; it has been logged.")
 	}
