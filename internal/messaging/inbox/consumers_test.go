@@ -50,6 +50,8 @@ type consumerBundle struct {
 	// consumerDB, when set, is the URL the consumers connect to (a proxy
 	// in front of the test's database); default dbURL.
 	consumerDB string
+	// dbTracer, when set, sees every query of the consumers' pool.
+	dbTracer pgx.QueryTracer
 }
 
 type syncBuffer struct {
@@ -179,7 +181,7 @@ type runningConsumers struct {
 // start runs the test consumer (and any other specs) until the test ends.
 func (b *consumerBundle) start(cfg inbox.Config, amqpURL string, hook func(*inbox.Consumers), consumers ...*inbox.Consumer) *runningConsumers {
 	b.t.Helper()
-	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test"})
+	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test", Tracer: b.dbTracer})
 	if err != nil {
 		b.t.Fatal(err)
 	}
