@@ -16,10 +16,12 @@ PKGS    := ./...
 ENV     := ./scripts/env.sh
 
 # make load: the rate (orders/s) and duration of the load generator;
-# make bench/flow: its rates and the duration of each run.
-RATE     ?= 20
-RATES    ?= 25,50,100
-DURATION ?= 20s
+# make bench/flow: its rates and the duration of each run;
+# make soak: how long it runs.
+RATE          ?= 20
+RATES         ?= 25,50,100
+DURATION      ?= 20s
+SOAK_DURATION ?= 10m
 
 .PHONY: help
 help: ## list the targets
@@ -44,6 +46,10 @@ bench: ## the benchmarks of docs/benchmarks.md (relay against a raw publisher, l
 .PHONY: bench/flow
 bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, DURATION each: latency, CPU per 1,000 orders
 	$(GO) run ./cmd/bench-flow -rates $(RATES) -duration $(DURATION)
+
+.PHONY: soak
+soak: ## the whole flow for SOAK_DURATION under kills, cut connections and a read-only database; fails if anything is lost, doubled or stuck
+	$(GO) run ./cmd/soak -duration $(SOAK_DURATION)
 
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minutes)

@@ -49,6 +49,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/yourorg/orders/internal/sandbox"
 )
 
 func main() {
@@ -62,6 +64,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// binaries are the commands bench-flow builds from this checkout.
+var binaries = []string{"order-api", "outbox-relay", "order-consumer", "loadgen"}
 
 // config is what the flags and the environment set.
 type config struct {
@@ -126,10 +131,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// Build.
 	_, _ = fmt.Fprintf(stdout, "building %s from this checkout\n", strings.Join(binaries, ", "))
-	if err := build(ctx, dir); err != nil {
+	if err := sandbox.Build(ctx, dir, binaries...); err != nil {
 		return err
 	}
-	vhosts, err := newVhostAdmin(ctx, cfg.amqpURL, getenv("RABBITMQ_MANAGEMENT_URL"))
+	vhosts, err := sandbox.NewVhostAdmin(ctx, cfg.amqpURL, getenv("RABBITMQ_MANAGEMENT_URL"))
 	if err != nil {
 		return err
 	}
@@ -203,26 +208,26 @@ type cpuUse struct {
 
 // benchRate runs the flow on a fresh database and vhost at rate, and
 // removes them afterwards whatever happened.
-func benchRate(ctx context.Context, cfg config, vhosts *vhostAdmin, bin, logs string, rate float64, stdout, stderr io.Writer) (res result, err error) {
+func benchRate(ctx context.Context, cfg config, vhosts *sandbox.VhostAdmin, bin, logs string, rate float64, stdout, stderr io.Writer) (res result, err error) {
 	res.rate = rate
 	// Database and vhost.
-	name := uniqueName()
+	name := sandbox.UniqueName("orders_bench_")
 	_, _ = fmt.Fprintf(stdout, "database and vhost %s\n", name)
-	dbURL, err := withPath(cfg.databaseURL, name)
+	dbURL, err := sandbox.WithPath(cfg.databaseURL, name)
 	if err != nil {
 		return res, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	amqpURL, err := withPath(cfg.amqpURL, name)
+	amqpURL, err := sandbox.WithPath(cfg.amqpURL, name)
 	if err != nil {
 		return res, fmt.Errorf("AMQP_URL: %w", err)
 	}
 	cleanup := context.WithoutCancel(ctx)
-	defer func() { err = errors.Join(err, dropDatabase(cleanup, cfg.databaseURL, name)) }()
+	defer func() { err = errors.Join(err, sandbox.DropDatabase(cleanup, cfg.databaseURL, name)) }()
 	// Removed even when adding failed half way (interrupted between the
 	// vhost and its permissions): only then is a failed removal no news.
-	addErr := vhosts.add(ctx, name)
+	addErr := vhosts.Add(ctx, name)
 	defer func() {
-		if rmErr := vhosts.remove(cleanup, name); addErr == nil {
+		if rmErr := vhosts.Remove(cleanup, name); addErr == nil {
 			err = errors.Join(err, rmErr)
 		}
 	}()
@@ -242,19 +247,19 @@ func benchRate(ctx context.Context, cfg config, vhosts *vhostAdmin, bin, logs st
 	// publish to; stopped in reverse order at the end.
 	procCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
-	var procs []*process
+	var procs []*sandbox.Process
 	defer func() {
 		for i := len(procs) - 1; i >= 0; i-- {
-			err = errors.Join(err, procs[i].stop())
+			err = errors.Join(err, procs[i].Stop())
 		}
 	}()
 	pids := map[string]int{}
 	startOne := func(name, binary, readyPath, addrVar string, extra ...string) (string, error) {
-		addr, err := freeAddr(ctx)
+		addr, err := sandbox.FreeAddr(ctx)
 		if err != nil {
 			return "", err
 		}
-		p, err := start(procCtx, name, filepath.Join(bin, binary), "http://"+addr+readyPath, logs,
+		p, err := sandbox.Start(procCtx, name, filepath.Join(bin, binary), "http://"+addr+readyPath, logs,
 			append(append(env, addrVar+"="+addr), extra...)...)
 		if p != nil {
 			procs = append(procs, p)
@@ -262,7 +267,7 @@ func benchRate(ctx context.Context, cfg config, vhosts *vhostAdmin, bin, logs st
 		if err != nil {
 			return "", err
 		}
-		pids[name] = p.cmd.Process.Pid
+		pids[name] = p.Cmd.Process.Pid
 		return "http://" + addr, nil
 	}
 	if _, err := startOne("order-consumer", "order-consumer", "/readyz", "ADMIN_ADDR"); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/sandbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -34,7 +35,7 @@ func TestBenchFlowRunsAndCleansUp(t *testing.T) {
 	}
 	broker.Path = "/"
 	env := map[string]string{"DATABASE_URL": dbURL, "AMQP_URL": broker.String()}
-	if _, err := newVhostAdmin(t.Context(), broker.String(), ""); err != nil {
+	if _, err := sandbox.NewVhostAdmin(t.Context(), broker.String(), ""); err != nil {
 		t.Skipf("bench-flow cannot make vhosts on this broker: %v", err)
 	}
 

@@ -60,6 +60,7 @@ type flow struct {
 	amqpURL string
 	api     *httptest.Server
 	tracer  trace.TracerProvider
+	proxy   *testenv.Proxy // between the components and RabbitMQ, with options.proxy
 }
 
 func testLogger() *slog.Logger {
@@ -76,12 +77,20 @@ type options struct {
 	// tracer, when set, traces every component (the API, the relay, the
 	// consumers, their database queries and webhook calls).
 	tracer trace.TracerProvider
+	// proxy puts a proxy between the relay and the consumers and RabbitMQ,
+	// so that a test can cut their connections (flow.proxy).
+	proxy bool
 }
 
 func setup(t testing.TB, o options) *flow {
 	t.Helper()
 	db := testenv.NewDatabase(t)
 	f := &flow{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t), tracer: o.tracer}
+	brokerURL := f.amqpURL
+	if o.proxy {
+		f.proxy = testenv.NewProxy(t, testenv.HostPort(f.amqpURL))
+		brokerURL = f.proxy.Rewrite(f.amqpURL)
+	}
 	f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 		all := consumer.All(consumer.Deps{
 			Notifier:      notification.Config{URL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
@@ -91,7 +100,7 @@ func setup(t testing.TB, o options) *flow {
 			Prefetch: 16, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-		}, inbox.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
+		}, inbox.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
 			all...)
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +110,7 @@ func setup(t testing.TB, o options) *flow {
 	if o.relay {
 		f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 			r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-				outbox.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
+				outbox.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
 			if err != nil {
 				t.Fatal(err)
 			}

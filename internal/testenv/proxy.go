@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,7 +73,30 @@ func (p *Proxy) Stall() {
 	}
 }
 
-// Heal removes Stall.
+// StallReplies lets every byte from the client through to the server, and
+// none back: the server does what it is asked (a COMMIT commits), and the
+// client never hears the answer. Heal undoes it.
+func (p *Proxy) StallReplies() {
+	p.t.Helper()
+	toxic := `{"name":"stall-replies","type":"timeout","stream":"downstream","attributes":{"timeout":0}}`
+	if _, err := p.proxy.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+		p.t.Fatalf("testenv: stall proxy replies: %v", err)
+	}
+}
+
+// Slow delays every byte by d in each direction: a long, slow network.
+// Heal undoes it.
+func (p *Proxy) Slow(d time.Duration) {
+	p.t.Helper()
+	for _, stream := range []string{"upstream", "downstream"} {
+		toxic := fmt.Sprintf(`{"name":"slow-%s","type":"latency","stream":%q,"attributes":{"latency":%d}}`, stream, stream, d.Milliseconds())
+		if _, err := p.proxy.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+			p.t.Fatalf("testenv: slow proxy: %v", err)
+		}
+	}
+}
+
+// Heal removes Stall, StallReplies and Slow.
 func (p *Proxy) Heal() { p.proxy.Toxics.ResetToxics(context.Background()) }
 
 // HostPort returns the host:port of an amqp:// or postgres:// URL, with the

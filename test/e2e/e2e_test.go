@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +55,7 @@ type system struct {
 	env     []string
 	apiURL  string
 	procs   map[string]*process
+	admin   map[string]string // a consumer's admin address, by name
 	dbURL   string
 	amqpURL string
 }
@@ -67,7 +69,7 @@ func newSystem(t *testing.T) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &system{t: t, bin: bin, procs: map[string]*process{}, dbURL: dbURL, amqpURL: amqpURL}
+	s := &system{t: t, bin: bin, procs: map[string]*process{}, admin: map[string]string{}, dbURL: dbURL, amqpURL: amqpURL}
 	s.env = []string{"DATABASE_URL=" + s.dbURL, "AMQP_URL=" + s.amqpURL, "LOG_FORMAT=json",
 		"RELAY_POLL_INTERVAL=200ms", "RELAY_BACKOFF_BASE=50ms", "RELAY_BACKOFF_MAX=500ms",
 		"CONSUMER_RETRY_DELAYS=100ms,500ms", "CONSUMER_PROCESSING_LEASE=10s", "SHUTDOWN_TIMEOUT=5s"}
@@ -156,6 +158,7 @@ func (s *system) startRelay(name string) string {
 func (s *system) startConsumer(name string) string {
 	addr := testenv.FreeAddr(s.t)
 	s.start(name, "order-consumer", "http://"+addr+"/readyz", nil, "ADMIN_ADDR="+addr)
+	s.admin[name] = "http://" + addr
 	return "http://" + addr
 }
 
@@ -268,15 +271,49 @@ type placed struct {
 
 // 200 orders through the three binaries as processes and the API: some
 // with out-of-stock skus, some cancelled on the way, while a consumer and
-// a relay are killed (SIGKILL) and restarted mid-run. Every order ends in
-// the status its story calls for, with exactly one transition per step.
+// a relay are killed (SIGKILL) and restarted mid-run. The kills land in
+// the windows they are for, and the test checks that they did: the relay
+// dies holding claims (rows PUBLISHING under its claims, published into a
+// stalled connection and never confirmed), the consumer dies between the
+// two steps of webhook calls (inbox rows PROCESSING) with deliveries
+// unacknowledged (its successor sees them redelivered). Every order ends
+// in the status its story calls for, with exactly one transition per
+// step, and every message is processed.
 func TestTwoHundredOrdersThroughTheProcesses(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(300 * time.Millisecond) // slow: calls are in flight when the consumer dies
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(hook.Close)
+	s.env = append(s.env, "NOTIFY_WEBHOOK_URL="+hook.URL)
+	relayBroker := testenv.NewProxy(t, testenv.HostPort(s.amqpURL))
 	s.startAPI()
 	s.startConsumer("consumer-1")
-	s.startRelay("relay-1")
+	// relay-1's broker connection goes through a proxy the test stalls, so
+	// that it holds unconfirmed claims (for RELAY_CONFIRM_TIMEOUT) when it
+	// is killed.
+	relay1 := testenv.FreeAddr(t)
+	s.start("relay-1", "outbox-relay", "http://"+relay1+"/readyz", nil, "ADMIN_ADDR="+relay1, "RELAY_ID=relay-1",
+		"AMQP_URL="+relayBroker.Rewrite(s.amqpURL), "RELAY_CONFIRM_TIMEOUT=25s")
 	s.startRelay("relay-2")
+
+	conn, err := pgx.Connect(context.Background(), s.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	count := func(query string) int {
+		var n int
+		if err := conn.QueryRow(context.Background(), query).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const relay1Claims = "SELECT count(*) FROM message_outbox WHERE status = 'PUBLISHING' AND claimed_by LIKE 'relay-1/%'"
+	const processing = "SELECT count(*) FROM message_inbox WHERE status = 'PROCESSING'"
 
 	const n = 200
 	orders := make([]*placed, n)
@@ -285,13 +322,23 @@ func TestTwoHundredOrdersThroughTheProcesses(t *testing.T) {
 	for i := range n {
 		o := &placed{oos: i%5 == 1, cancel: i%5 == 2 || i%10 == 3}
 		orders[i] = o
+		if i == n/4 {
+			relayBroker.Stall() // relay-1's publishes get no confirm from here on
+		}
 		if i == n/2 {
-			wg.Wait()
-			// Halfway: kill a consumer and a relay without warning, start
-			// them again. Claims, unacked deliveries and PROCESSING rows must
-			// all come back.
+			// Halfway, with orders still coming: kill a consumer and a relay
+			// without warning, inside their windows, and start others.
+			// Claims, unacked deliveries and PROCESSING rows must all come
+			// back.
+			testenv.WaitFor(t, 20*time.Second, "relay-1 to hold claims and consumer-1 webhook calls", func() bool {
+				return count(relay1Claims) > 0 && count(processing) > 0
+			})
 			s.kill("consumer-1")
 			s.kill("relay-1")
+			// Dead, they can mark nothing: what they held is still theirs.
+			if claims, held := count(relay1Claims), count(processing); claims == 0 || held == 0 {
+				t.Fatalf("the kills missed their windows: relay-1 held %d claims, consumer-1 left %d rows PROCESSING", claims, held)
+			}
 			s.startConsumer("consumer-2")
 			s.startRelay("relay-3")
 		}
@@ -325,12 +372,11 @@ func TestTwoHundredOrdersThroughTheProcesses(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	// consumer-1's unacknowledged deliveries came back to its successor.
+	testenv.WaitFor(t, 30*time.Second, "consumer-2 to get consumer-1's deliveries again", func() bool {
+		return sumMetric(scrape(t, s.admin["consumer-2"]), "consumer_messages_redelivered_total") > 0
+	})
 
-	conn, err := pgx.Connect(context.Background(), s.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	status := func(id string) string {
 		var st string
 		_ = conn.QueryRow(context.Background(), "SELECT status FROM orders WHERE order_id = $1", id).Scan(&st)
@@ -376,17 +422,22 @@ func TestTwoHundredOrdersThroughTheProcesses(t *testing.T) {
 	}
 
 	// The ledger is clean: every outbox row published, every inbox row processed.
-	var unpublished, unprocessed, duplicates int
+	var unpublished, duplicates int
 	_ = conn.QueryRow(context.Background(), "SELECT count(*) FROM message_outbox WHERE status <> 'PUBLISHED'").Scan(&unpublished)
 	deadline = time.Now().Add(30 * time.Second)
 	for unpublished > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 		_ = conn.QueryRow(context.Background(), "SELECT count(*) FROM message_outbox WHERE status <> 'PUBLISHED'").Scan(&unpublished)
 	}
-	_ = conn.QueryRow(context.Background(), "SELECT count(*) FROM message_inbox WHERE status <> 'PROCESSED'").Scan(&unprocessed)
+	testenv.WaitFor(t, 60*time.Second, "every inbox row PROCESSED (the webhook is slow)", func() bool {
+		return count("SELECT count(*) FROM message_inbox WHERE status <> 'PROCESSED'") == 0
+	})
+	if n := count("SELECT count(*) FROM customer_notification WHERE status <> 'SENT'"); n != 0 {
+		t.Errorf("%d notifications not SENT", n)
+	}
 	_ = conn.QueryRow(context.Background(), "SELECT count(*) FROM message_inbox WHERE last_received_at > first_received_at + interval '1 millisecond'").Scan(&duplicates)
-	if unpublished != 0 || unprocessed != 0 {
-		t.Errorf("%d outbox rows not PUBLISHED, %d inbox rows not PROCESSED", unpublished, unprocessed)
+	if unpublished != 0 {
+		t.Errorf("%d outbox rows not PUBLISHED", unpublished)
 	}
 	t.Logf("final statuses %v; inbox rows seen more than once (redeliveries absorbed): %d", tally, duplicates)
 

@@ -50,6 +50,8 @@ type consumerBundle struct {
 	// consumerDB, when set, is the URL the consumers connect to (a proxy
 	// in front of the test's database); default dbURL.
 	consumerDB string
+	// dbTracer, when set, sees every query of the consumers' pool.
+	dbTracer pgx.QueryTracer
 }
 
 type syncBuffer struct {
@@ -179,7 +181,7 @@ type runningConsumers struct {
 // start runs the test consumer (and any other specs) until the test ends.
 func (b *consumerBundle) start(cfg inbox.Config, amqpURL string, hook func(*inbox.Consumers), consumers ...*inbox.Consumer) *runningConsumers {
 	b.t.Helper()
-	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test"})
+	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test", Tracer: b.dbTracer})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -482,19 +484,37 @@ func TestPoisonMessagesAreParkedAndTheQueueFlows(t *testing.T) {
 
 // The same message delivered three times at once, to three workers, is
 // applied once: the inbox row's primary key makes two of them wait and
-// then find it PROCESSED.
+// then find it PROCESSED. The first delivery's handler holds its
+// transaction open until the two others are waiting on its lock, so the
+// three were in flight together: the test checks that they were.
 func TestSameMessageThreeTimesConcurrently(t *testing.T) {
 	t.Parallel()
 	b := setupConsumer(t)
-	b.handler.delay = 200 * time.Millisecond // hold the first transaction open while the others arrive
-	b.start(testConsumerConfig(), b.amqpURL, nil)
+	var overlapped atomic.Bool
+	barrier := testerConsumer(func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery) (inbox.Outcome, error) {
+		deadline := time.Now().Add(20 * time.Second)
+		for !overlapped.Load() && time.Now().Before(deadline) {
+			var waiting int
+			if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND application_name = 'consumer-under-test' AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+				return inbox.Outcome{}, err
+			}
+			overlapped.Store(waiting == 2)
+			time.Sleep(20 * time.Millisecond)
+		}
+		return b.handler.Handle(ctx, tx, d)
+	})
+	b.start(testConsumerConfig(), b.amqpURL, nil, barrier)
 	msg := message()
 	for range 3 {
 		b.publish(msg)
 	}
-	testenv.WaitFor(t, 15*time.Second, "three deliveries to be done", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "three deliveries to be done", func() bool {
 		return b.counter("consumer.messages.duplicates") == 2 && b.counter("consumer.messages.processed") == 1
 	})
+	if !overlapped.Load() {
+		t.Fatal("the two other deliveries never waited on the first one's transaction: they were not in flight together")
+	}
 	if n := b.effects(msg.MessageId); n != 1 {
 		t.Fatalf("%d effects", n)
 	}

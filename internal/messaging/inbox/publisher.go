@@ -82,19 +82,27 @@ func (p *confirmPublisher) publish(ctx context.Context, queue string, msg amqp.P
 	if err != nil {
 		return fmt.Errorf("no confirm: %w", err)
 	}
-	for { // a return comes before the ack of the same message
+returns: // a return comes before the ack of the same message
+	for {
 		select {
-		case ret := <-p.returns:
+		case ret, ok := <-p.returns:
+			if !ok {
+				break returns // the channel closed: no return is coming
+			}
 			if ret.MessageId != msg.MessageId {
 				continue // a late return of an earlier publish that timed out
 			}
 			return fmt.Errorf("returned: %d %s (queue %s missing?)", ret.ReplyCode, ret.ReplyText, queue)
 		default:
+			break returns
 		}
-		break
 	}
-	if !acked {
+	switch {
+	case acked:
+		return nil
+	case p.ch.IsClosed():
+		return errors.New("the channel closed before the broker confirmed")
+	default:
 		return errors.New("nacked by RabbitMQ")
 	}
-	return nil
 }

@@ -1,14 +1,19 @@
 package inbox_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -212,4 +217,249 @@ func (b *consumerBundle) setReadOnly(on bool) {
 	if _, err := admin.Exec(b.ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'consumer-under-test'", db); err != nil {
 		b.t.Fatal(err)
 	}
+}
+
+// A delivery's transaction loses a real deadlock: the handler takes
+// advisory lock 1, then 2, while a session of the test holds 2 and asks for
+// 1. The test's session waits longer before it looks for deadlocks, so
+// PostgreSQL picks the consumer's transaction as the victim (40P01). The
+// consumer runs the transaction again in place: the message is processed
+// once, on its first attempt, and nothing goes round a retry queue.
+func TestDeadlockIsRetriedInPlace(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	holder, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(b.ctx, "SET deadlock_timeout = '30s'"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := holder.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+	if _, err := tx.Exec(b.ctx, "SELECT pg_advisory_xact_lock(2)"); err != nil {
+		t.Fatal(err)
+	}
+
+	holdsOne := make(chan struct{})
+	testWaits := make(chan struct{})
+	var calls atomic.Int64
+	var lost atomic.Value // the error of the transaction that lost
+	deadlocking := testerConsumer(func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery) (inbox.Outcome, error) {
+		first := calls.Add(1) == 1
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(1)"); err != nil {
+			return inbox.Outcome{}, err
+		}
+		if first { // close the cycle only once the test's session waits for 1
+			close(holdsOne)
+			<-testWaits
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(2)"); err != nil {
+			lost.Store(err)
+			return inbox.Outcome{}, err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO test_effect (message_id) VALUES ($1)", d.MessageID); err != nil {
+			return inbox.Outcome{}, err
+		}
+		return inbox.Applied(), nil
+	})
+	b.start(testConsumerConfig(), b.amqpURL, nil, deadlocking)
+	msg := message()
+	b.publish(msg)
+
+	select {
+	case <-holdsOne:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the handler never took lock 1")
+	}
+	testerGot := make(chan error, 1)
+	go func() {
+		_, err := tx.Exec(b.ctx, "SELECT pg_advisory_xact_lock(1)")
+		testerGot <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the test's session to wait for lock 1", func() bool {
+		var waiting bool
+		_ = b.pool.QueryRow(b.ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", holder.Conn().PgConn().PID()).Scan(&waiting)
+		return waiting
+	})
+	close(testWaits)
+	if err := <-testerGot; err != nil {
+		t.Fatalf("the test's session lost the deadlock instead: %v", err)
+	}
+	if err := tx.Rollback(b.ctx); err != nil { // lets the consumer's retry take lock 2
+		t.Fatal(err)
+	}
+
+	row := b.waitInbox(msg.MessageId, inbox.StatusProcessed)
+	var pgErr *pgconn.PgError
+	if err, _ := lost.Load().(error); !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+		t.Fatalf("the consumer's transaction did not lose a deadlock: %v", lost.Load())
+	}
+	if row.Attempts != 1 || calls.Load() != 2 || b.effects(msg.MessageId) != 1 {
+		t.Fatalf("after the deadlock: %+v, %d handler runs, %d effects; want attempt 1, 2 runs, 1 effect", row, calls.Load(), b.effects(msg.MessageId))
+	}
+	if got := b.counter("consumer.messages.retried"); got != 0 {
+		t.Fatalf("%d messages sent to a retry queue; a deadlock is retried in place", got)
+	}
+}
+
+// The commit's outcome is unknown: the COMMIT reaches PostgreSQL and
+// commits, but its answer never reaches the consumer (a proxy in front of
+// the consumer's database lets nothing back from the moment the COMMIT is
+// sent), and CONSUMER_TX_TIMEOUT cuts the wait. The consumer holds the
+// delivery, tries again once the database answers, finds the message
+// PROCESSED and acknowledges a duplicate: one effect.
+func TestUnknownCommitOutcome(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.dbURL))
+	b.consumerDB = proxy.Rewrite(b.dbURL)
+	stall := &commitStall{proxy: proxy}
+	b.dbTracer = stall
+	cfg := testConsumerConfig()
+	cfg.TxTimeout = time.Second
+	b.start(cfg, b.amqpURL, nil)
+
+	stall.armed.Store(true)
+	msg := message()
+	b.publish(msg)
+	testenv.WaitFor(t, 20*time.Second, "the redelivery to be a duplicate", func() bool { return b.counter("consumer.messages.duplicates") == 1 })
+	if err, _ := stall.commitErr.Load().(error); err == nil {
+		t.Fatal("the consumer heard its COMMIT's answer; the test did not cut it off")
+	}
+	row := b.inboxRow(msg.MessageId)
+	if row.Status != inbox.StatusProcessed || row.Attempts != 1 || b.effects(msg.MessageId) != 1 {
+		t.Fatalf("after the unknown outcome: %+v, %d effects; want PROCESSED on attempt 1, one effect", row, b.effects(msg.MessageId))
+	}
+	var followUps int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox").Scan(&followUps); err != nil || followUps != 1 {
+		t.Fatalf("%d follow-up messages (%v), want 1", followUps, err)
+	}
+	if held, retried := b.counter("consumer.messages.held"), b.counter("consumer.messages.retried"); held == 0 || retried != 0 {
+		t.Fatalf("held %d, sent to a retry queue %d; want the delivery held, not retried", held, retried)
+	}
+}
+
+// commitStall stalls the replies of the proxy when it sees the first
+// COMMIT after it is armed, and heals the proxy once that COMMIT has
+// failed on the client's side.
+type commitStall struct {
+	proxy     *testenv.Proxy
+	armed     atomic.Bool
+	commitErr atomic.Value // what the client got for the stalled COMMIT
+}
+
+type stalledCommit struct{}
+
+func (c *commitStall) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.EqualFold(data.SQL, "commit") && c.armed.CompareAndSwap(true, false) {
+		c.proxy.StallReplies()
+		return context.WithValue(ctx, stalledCommit{}, true)
+	}
+	return ctx
+}
+
+func (c *commitStall) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	if ctx.Value(stalledCommit{}) != nil {
+		if data.Err != nil {
+			c.commitErr.Store(data.Err)
+		}
+		c.proxy.Heal()
+	}
+}
+
+// Replay's connection is cut (a proxy) after it moved some messages:
+// nothing is lost (each message is in the parking lot or the work queue, at
+// least once: one that was being moved may be in both), and a second replay
+// finishes. The consumer then applies each message once; the copies the
+// cut left in both queues are absorbed as duplicates.
+func TestReplayCutOffMidway(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	cfg := testConsumerConfig()
+	topo := inbox.Topology{Consumer: testConsumer, Types: []string{domain.TypeOrderCancelled}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	if err := topo.Declare(b.ch); err != nil {
+		t.Fatal(err)
+	}
+	queue, dlq := inbox.QueueName(testConsumer), inbox.ParkingLotName(inbox.QueueName(testConsumer))
+	const n = 30
+	want := map[string]bool{}
+	for range n {
+		msg := message()
+		want[msg.MessageId] = true
+		b.publishTo("", dlq, msg)
+	}
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	proxy.Slow(20 * time.Millisecond) // each message takes a few round trips: the cut lands mid-replay
+
+	type replayed struct {
+		moved int
+		err   error
+	}
+	done := make(chan replayed, 1)
+	go func() {
+		moved, err := inbox.Replay(b.ctx, proxy.Rewrite(b.amqpURL), testConsumer, inbox.ReplayRequest{Limit: n})
+		done <- replayed{len(moved), err}
+	}()
+	testenv.WaitFor(t, 30*time.Second, "the replay to move some messages", func() bool { return b.ready(queue) >= 3 })
+	proxy.Stall() // what is on the wire now is dropped: a Get answered, a publish half way
+	proxy.Cut()
+	first := <-done
+	if first.err == nil || first.moved == 0 || first.moved >= n {
+		t.Fatalf("the cut replay moved %d of %d and returned %v; want an error midway", first.moved, n, first.err)
+	}
+
+	// Nothing lost: every message is in one queue or the other. The
+	// message the cut caught unacknowledged goes back to the parking lot.
+	testenv.WaitFor(t, 10*time.Second, "every message back in a queue", func() bool { return b.ready(queue)+b.ready(dlq) >= n })
+	seen := b.peek(queue, dlq)
+	for id := range want {
+		if seen[id] == 0 {
+			t.Errorf("message %s is in neither queue: lost", id)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The first replay counts only what the broker confirmed: a message
+	// whose confirm the cut swallowed is in the work queue, uncounted.
+	if moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{Limit: 2 * n}); err != nil {
+		t.Fatalf("the second replay moved %d: %v", len(moved), err)
+	}
+	if left := b.ready(dlq); left != 0 {
+		t.Fatalf("%d messages left in the parking lot", left)
+	}
+	b.start(cfg, b.amqpURL, nil)
+	for id := range want {
+		if row := b.waitInbox(id, inbox.StatusProcessed); row.Attempts != 1 || b.effects(id) != 1 {
+			t.Fatalf("message %s: %+v, %d effects", id, row, b.effects(id))
+		}
+	}
+}
+
+// peek reads every message of the queues without taking them away (they
+// go back when the channel closes) and counts them by message id.
+func (b *consumerBundle) peek(queues ...string) map[string]int {
+	b.t.Helper()
+	ch := testenv.NewChannel(b.t, b.amqpURL)
+	defer ch.Close()
+	seen := map[string]int{}
+	for _, q := range queues {
+		for {
+			d, ok, err := ch.Get(q, false)
+			if err != nil {
+				b.t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			seen[d.MessageId]++
+		}
+	}
+	return seen
 }

@@ -1,9 +1,11 @@
 package outbox_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +32,7 @@ type relayBundle struct {
 	amqpURL string
 	ch      *amqp.Channel
 	metrics *testenv.Metrics // shared by the test's relays
+	logger  *slog.Logger     // the relays' logger; default testenv.Logger()
 }
 
 // setupRelay gives a test its own database and vhost, with the exchange
@@ -96,7 +99,7 @@ func (b *relayBundle) startRelay(cfg outbox.Config, amqpURL string, hook func(*o
 	}
 	b.t.Cleanup(pool.Close)
 	r, err := outbox.NewRelay(cfg, outbox.Deps{
-		Pool: pool, AMQPURL: amqpURL, Logger: testenv.Logger(),
+		Pool: pool, AMQPURL: amqpURL, Logger: cmp.Or(b.logger, testenv.Logger()),
 		MeterProvider: b.metrics.Provider,
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -171,14 +172,14 @@ func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 		})
 	})
 	t.Cleanup(unblock) // cleanups run last first: this one before the relay's stop
-	first := b.receive("observer", len(ids), 20*time.Second, 0)
+	first := b.receive("observer", len(ids), 60*time.Second, 0)
 	if len(first) != len(ids) {
 		t.Fatalf("received %d", len(first))
 	}
 	// A second relay recovers the expired claims and publishes again.
 	b.startRelay(testRelayConfig(), b.amqpURL, nil)
-	again := b.receive("observer", len(ids), 30*time.Second, 0)
-	testenv.WaitFor(t, 20*time.Second, "every row PUBLISHED by the second relay", b.allPublished(len(ids)))
+	again := b.receive("observer", len(ids), 60*time.Second, 0)
+	testenv.WaitFor(t, 60*time.Second, "every row PUBLISHED by the second relay", b.allPublished(len(ids)))
 	var reclaimed int
 	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE attempt_count >= 2").Scan(&reclaimed); err != nil || reclaimed != len(ids) {
 		t.Fatalf("%d rows claimed again after the lease (%v), want %d", reclaimed, err, len(ids))
@@ -193,4 +194,64 @@ func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 	if fmt.Sprint(messageIDSet(first)) != fmt.Sprint(messageIDSet(again)) {
 		t.Fatal("the takeover published other message ids: a duplicate must keep its id")
 	}
+}
+
+// The broker blocks publishers (a memory or disk alarm): it sends
+// connection.blocked, here slipped into the relay's connection by a proxy,
+// so that the shared broker raises no alarm of its own. While blocked, the
+// relay claims nothing: rows committed meanwhile stay PENDING with no
+// attempt spent. Once unblocked, they are published.
+func TestBlockedBrokerPausesClaiming(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	logs := &lockedBuffer{}
+	b.logger = slog.New(slog.NewTextHandler(logs, nil))
+	b.bindQueue("observer", domain.TypeOrderCancelled)
+	proxy := testenv.NewAMQPProxy(t, testenv.HostPort(b.amqpURL))
+	relay := b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+
+	proxy.Block("low on memory (injected by the test)")
+	testenv.WaitFor(t, 10*time.Second, "the relay to see connection.blocked", func() bool {
+		return strings.Contains(logs.String(), "RabbitMQ blocked publishing")
+	})
+	ids := b.enqueue(20, domain.Cause{})
+	// Many poll intervals (100 ms) and a NOTIFY pass: a relay that claimed
+	// while blocked would have claimed by now.
+	time.Sleep(3 * time.Second)
+	var claimed int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE status <> 'PENDING' OR attempt_count > 0").Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if claimed != 0 {
+		t.Fatalf("%d of %d rows claimed while the broker blocked publishing; counts %v", claimed, len(ids), b.statusCounts())
+	}
+
+	proxy.Unblock()
+	if got := b.receive("observer", len(ids), 30*time.Second, 0); len(got) != len(ids) {
+		t.Fatalf("received %d of %d after the unblock", len(got), len(ids))
+	}
+	testenv.WaitFor(t, 20*time.Second, "every row PUBLISHED after the unblock", b.allPublished(len(ids)))
+	var attempts int
+	if err := b.pool.QueryRow(b.ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("max attempt_count %d (%v), want 1: the block spent attempts", attempts, err)
+	}
+}
+
+// lockedBuffer is a log sink that tests read while the relay writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

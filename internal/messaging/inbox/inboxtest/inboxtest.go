@@ -34,6 +34,7 @@ type Harness struct {
 	Ctx     context.Context
 	Pool    *pgxpool.Pool // the test's own connections to its database
 	AMQPURL string
+	DBURL   string           // the test's database
 	Metrics *testenv.Metrics // the consumers' metrics
 
 	mu   sync.Mutex
@@ -52,22 +53,35 @@ func Config() inbox.Config {
 }
 
 // Start runs consumers on a fresh database and vhost until the test ends,
-// and returns when they are consuming.
+// and returns when they are consuming. With no consumers it only makes the
+// database and the vhost, for a test that starts its own with Run.
 func Start(t testing.TB, consumers ...*inbox.Consumer) *Harness {
 	t.Helper()
 	db := testenv.NewDatabase(t)
-	h := &Harness{T: t, Ctx: t.Context(), Pool: db.Pool, AMQPURL: testenv.NewVhost(t), Metrics: testenv.NewMetrics(),
+	h := &Harness{T: t, Ctx: t.Context(), Pool: db.Pool, AMQPURL: testenv.NewVhost(t), DBURL: db.URL, Metrics: testenv.NewMetrics(),
 		sent: map[string]amqp.Publishing{}}
-	pool, err := store.NewPool(h.Ctx, store.PoolConfig{URL: db.URL, AppName: "consumers-under-test"})
-	if err != nil {
-		t.Fatal(err)
+	if len(consumers) > 0 {
+		h.Run(Config(), db.URL, h.Metrics, consumers...)
 	}
-	t.Cleanup(pool.Close)
-	cs, err := inbox.NewConsumers(Config(), inbox.Deps{
-		Pool: pool, AMQPURL: h.AMQPURL, Logger: testenv.Logger(), MeterProvider: h.Metrics.Provider,
+	return h
+}
+
+// Run starts another set of consumers on the harness's vhost, as another
+// process would: with cfg, a pool of its own on dbURL (the test's
+// database, or a proxy in front of it) and metrics. They run until the
+// test ends; Run returns when they are consuming.
+func (h *Harness) Run(cfg inbox.Config, dbURL string, metrics *testenv.Metrics, consumers ...*inbox.Consumer) *inbox.Consumers {
+	h.T.Helper()
+	pool, err := store.NewPool(h.Ctx, store.PoolConfig{URL: dbURL, AppName: "consumers-under-test"})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	h.T.Cleanup(pool.Close)
+	cs, err := inbox.NewConsumers(cfg, inbox.Deps{
+		Pool: pool, AMQPURL: h.AMQPURL, Logger: testenv.Logger(), MeterProvider: metrics.Provider,
 	}, consumers...)
 	if err != nil {
-		t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -75,9 +89,9 @@ func Start(t testing.TB, consumers ...*inbox.Consumer) *Harness {
 		defer close(done)
 		_ = cs.Run(ctx)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	testenv.WaitFor(t, 15*time.Second, "the consumers to be consuming", func() bool { return cs.Ready(h.Ctx) == nil })
-	return h
+	h.T.Cleanup(func() { cancel(); <-done })
+	testenv.WaitFor(h.T, 15*time.Second, "the consumers to be consuming", func() bool { return cs.Ready(h.Ctx) == nil })
+	return cs
 }
 
 // Deliver publishes m to the exchange with the envelope the relay would

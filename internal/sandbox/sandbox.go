@@ -1,4 +1,10 @@
-package main
+// Package sandbox runs the whole flow as processes on a database and a
+// RabbitMQ vhost of its own, for the commands that drive the real binaries
+// against the local servers: cmd/bench-flow (what an order costs) and
+// cmd/soak (what failures do to the promise). It builds the binaries from
+// this checkout, names and removes the database and the vhost, and starts
+// and stops the processes.
+package sandbox
 
 import (
 	"context"
@@ -20,15 +26,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// binaries are the commands bench-flow builds from this checkout.
-var binaries = []string{"order-api", "outbox-relay", "order-consumer", "loadgen"}
-
-// build compiles binaries into dir, from the module of the working
-// directory.
-func build(ctx context.Context, dir string) error {
+// Build compiles the commands named (folders of cmd/) into dir, from the
+// module of the working directory.
+func Build(ctx context.Context, dir string, binaries ...string) error {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
-		return fmt.Errorf("run bench-flow inside the repository (go env GOMOD: %q): %w", gomod, err)
+		return fmt.Errorf("run inside the repository (go env GOMOD: %q): %w", gomod, err)
 	}
 	args := []string{"build", "-o", dir + "/"}
 	for _, b := range binaries {
@@ -42,17 +45,17 @@ func build(ctx context.Context, dir string) error {
 	return nil
 }
 
-// uniqueName is a fresh name for a database and a vhost: orders_bench_,
-// the Unix time, a random suffix.
-func uniqueName() string {
+// UniqueName is a fresh name for a database and a vhost: prefix, the Unix
+// time, a random suffix.
+func UniqueName(prefix string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return "orders_bench_" + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b)
+	return prefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b)
 }
 
-// withPath returns raw with its path replaced by "/" + name: the database
+// WithPath returns raw with its path replaced by "/" + name: the database
 // of a PostgreSQL URL, the vhost of an AMQP URL.
-func withPath(raw, name string) (string, error) {
+func WithPath(raw, name string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", err
@@ -62,9 +65,9 @@ func withPath(raw, name string) (string, error) {
 	return u.String(), nil
 }
 
-// dropDatabase drops database name on the server of serverURL.
-func dropDatabase(ctx context.Context, serverURL, name string) error {
-	admin, err := withPath(serverURL, "postgres")
+// DropDatabase drops database name on the server of serverURL.
+func DropDatabase(ctx context.Context, serverURL, name string) error {
+	admin, err := WithPath(serverURL, "postgres")
 	if err != nil {
 		return err
 	}
@@ -77,21 +80,24 @@ func dropDatabase(ctx context.Context, serverURL, name string) error {
 	return err
 }
 
-// vhostAdmin adds and deletes RabbitMQ virtual hosts: through the
+// VhostAdmin adds and deletes RabbitMQ virtual hosts: through the
 // management API when the broker has one (RABBITMQ_MANAGEMENT_URL, or port
 // 15672 of the AMQP host with the AMQP user), else with rabbitmqctl on this
 // machine.
-type vhostAdmin struct {
+type VhostAdmin struct {
 	api  *url.URL // the management API; nil: rabbitmqctl
 	user string
 }
 
-func newVhostAdmin(ctx context.Context, amqpURL, mgmt string) (*vhostAdmin, error) {
+// NewVhostAdmin finds a way to manage the vhosts of the broker of amqpURL:
+// the management API at mgmt (default: port 15672 of the AMQP host), or
+// rabbitmqctl.
+func NewVhostAdmin(ctx context.Context, amqpURL, mgmt string) (*VhostAdmin, error) {
 	u, err := url.Parse(amqpURL)
 	if err != nil {
 		return nil, fmt.Errorf("AMQP_URL: %w", err)
 	}
-	a := &vhostAdmin{user: u.User.Username()}
+	a := &VhostAdmin{user: u.User.Username()}
 	if mgmt == "" {
 		mgmt = "http://" + net.JoinHostPort(u.Hostname(), "15672")
 	}
@@ -106,12 +112,13 @@ func newVhostAdmin(ctx context.Context, amqpURL, mgmt string) (*vhostAdmin, erro
 	}
 	a.api = nil
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		return nil, fmt.Errorf("to make a vhost, bench-flow needs RabbitMQ's management API at %s or rabbitmqctl on this machine", mgmt)
+		return nil, fmt.Errorf("to make a vhost, this needs RabbitMQ's management API at %s or rabbitmqctl on this machine", mgmt)
 	}
 	return a, nil
 }
 
-func (a *vhostAdmin) add(ctx context.Context, vhost string) error {
+// Add creates vhost and gives the AMQP user every permission on it.
+func (a *VhostAdmin) Add(ctx context.Context, vhost string) error {
 	if a.api == nil {
 		if err := rabbitmqctl(ctx, "add_vhost", vhost); err != nil {
 			return err
@@ -125,7 +132,8 @@ func (a *vhostAdmin) add(ctx context.Context, vhost string) error {
 		`{"configure":".*","write":".*","read":".*"}`)
 }
 
-func (a *vhostAdmin) remove(ctx context.Context, vhost string) error {
+// Remove deletes vhost and everything in it.
+func (a *VhostAdmin) Remove(ctx context.Context, vhost string) error {
 	if a.api == nil {
 		return rabbitmqctl(ctx, "delete_vhost", vhost)
 	}
@@ -134,7 +142,7 @@ func (a *vhostAdmin) remove(ctx context.Context, vhost string) error {
 
 // do calls the management API; the URL's user and password become Basic
 // authentication.
-func (a *vhostAdmin) do(ctx context.Context, method, path, body string) error {
+func (a *VhostAdmin) do(ctx context.Context, method, path, body string) error {
 	req, err := http.NewRequestWithContext(ctx, method, a.api.String()+path, strings.NewReader(body))
 	if err != nil {
 		return err
@@ -159,33 +167,33 @@ func rabbitmqctl(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// process is one service bench-flow started.
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string // the file its output goes to
+// Process is one service started by Start.
+type Process struct {
+	Name string
+	Cmd  *exec.Cmd
+	Log  string // the file its output goes to
 	done chan error
 }
 
-// start runs bin with env added to bench-flow's environment, its output
+// Start runs bin with env added to the caller's environment, its output
 // to logDir/name.log, and waits until GET ready answers 200. When ctx ends
 // the process gets SIGTERM, and SIGKILL 20s later.
-func start(ctx context.Context, name, bin, ready, logDir string, env ...string) (*process, error) {
-	p := &process{name: name, log: filepath.Join(logDir, name+".log"), done: make(chan error, 1)}
-	out, err := os.Create(p.log)
+func Start(ctx context.Context, name, bin, ready, logDir string, env ...string) (*Process, error) {
+	p := &Process{Name: name, Log: filepath.Join(logDir, name+".log"), done: make(chan error, 1)}
+	out, err := os.Create(p.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = out.Close() }() // the child has its own copy
-	p.cmd = exec.CommandContext(ctx, bin)
-	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
-	p.cmd.WaitDelay = 20 * time.Second
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = out, out
-	if err := p.cmd.Start(); err != nil {
+	p.Cmd = exec.CommandContext(ctx, bin)
+	p.Cmd.Cancel = func() error { return p.Cmd.Process.Signal(syscall.SIGTERM) }
+	p.Cmd.WaitDelay = 20 * time.Second
+	p.Cmd.Env = append(os.Environ(), env...)
+	p.Cmd.Stdout, p.Cmd.Stderr = out, out
+	if err := p.Cmd.Start(); err != nil {
 		return nil, err
 	}
-	go func() { p.done <- p.cmd.Wait() }()
+	go func() { p.done <- p.Cmd.Wait() }()
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -202,36 +210,44 @@ func start(ctx context.Context, name, bin, ready, logDir string, env ...string) 
 		select {
 		case err := <-p.done:
 			p.done <- err
-			return p, fmt.Errorf("%s exited before it was ready (its log: %s): %w", name, p.log, err)
+			return p, fmt.Errorf("%s exited before it was ready (its log: %s): %w", name, p.Log, err)
 		case <-ctx.Done():
 			return p, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return p, fmt.Errorf("%s was not ready within 30s; its log: %s", name, p.log)
+			return p, fmt.Errorf("%s was not ready within 30s; its log: %s", name, p.Log)
 		}
 	}
 }
 
-// stop ends the process gracefully (SIGTERM), or kills it after 20s.
-func (p *process) stop() error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+// Stop ends the process gracefully (SIGTERM), or kills it after 20s.
+func (p *Process) Stop() error {
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-p.done:
-		// context.Canceled: bench-flow was interrupted, and the process
+		// context.Canceled: the caller was interrupted, and the process
 		// stopped cleanly on the SIGTERM that followed.
 		if err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("%s: %w (its log: %s)", p.name, err, p.log)
+			return fmt.Errorf("%s: %w (its log: %s)", p.Name, err, p.Log)
 		}
 		return nil
 	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		return fmt.Errorf("%s did not stop within 20s of SIGTERM (its log: %s): %w", p.name, p.log, <-p.done)
+		_ = p.Cmd.Process.Kill()
+		return fmt.Errorf("%s did not stop within 20s of SIGTERM (its log: %s): %w", p.Name, p.Log, <-p.done)
 	}
 }
 
-// freeAddr returns a 127.0.0.1 address whose port was free a moment ago.
-func freeAddr(ctx context.Context) (string, error) {
+// Kill ends the process at once (SIGKILL), as a crash or an OOM kill
+// would, and returns what its wait returned ("signal: killed", unless it
+// had exited before).
+func (p *Process) Kill() error {
+	_ = p.Cmd.Process.Kill()
+	return <-p.done
+}
+
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago.
+func FreeAddr(ctx context.Context) (string, error) {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
