@@ -86,7 +86,12 @@ func (c *loop) fail(ctx context.Context, pub *confirmPublisher, raw amqp.Deliver
 	switch {
 	case permanent:
 		status = StatusPermanentFailed
-	case d.Attempt >= c.cfg.MaxAttempts:
+	case d.Attempt >= c.cfg.MaxAttempts && !store.IsTransient(cause):
+		// Only failures of the message's own handling spend its retry
+		// budget. Database contention (a lock or statement timeout, a
+		// deadlock that outlived its in-place retries) is the
+		// infrastructure's: the message goes on round the retry queues, at
+		// the longest delay, and is never parked as poison for it.
 		status = StatusPoisoned
 	}
 	reason := cause.Error()

@@ -463,3 +463,51 @@ func (b *consumerBundle) peek(queues ...string) map[string]int {
 	}
 	return seen
 }
+
+// Database contention is the infrastructure's, not the message's: a
+// message whose transaction keeps losing a lock timeout (another session
+// holds its row) goes on round the retry queues past CONSUMER_MAX_ATTEMPTS
+// and is never parked as poison; once the lock is gone it is applied once.
+func TestLockTimeoutsNeverPoison(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	if _, err := b.pool.Exec(b.ctx, "CREATE TABLE test_lock (id int PRIMARY KEY); INSERT INTO test_lock VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Rollback(b.ctx) }()
+	if _, err := locker.Exec(b.ctx, "SELECT id FROM test_lock WHERE id = 1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	contended := testerConsumer(func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery) (inbox.Outcome, error) {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '100ms'"); err != nil {
+			return inbox.Outcome{}, err
+		}
+		if _, err := tx.Exec(ctx, "SELECT id FROM test_lock WHERE id = 1 FOR UPDATE"); err != nil {
+			return inbox.Outcome{}, err // 55P03 while the test holds the row
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO test_effect (message_id) VALUES ($1)", d.MessageID)
+		return inbox.Applied(), err
+	})
+	cfg := testConsumerConfig()
+	cfg.MaxAttempts = 2
+	b.start(cfg, b.amqpURL, nil, contended)
+	msg := message()
+	b.publish(msg)
+	testenv.WaitFor(t, 30*time.Second, "attempts past CONSUMER_MAX_ATTEMPTS", func() bool {
+		row := b.inboxRow(msg.MessageId)
+		return row.Attempts > cfg.MaxAttempts+1 && row.Status == inbox.StatusRetryableFailed && row.LastErrorCode == "lock_timeout"
+	})
+	if n := b.ready(inbox.ParkingLotName(inbox.QueueName(testConsumer))); n != 0 {
+		t.Fatalf("%d messages parked for lock timeouts", n)
+	}
+	if err := locker.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if row := b.waitInbox(msg.MessageId, inbox.StatusProcessed); b.effects(msg.MessageId) != 1 {
+		t.Fatalf("after the lock: %+v, %d effects", row, b.effects(msg.MessageId))
+	}
+}
