@@ -25,6 +25,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -339,13 +340,34 @@ func randomSuffix() string {
 // ago, for a process under test to listen on.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	for range 200 {
+		// Below the kernel's ephemeral range (32768 and up here, and on
+		// most Linux machines): a port from that range, free when it is
+		// chosen, can be taken by any outgoing connection (to PostgreSQL,
+		// RabbitMQ) before the process that was given it binds it.
+		port := 20000 + mrand.IntN(12000)
+		if freePorts.given[port] {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			continue // taken
+		}
+		if err := ln.Close(); err != nil {
+			t.Fatal(err)
+		}
+		freePorts.given[port] = true
+		return addr
 	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
+	t.Fatal("testenv: no free port found")
+	return ""
 }
+
+// freePorts are the ports FreeAddr gave out in this process: never twice.
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
