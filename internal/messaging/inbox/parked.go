@@ -106,15 +106,22 @@ func (p *parkingLot) scan(limit int, visit func(d amqp.Delivery) (settled, stop 
 	if limit > 0 {
 		n = min(n, limit)
 	}
-	var last uint64 // the last message taken and not settled
+	var (
+		last    uint64 // the last message taken and not settled
+		settled int
+	)
 	defer func() {
 		if last == 0 {
 			return
 		}
-		if nerr := p.ch.Nack(last, true, true); nerr != nil && err == nil {
-			// The connection closes next, and the broker requeues them anyway.
-			err = fmt.Errorf("give back the messages of %s: %w", p.name, nerr)
+		if nerr := p.ch.Nack(last, true, true); nerr != nil {
+			if err == nil {
+				// The connection closes next, and the broker requeues them anyway.
+				err = fmt.Errorf("give back the messages of %s: %w", p.name, nerr)
+			}
+			return
 		}
+		p.awaitDepth(q.Messages - settled)
 	}()
 	for range n {
 		d, ok, err := p.ch.Get(p.name, false)
@@ -124,8 +131,10 @@ func (p *parkingLot) scan(limit int, visit func(d amqp.Delivery) (settled, stop 
 		if !ok {
 			return nil
 		}
-		settled, stop, err := visit(d)
-		if !settled {
+		done, stop, err := visit(d)
+		if done {
+			settled++
+		} else {
 			last = d.DeliveryTag
 		}
 		if err != nil || stop {
@@ -133,6 +142,23 @@ func (p *parkingLot) scan(limit int, visit func(d amqp.Delivery) (settled, stop 
 		}
 	}
 	return nil
+}
+
+// awaitDepth waits (a few seconds at most) until the parking lot holds at
+// least want messages again. A nack has no reply, and a quorum queue takes
+// the returned messages back through its log after the nack has gone: a
+// scan that returned at once would let the next command (a replay straight
+// after a list, in a script) find the parking lot short. Messages parked
+// meanwhile only make the depth reach want sooner, never later.
+func (p *parkingLot) awaitDepth(want int) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		q, err := p.ch.QueueDeclarePassive(p.name, true, false, false, false, nil)
+		if err != nil || q.Messages >= want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Browse returns up to limit messages of consumer's parking lot (0: all),
