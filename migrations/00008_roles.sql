@@ -3,8 +3,9 @@
 -- column (docs/security.md has the matrix and the reason for each grant):
 --
 --   orders_api       order-api: orders, their items and history, idempotency
---                    keys; writes its messages to the outbox; reads what the
---                    /ui/ timeline shows of the outbox and the inbox.
+--                    keys; writes its messages to the outbox; reads nothing
+--                    of the outbox or the inbox but what the /ui/ timeline
+--                    shows of one order, through two functions.
 --   orders_relay     outbox-relay: message_outbox, nothing else.
 --   orders_consumer  order-consumer: the inbox, the consumers' own tables,
 --                    the guarded status changes of orders; writes its
@@ -20,7 +21,8 @@
 -- Roles belong to the server, grants to one database. Several databases of
 -- one server (the tests make many at once) may run this migration together,
 -- so a role another session created in the meantime is fine, and the down
--- migration only revokes: other databases may still grant to the roles.
+-- migration never drops a role (it revokes, and drops this database's
+-- functions): other databases may still grant to the roles.
 -- Roles that exist already (docker compose creates them with passwords in
 -- deploy/postgres/initdb/) are left as they are, so applying this needs
 -- CREATEROLE only on a server that has not got them yet.
@@ -36,7 +38,9 @@
 -- needs SELECT on those columns, hence the narrow SELECT grants beside some
 -- inserts. LISTEN, NOTIFY (the outbox trigger) and advisory locks need no
 -- grant. New tables are granted nothing by default: every migration that
--- adds one decides, and migrations/roles_test.go fails until it has.
+-- adds one decides, and migrations/roles_test.go fails until it has. The
+-- same test covers every function of the schema: PostgreSQL lets PUBLIC
+-- execute a new function unless its migration revokes that.
 
 -- +goose Up
 -- +goose StatementBegin
@@ -76,15 +80,99 @@ GRANT UPDATE (request_hash, response_status, response_body, response_location, c
 -- columns (status, claims, attempts) keep their defaults.
 GRANT INSERT (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, headers)
     ON message_outbox TO orders_api;
--- The /ui/ timeline of an order (internal/timeline): what happened to its
--- messages, never their payloads or the relays' claims.
-GRANT SELECT (outbox_id, aggregate_type, aggregate_id, message_type, status, attempt_count, headers,
-              created_at, updated_at, next_attempt_at, published_at, last_error)
-    ON message_outbox TO orders_api;
-GRANT SELECT (consumer_name, message_id, message_type, aggregate_id, status, outcome, outcome_reason, attempt_count,
-              first_received_at, last_received_at, processed_at, last_error_code, last_error_message, trace_id)
-    ON message_inbox TO orders_api;
+-- The /ui/ timeline of an order reads its outbox and inbox rows through
+-- order_timeline_outbox and order_timeline_inbox (below), and its
+-- notifications directly. The API has no SELECT on either message table.
 GRANT SELECT ON customer_notification TO orders_api;
+
+-- The /ui/ timeline of an order (internal/timeline) -------------------------
+-- What became of one order's messages, for order-api, which has no SELECT
+-- on either table: the columns the page shows of the order's outbox rows
+-- ('order' is domain.AggregateOrder) and of the consumers' inbox rows about
+-- it; never a payload, a payload hash, routing, the relays' claims, the
+-- inbox's correlation and causation ids, or a header other than the four
+-- shown (headers may also carry tracestate and baggage). The API cannot
+-- list, count or search either table, only ask for one order's rows.
+--
+-- SECURITY DEFINER, so they read as their owner (whoever runs the
+-- migrations), which is safe here because:
+--   - each is one fixed SELECT, no dynamic SQL, and takes nothing from the
+--     caller but an order id, a uuid, compared with aggregate_id;
+--   - search_path is fixed, with pg_temp last, and the tables are named
+--     with their schema, so a caller's temporary table or a function it
+--     made cannot stand in for the ones meant (orders_api cannot create
+--     anything in public);
+--   - they return one order's rows and the columns listed, STABLE and
+--     read-only: nothing the API did not already show of an order on its
+--     /ui/ page, which reads the order (and answers 404 for a missing one)
+--     before it calls them. order-api has no per-user authorisation: who
+--     can reach /ui/ may see any order's timeline, and so may order-api's
+--     role; what it can no longer do is read the tables whole.
+-- EXECUTE is revoked from PUBLIC (PostgreSQL grants it by default) and
+-- granted to orders_api only: orderctl and the walkthrough read the tables
+-- themselves, as orders_operator.
+-- +goose StatementBegin
+CREATE FUNCTION order_timeline_outbox(p_order_id uuid)
+RETURNS TABLE (
+    outbox_id       uuid,
+    message_type    text,
+    status          text,
+    attempt_count   integer,
+    producer        text, -- the headers' app_id
+    correlation_id  text,
+    causation_id    text,
+    traceparent     text,
+    created_at      timestamptz,
+    updated_at      timestamptz,
+    next_attempt_at timestamptz,
+    published_at    timestamptz,
+    last_error      text
+)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+    -- A header whose value is not a string is none (NULL), as the timeline
+    -- has always shown it.
+    SELECT m.outbox_id, m.message_type, m.status, m.attempt_count,
+           CASE jsonb_typeof(m.headers -> 'app_id') WHEN 'string' THEN m.headers ->> 'app_id' END,
+           CASE jsonb_typeof(m.headers -> 'correlation_id') WHEN 'string' THEN m.headers ->> 'correlation_id' END,
+           CASE jsonb_typeof(m.headers -> 'causation_id') WHEN 'string' THEN m.headers ->> 'causation_id' END,
+           CASE jsonb_typeof(m.headers -> 'traceparent') WHEN 'string' THEN m.headers ->> 'traceparent' END,
+           m.created_at, m.updated_at, m.next_attempt_at, m.published_at, m.last_error
+    FROM public.message_outbox AS m
+    WHERE m.aggregate_type = 'order' AND m.aggregate_id = p_order_id::text
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE FUNCTION order_timeline_inbox(p_order_id uuid)
+RETURNS TABLE (
+    consumer_name      text,
+    message_id         text,
+    message_type       text,
+    status             text,
+    outcome            text,
+    outcome_reason     text,
+    attempt_count      integer,
+    first_received_at  timestamptz,
+    last_received_at   timestamptz,
+    processed_at       timestamptz,
+    last_error_code    text,
+    last_error_message text,
+    trace_id           text
+)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+    SELECT i.consumer_name, i.message_id, i.message_type, i.status, i.outcome, i.outcome_reason, i.attempt_count,
+           i.first_received_at, i.last_received_at, i.processed_at, i.last_error_code, i.last_error_message, i.trace_id
+    FROM public.message_inbox AS i
+    WHERE i.aggregate_id = p_order_id::text
+$$;
+-- +goose StatementEnd
+
+REVOKE EXECUTE ON FUNCTION order_timeline_outbox(uuid), order_timeline_inbox(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION order_timeline_outbox(uuid), order_timeline_inbox(uuid) TO orders_api;
 
 -- outbox-relay --------------------------------------------------------------
 -- Claims, marks, releases and recovers rows, reports the backlog, deletes
@@ -127,8 +215,16 @@ GRANT DELETE ON message_outbox, message_inbox, http_idempotency_key TO orders_op
 -- Every command that changes something writes its audit row.
 GRANT INSERT (actor, action, target, reason, details) ON operator_audit TO orders_operator;
 
+-- Nobody calls the outbox's trigger function: a trigger runs it without
+-- checking EXECUTE, and calling it any other way is an error anyway.
+REVOKE EXECUTE ON FUNCTION message_outbox_notify() FROM PUBLIC;
+
 -- +goose Down
--- Revoke only: the roles stay, other databases of the server may use them.
+-- The roles stay, other databases of the server may use them: drop the
+-- functions, give the trigger function back PostgreSQL's default, revoke.
+GRANT EXECUTE ON FUNCTION message_outbox_notify() TO PUBLIC;
+DROP FUNCTION order_timeline_inbox(uuid);
+DROP FUNCTION order_timeline_outbox(uuid);
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM orders_api, orders_relay, orders_consumer, orders_operator;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM orders_api, orders_relay, orders_consumer, orders_operator;
 REVOKE USAGE ON SCHEMA public FROM orders_api, orders_relay, orders_consumer, orders_operator;

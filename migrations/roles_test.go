@@ -51,19 +51,12 @@ var grants = map[string]map[string]string{
 		operator: "SELECT",
 	},
 	"message_outbox": {
-		api: "SELECT(outbox_id, aggregate_type, aggregate_id, message_type, headers, status, attempt_count, next_attempt_at, published_at, last_error, created_at, updated_at), " +
-			"INSERT(outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, headers)",
+		api:      "INSERT(outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, headers)",
 		relay:    "SELECT, UPDATE(status, attempt_count, next_attempt_at, claimed_by, claimed_until, published_at, last_error, updated_at), DELETE",
 		consumer: "INSERT(outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, headers)",
 		operator: "SELECT, UPDATE(status, attempt_count, next_attempt_at, updated_at), DELETE",
 	},
-	"message_inbox": {
-		api: "SELECT(consumer_name, message_id, message_type, aggregate_id, status, outcome, outcome_reason, attempt_count, " +
-			"first_received_at, last_received_at, processed_at, last_error_code, last_error_message, trace_id)",
-		relay:    "",
-		consumer: "SELECT, INSERT, UPDATE, DELETE",
-		operator: "SELECT, DELETE",
-	},
+	"message_inbox": {api: "", relay: "", consumer: "SELECT, INSERT, UPDATE, DELETE", operator: "SELECT, DELETE"},
 	"http_idempotency_key": {
 		api: "SELECT, INSERT(idempotency_key, request_method, request_path, request_hash), " +
 			"UPDATE(request_hash, response_status, response_body, response_location, created_at), DELETE",
@@ -82,18 +75,87 @@ var grants = map[string]map[string]string{
 	"operator_audit": {api: "", relay: "", consumer: "", operator: "SELECT, INSERT(actor, action, target, reason, details)"},
 }
 
+// functionGrants is which process role may execute each function of the
+// schema ("EXECUTE" or ""), by its signature as regprocedure prints it.
+// PostgreSQL lets PUBLIC execute a new function, so every function has a
+// row and a migration that adds one must revoke that and decide who may
+// call it.
+var functionGrants = map[string]map[string]string{
+	// The outbox's trigger function: a trigger runs it without EXECUTE.
+	"message_outbox_notify()": {api: "", relay: "", consumer: "", operator: ""},
+	// The /ui/ timeline's view of one order's messages; orders_operator
+	// reads the tables themselves.
+	"order_timeline_inbox(uuid)":  {api: "EXECUTE", relay: "", consumer: "", operator: ""},
+	"order_timeline_outbox(uuid)": {api: "EXECUTE", relay: "", consumer: "", operator: ""},
+}
+
 // No role may use a sequence: the identity columns draw their values
 // without it, and nothing else calls nextval.
 const sequenceGrant = ""
 
-// Every table and sequence of the schema, for every process role, has
-// exactly the privileges of the matrix above: a table added without a
-// decision, or a grant that differs from the one written down, fails with
-// the line to write.
+// Every table, sequence and function of the schema, for every process
+// role, has exactly the privileges of the matrices above: a table or a
+// function added without a decision, or a grant that differs from the one
+// written down, fails with the line to write.
 func TestRoleGrants(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDatabase(t)
 	checkGrants(t, db.Pool, grants)
+	checkFunctionGrants(t, db.Pool, functionGrants)
+}
+
+// checkFunctionGrants compares who may execute each function of the public
+// schema with want.
+func checkFunctionGrants(t *testing.T, db store.DBTX, want map[string]map[string]string) {
+	t.Helper()
+	ctx := t.Context()
+	rows, err := db.Query(ctx, `SELECT oid::regprocedure::text FROM pg_proc WHERE pronamespace = 'public'::regnamespace ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	functions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	executes := func(role, fn string) string {
+		var has bool
+		if err := db.QueryRow(ctx, `SELECT has_function_privilege($1, $2::regprocedure, 'EXECUTE')`, role, fn).Scan(&has); err != nil {
+			t.Fatal(err)
+		}
+		if has {
+			return "EXECUTE"
+		}
+		return ""
+	}
+	for _, fn := range functions {
+		row, ok := want[fn]
+		if !ok {
+			var line []string
+			for _, role := range migrations.Roles {
+				line = append(line, fmt.Sprintf("%s: %q", roleConst(role), executes(role, fn)))
+			}
+			t.Errorf("function %s has no row in functionGrants: REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC in the migration that "+
+				"creates it, GRANT EXECUTE to the roles that call it (docs/security.md), and add its row to functionGrants in "+
+				"migrations/roles_test.go; what the roles have now: %q: {%s}", fn, fn, fn, strings.Join(line, ", "))
+			continue
+		}
+		for _, role := range migrations.Roles {
+			wantPriv, ok := row[role]
+			if !ok {
+				t.Errorf("function %s: functionGrants says nothing of %s: write \"EXECUTE\" or \"\"", fn, role)
+				continue
+			}
+			if got := executes(role, fn); got != wantPriv {
+				t.Errorf("function %s, role %s: has %q, want %q\nGRANT or REVOKE the difference (PUBLIC's EXECUTE counts), or correct "+
+					"functionGrants (migrations/roles_test.go) and docs/security.md", fn, role, got, wantPriv)
+			}
+		}
+	}
+	for _, fn := range slices.Sorted(maps.Keys(want)) {
+		if !slices.Contains(functions, fn) {
+			t.Errorf("functionGrants has a row for %s, which the schema does not have: remove it", fn)
+		}
+	}
 }
 
 // checkGrants compares what the roles have on every relation of the public
@@ -243,15 +305,18 @@ func TestRolesAreRefusedOutsideTheirGrants(t *testing.T) {
 		{relay, `DELETE FROM message_outbox WHERE status = 'PUBLISHED'`, true},
 		{relay, `LISTEN message_outbox`, true},
 
-		// The API: the inbox only as far as the timeline shows it, the
-		// outbox only to write its messages and show what became of them.
+		// The API: never reads the inbox or the outbox (every column of
+		// each is probed below), writes its messages to the outbox, and
+		// sees one order's messages through the timeline's functions.
 		{api, `SELECT * FROM message_inbox`, false},
-		{api, `SELECT payload_hash FROM message_inbox`, false},
-		{api, `SELECT correlation_id FROM message_inbox`, false},
+		{api, `SELECT count(*) FROM message_inbox`, false},
+		{api, `SELECT consumer_name, status, outcome, last_error_message FROM message_inbox WHERE aggregate_id = 'x'`, false},
 		{api, anInboxRow, false},
 		{api, `UPDATE message_inbox SET status = 'PROCESSED' WHERE false`, false},
-		{api, `SELECT payload FROM message_outbox`, false},
-		{api, `SELECT claimed_by FROM message_outbox`, false},
+		{api, `SELECT * FROM message_outbox`, false},
+		{api, `SELECT count(*) FROM message_outbox`, false},
+		{api, `INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload)
+			VALUES (gen_random_uuid(), 'order', 'x', 'order.submitted', 1, 'orders', 'order.submitted', '{}') RETURNING status`, false},
 		{api, `UPDATE message_outbox SET status = 'PUBLISHED' WHERE false`, false},
 		{api, `DELETE FROM message_outbox WHERE false`, false},
 		{api, `DELETE FROM orders WHERE false`, false},
@@ -261,7 +326,8 @@ func TestRolesAreRefusedOutsideTheirGrants(t *testing.T) {
 		{api, `SELECT actor FROM operator_audit`, false},
 		{api, anOrder, true},
 		{api, anOutboxRow, true},
-		{api, `SELECT consumer_name, status, outcome, last_error_message FROM message_inbox WHERE aggregate_id = 'x'`, true},
+		{api, `SELECT * FROM order_timeline_inbox(gen_random_uuid())`, true},
+		{api, `SELECT * FROM order_timeline_outbox(gen_random_uuid())`, true},
 		{api, `SELECT pg_try_advisory_xact_lock(hashtextextended('k', 0))`, true},
 
 		// The consumer: never an order's customer or amounts, never the API's
@@ -298,15 +364,29 @@ func TestRolesAreRefusedOutsideTheirGrants(t *testing.T) {
 		{operator, `UPDATE message_outbox SET status = 'PENDING', attempt_count = 0, next_attempt_at = now() WHERE status = 'FAILED'`, true},
 		{operator, `INSERT INTO operator_audit (actor, action, target, reason) VALUES ('t', 'test', 'x', 'a test') RETURNING audit_id, at`, true},
 	}
+	for _, table := range []string{"message_inbox", "message_outbox"} {
+		for _, column := range columnsOf(t, db.Pool, table) {
+			probes = append(probes, probe{api, "SELECT " + pgx.Identifier{column}.Sanitize() + " FROM " + table, false})
+		}
+	}
+	for _, role := range []string{relay, consumer, operator} {
+		// The timeline's functions are the API's alone.
+		probes = append(probes,
+			probe{role, `SELECT * FROM order_timeline_inbox(gen_random_uuid())`, false},
+			probe{role, `SELECT * FROM order_timeline_outbox(gen_random_uuid())`, false},
+		)
+	}
 	for _, role := range migrations.Roles {
 		// Nobody but the owner changes the schema, empties a table, or
-		// draws from a sequence.
+		// draws from a sequence; nobody calls the trigger function.
 		probes = append(probes,
 			probe{role, `CREATE TABLE mine (id int)`, false},
+			probe{role, `CREATE FUNCTION mine() RETURNS int LANGUAGE sql AS 'SELECT 1'`, false},
 			probe{role, `TRUNCATE orders`, false},
 			probe{role, `ALTER TABLE orders ADD COLUMN mine int`, false},
 			probe{role, `SELECT nextval('operator_audit_audit_id_seq')`, false},
 			probe{role, `SELECT version_id FROM goose_db_version`, false},
+			probe{role, `SELECT message_outbox_notify()`, false},
 		)
 	}
 
@@ -328,6 +408,24 @@ func TestRolesAreRefusedOutsideTheirGrants(t *testing.T) {
 	}
 }
 
+// columnsOf lists the columns of table.
+func columnsOf(t *testing.T, db store.DBTX, table string) []string {
+	t.Helper()
+	rows, err := db.Query(t.Context(), `SELECT attname FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cols) == 0 {
+		t.Fatalf("table %s has no columns", table)
+	}
+	return cols
+}
+
 // asRole runs sql as role in a transaction that it rolls back.
 func asRole(ctx context.Context, conn *pgx.Conn, role, sql string) error {
 	tx, err := conn.Begin(ctx)
@@ -342,9 +440,10 @@ func asRole(ctx context.Context, conn *pgx.Conn, role, sql string) error {
 	return err
 }
 
-// Rolling the roles' migration back revokes every grant and keeps the
-// roles (other databases may use them); applying it again restores the
-// matrix.
+// Rolling the roles' migration back revokes every grant, drops the
+// timeline's functions, gives the trigger function back PostgreSQL's
+// default (PUBLIC may execute it) and keeps the roles (other databases may
+// use them); applying it again restores the matrices.
 func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDatabase(t)
@@ -361,6 +460,8 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 		nothing[table] = map[string]string{api: "", relay: "", consumer: "", operator: ""}
 	}
 	checkGrants(t, db.Pool, nothing)
+	everyone := map[string]string{api: "EXECUTE", relay: "EXECUTE", consumer: "EXECUTE", operator: "EXECUTE"}
+	checkFunctionGrants(t, db.Pool, map[string]map[string]string{"message_outbox_notify()": everyone})
 	var roles int
 	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_roles WHERE rolname = ANY ($1)`, migrations.Roles).Scan(&roles); err != nil || roles != len(migrations.Roles) {
 		t.Fatalf("after down: %d of the %d roles left, %v", roles, len(migrations.Roles), err)
@@ -369,6 +470,7 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGrants(t, db.Pool, grants)
+	checkFunctionGrants(t, db.Pool, functionGrants)
 }
 
 // The block that creates the roles tolerates other sessions creating the
