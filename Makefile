@@ -14,6 +14,11 @@ PKGS    := ./...
 # exists, under
 # the environment (scripts/env.sh); the tests do not.
 ENV     := ./scripts/env.sh
+# orderctl (make ctl, make replay) and the walkthrough connect as the
+# operators' role, DATABASE_URL's user replaced (scripts/db-role.sh,
+# docs/security.md); OPERATOR_ROLE= keeps DATABASE_URL's user.
+OPERATOR_ROLE ?= orders_operator
+AS_OPERATOR   := ./scripts/db-role.sh "$(OPERATOR_ROLE)"
 
 # make load: the rate (orders/s) and duration of the load generator;
 # make bench/flow: its rates and the duration of each run;
@@ -91,13 +96,13 @@ psql: ## psql on DATABASE_URL (the orders database of make dev by default)
 	$(ENV) sh -c 'exec psql "$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/orders?sslmode=disable}"'
 
 .PHONY: ctl
-ctl: ## orderctl, the operator's tool, against DATABASE_URL and AMQP_URL: make ctl ARGS='status'
-	$(ENV) $(GO) run ./cmd/orderctl $(ARGS)
+ctl: ## orderctl, the operator's tool, as orders_operator on DATABASE_URL's database, and AMQP_URL: make ctl ARGS='status'
+	$(ENV) $(AS_OPERATOR) $(GO) run ./cmd/orderctl $(ARGS)
 
 .PHONY: replay
 replay: ## move a consumer's parked messages back to its work queue: make replay CONSUMER=fulfillment REASON='why'
 	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why'"; exit 2; }
-	$(ENV) $(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
+	$(ENV) $(AS_OPERATOR) $(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
 
 .PHONY: compose-test
 compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough inside it (-yes), always down -v; COMPOSE_SERVICES= to start a subset
@@ -105,7 +110,7 @@ compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough in
 
 .PHONY: walkthrough
 walkthrough: ## a guided tour of the system make dev runs; ARGS=-yes runs it unattended (compose: make compose-test)
-	$(ENV) $(GO) run ./cmd/walkthrough $(ARGS)
+	$(ENV) $(AS_OPERATOR) $(GO) run ./cmd/walkthrough $(ARGS)
 
 .PHONY: load
 load: ## post orders to the running API at RATE orders/s for DURATION and report latency (ARGS=-chart latency.svg)

@@ -11,3 +11,15 @@ import "embed"
 //
 //go:embed *.sql
 var FS embed.FS
+
+// The roles of the processes (00008_roles.sql), one per process, each
+// granted only what its process needs. docs/security.md has the matrix.
+const (
+	RoleAPI      = "orders_api"      // order-api
+	RoleRelay    = "orders_relay"    // outbox-relay
+	RoleConsumer = "orders_consumer" // order-consumer
+	RoleOperator = "orders_operator" // orderctl, the walkthrough
+)
+
+// Roles are the process roles, in the order above.
+var Roles = []string{RoleAPI, RoleRelay, RoleConsumer, RoleOperator}

@@ -19,6 +19,14 @@
 # DEV_RELAY2_ADDR, DEV_CONSUMER_ADDR, DEV_WEBHOOK_ADDR; DEV_BIN is where the
 # binaries are built (bin/).
 #
+# DATABASE_URL's user (postgres, by default) applies the migrations: it owns
+# the schema. Every process then connects as its own role, the URL's user
+# replaced (scripts/db-role.sh): order-api as orders_api, the relays as
+# orders_relay, the consumer as orders_consumer (docs/security.md). The roles
+# have no password and log in where pg_hba.conf trusts them, as on a local
+# development server; DEV_DB_ROLES=off runs every process as DATABASE_URL's
+# user instead.
+#
 # The settings of .env, when it exists, apply (scripts/env.sh), under those
 # already in the environment. `scripts/dev.sh stop` (make stop) stops a
 # running make dev from another terminal, as Ctrl-C does.
@@ -26,6 +34,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
+# shellcheck source=scripts/db-role.sh
+source scripts/db-role.sh
 
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/orders?sslmode=disable}"
 export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
@@ -74,6 +84,18 @@ go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cm
 echo "[dev] migrating ${DATABASE_URL%%\?*}"
 "$bin/order-api" migrate up 2>&1 | sed -u 's/^/[migrate] /'
 
+# role_url ROLE: the DATABASE_URL setting of a process that connects as ROLE.
+role_url() {
+	if [[ ${DEV_DB_ROLES:-on} == off ]]; then
+		echo "DATABASE_URL=$DATABASE_URL"
+	else
+		echo "DATABASE_URL=$(db_url_as "$DATABASE_URL" "$1")"
+	fi
+}
+api_db=$(role_url orders_api)
+relay_db=$(role_url orders_relay)
+consumer_db=$(role_url orders_consumer)
+
 echo $$ >"$pidfile"
 trap 'rm -f "$pidfile"' EXIT
 trap 'echo "[dev] stopping"; kill -TERM $(jobs -p) 2>/dev/null || true; wait; echo "[dev] stopped"' INT TERM
@@ -111,13 +133,14 @@ supervise() {
 }
 
 supervise webhook  WEBHOOK_ADDR="$webhook_addr" FAIL_FIRST=1 -- "$bin/webhook-receiver"
-supervise api      HTTP_ADDR="$api_addr" -- "$bin/order-api"
-supervise relay-1  ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 -- "$bin/outbox-relay"
-supervise relay-2  ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 -- "$bin/outbox-relay"
+supervise api      "$api_db" HTTP_ADDR="$api_addr" -- "$bin/order-api"
+supervise relay-1  "$relay_db" ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 -- "$bin/outbox-relay"
+supervise relay-2  "$relay_db" ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 -- "$bin/outbox-relay"
 # A short processing lease: after the walkthrough's crash, a webhook call cut
 # off between its two steps is taken over after 10s instead of a minute.
-supervise consumer ADMIN_ADDR="$consumer_addr" NOTIFY_WEBHOOK_URL="http://$webhook_addr/notifications" \
+supervise consumer "$consumer_db" ADMIN_ADDR="$consumer_addr" NOTIFY_WEBHOOK_URL="http://$webhook_addr/notifications" \
 	CONSUMER_FAULTS_ENDPOINT=true CONSUMER_PROCESSING_LEASE="${CONSUMER_PROCESSING_LEASE:-10s}" -- "$bin/order-consumer"
 
 echo "[dev] running; Ctrl-C (or make stop) stops everything. Try: make walkthrough, and http://$api_addr/ui/"
+[[ ${DEV_DB_ROLES:-on} == off ]] || echo "[dev] order-api, the relays and the consumer connect as orders_api, orders_relay and orders_consumer"
 wait

@@ -27,6 +27,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 // Every goroutine the tests start (consumers, a relay) ends with its test.
@@ -38,9 +39,12 @@ type ctlEnv struct {
 	environ map[string]string
 }
 
+// newCtl runs orderctl on the database of dbURL as the operators' role,
+// orders_operator, whatever user dbURL names: a command that needs more
+// than the role's grants fails its test.
 func newCtl(t *testing.T, dbURL, amqpURL string) *ctlEnv {
 	return &ctlEnv{t: t, environ: map[string]string{
-		"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ORDERCTL_USER": "tester",
+		"DATABASE_URL": testenv.AsRole(dbURL, migrations.RoleOperator), "AMQP_URL": amqpURL, "ORDERCTL_USER": "tester",
 		// inboxtest's consumers retry after these delays.
 		"CONSUMER_RETRY_DELAYS": "50ms,100ms", "LOG_LEVEL": "error",
 	}}

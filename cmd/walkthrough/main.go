@@ -26,7 +26,7 @@
 //	API_URL               order-api                   (http://127.0.0.1:8080)
 //	CONSUMER_ADMIN_URL    order-consumer admin        (http://127.0.0.1:9102)
 //	WEBHOOK_RECEIVER_URL  webhook receiver; "" skips  (http://127.0.0.1:8090)
-//	DATABASE_URL          PostgreSQL, only read       (postgres://postgres:postgres@127.0.0.1:5432/orders)
+//	DATABASE_URL          PostgreSQL, only read       (postgres://orders_operator:operator-dev@127.0.0.1:5432/orders)
 //	AMQP_URL              RabbitMQ                    (amqp://guest:guest@127.0.0.1:5672/)
 //	JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL          where the hints point
 package main
@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		WebhookURL:       env("WEBHOOK_RECEIVER_URL", "http://127.0.0.1:8090"),
 		// The password is the one of docker compose; the local trust
 		// authentication of make dev ignores it.
-		DatabaseURL: env("DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/orders?sslmode=disable"),
+		DatabaseURL: env("DATABASE_URL", "postgres://orders_operator:operator-dev@127.0.0.1:5432/orders?sslmode=disable"),
 		AMQPURL:     env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		JaegerURL:   env("JAEGER_URL", "http://localhost:16686"),
 		RabbitUIURL: env("RABBITMQ_UI_URL", "http://localhost:15672"),

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 // variablesRead runs the walkthrough up to its flag parsing (-h stops it
@@ -120,7 +121,7 @@ func TestRefusesAnotherSystemsDatabaseAndVhost(t *testing.T) {
 	t.Cleanup(api.Close)
 	env := map[string]string{
 		"API_URL": api.URL, "CONSUMER_ADMIN_URL": api.URL, "WEBHOOK_RECEIVER_URL": "",
-		"DATABASE_URL": db.URL, "AMQP_URL": amqpURL,
+		"DATABASE_URL": db.URLAs(migrations.RoleOperator), "AMQP_URL": amqpURL, // as make dev and compose run it
 	}
 	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
 	err := run(context.Background(), []string{"-yes"}, lookup, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})

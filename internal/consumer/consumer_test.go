@@ -37,6 +37,7 @@ import (
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 func TestMain(m *testing.M) {
@@ -91,7 +92,7 @@ func setup(t testing.TB, o options) *flow {
 		f.proxy = testenv.NewProxy(t, testenv.HostPort(f.amqpURL))
 		brokerURL = f.proxy.Rewrite(f.amqpURL)
 	}
-	f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
+	f.run(migrations.RoleConsumer, func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 		all := consumer.All(consumer.Deps{
 			Notifier:      notification.Config{URL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
 			MeterProvider: metricnoop.NewMeterProvider(),
@@ -108,7 +109,7 @@ func setup(t testing.TB, o options) *flow {
 		return cs.Run, cs.Ready
 	})
 	if o.relay {
-		f.run(func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
+		f.run(migrations.RoleRelay, func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 			r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
 				outbox.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
 			if err != nil {
@@ -118,7 +119,7 @@ func setup(t testing.TB, o options) *flow {
 		})
 	}
 	if o.api {
-		apiPool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, Tracer: f.dbTracer()})
+		apiPool, err := store.NewPool(f.ctx, store.PoolConfig{URL: testenv.AsRole(f.dbURL, migrations.RoleAPI), Tracer: f.dbTracer()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,12 +151,12 @@ func (f *flow) dbTracer() pgx.QueryTracer {
 	return telemetry.DBTracer(f.tracer)
 }
 
-// run starts a component on a pool of its own, waits until it is ready,
-// and stops it when the test ends.
-func (f *flow) run(build func(context.Context, *pgxpool.Pool) (run, ready func(context.Context) error)) {
+// run starts a component on a pool of its own, connected as role (its
+// process's), waits until it is ready, and stops it when the test ends.
+func (f *flow) run(role string, build func(context.Context, *pgxpool.Pool) (run, ready func(context.Context) error)) {
 	f.t.Helper()
 	// Short timeouts, so that a test can make a statement wait out its lock.
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, Tracer: f.dbTracer(), LockTimeout: 300 * time.Millisecond, StatementTimeout: 5 * time.Second})
+	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: testenv.AsRole(f.dbURL, role), Tracer: f.dbTracer(), LockTimeout: 300 * time.Millisecond, StatementTimeout: 5 * time.Second})
 	if err != nil {
 		f.t.Fatal(err)
 	}

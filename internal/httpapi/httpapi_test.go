@@ -24,12 +24,15 @@ import (
 
 	"github.com/yourorg/orders/api"
 	"github.com/yourorg/orders/internal/httpapi"
+	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 type testBundle struct {
 	t      *testing.T
-	pool   *pgxpool.Pool
+	pool   *pgxpool.Pool // the test's own, as the schema's owner
+	api    *pgxpool.Pool // the API's
 	server *httptest.Server
 	router routers.Router
 }
@@ -43,13 +46,20 @@ func setup(t *testing.T) *testBundle {
 
 // setupWith is setup with the API's config and dependencies changed by
 // change (when not nil) before it starts. The bundle's pool is the test's
-// own on the database, whatever pool the API is given.
+// own on the database, whatever pool the API is given. The API's pool
+// connects as order-api's role, orders_api: a statement it has no grant
+// for fails the test.
 func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testBundle {
 	t.Helper()
 	db := testenv.NewDatabase(t)
+	apiPool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(apiPool.Close)
 	cfg := httpapi.Config{IdempotencyKeyTTL: time.Hour}
 	deps := httpapi.Deps{
-		Pool:           db.Pool,
+		Pool:           apiPool,
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		TracerProvider: tracenoop.NewTracerProvider(),
 		MeterProvider:  metricnoop.NewMeterProvider(),
@@ -64,7 +74,7 @@ func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testB
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return &testBundle{t: t, pool: db.Pool, server: srv, router: openAPIRouter(t)}
+	return &testBundle{t: t, pool: db.Pool, api: deps.Pool, server: srv, router: openAPIRouter(t)}
 }
 
 func openAPIRouter(t *testing.T) routers.Router {
@@ -784,7 +794,7 @@ func TestHealthAndReadiness(t *testing.T) {
 			t.Errorf("%s: %d", path, r.status)
 		}
 	}
-	b.pool.Close() // the database is gone for this server
+	b.api.Close() // the database is gone for this server
 	r := b.do(http.MethodGet, "/readyz", nil, nil)
 	if r.status != http.StatusServiceUnavailable || r.problem(t).Code != "not_ready" {
 		t.Fatalf("readyz without a database: %d %s", r.status, r.body)

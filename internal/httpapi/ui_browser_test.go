@@ -31,6 +31,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 // The browser tests drive Debian's chromium (apt-get install chromium) in
@@ -106,11 +107,16 @@ func startFlow(t *testing.T) *flowBundle {
 	}))
 	t.Cleanup(webhook.Close)
 
-	run := func(build func(pool *pgxpool.Pool) (run, ready func(context.Context) error)) {
-		pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URL})
+	// Each component connects as its process's role.
+	connect := func(role string) *pgxpool.Pool {
+		pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URLAs(role)})
 		if err != nil {
 			t.Fatal(err)
 		}
+		return pool
+	}
+	run := func(role string, build func(pool *pgxpool.Pool) (run, ready func(context.Context) error)) {
+		pool := connect(role)
 		runFn, ready := build(pool)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -118,7 +124,7 @@ func startFlow(t *testing.T) *flowBundle {
 		t.Cleanup(func() { cancel(); <-done; pool.Close() })
 		testenv.WaitFor(t, 15*time.Second, "a component to be ready", func() bool { return ready(t.Context()) == nil })
 	}
-	run(func(pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
+	run(migrations.RoleConsumer, func(pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 		cs, err := inbox.NewConsumers(inbox.Config{
 			Prefetch: 8, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
@@ -133,7 +139,7 @@ func startFlow(t *testing.T) *flowBundle {
 		}
 		return cs.Run, cs.Ready
 	})
-	run(func(pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
+	run(migrations.RoleRelay, func(pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 		r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
 			outbox.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp})
 		if err != nil {
@@ -141,8 +147,10 @@ func startFlow(t *testing.T) *flowBundle {
 		}
 		return r.Run, r.Ready
 	})
+	apiPool := connect(migrations.RoleAPI)
+	t.Cleanup(apiPool.Close)
 	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour, JaegerUIURL: "http://localhost:16686"}, httpapi.Deps{
-		Pool: db.Pool, Logger: logger, TracerProvider: tp,
+		Pool: apiPool, Logger: logger, TracerProvider: tp,
 		MeterProvider: metricnoop.NewMeterProvider(), MetricsHandler: http.NotFoundHandler(),
 	})
 	if err != nil {

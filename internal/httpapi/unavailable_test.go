@@ -28,7 +28,7 @@ func TestReadOnlyDatabaseAnswers503(t *testing.T) {
 		if _, err := admin.Exec(t.Context(), fmt.Sprintf("ALTER DATABASE %s SET default_transaction_read_only = %v", db, on)); err != nil {
 			t.Fatal(err)
 		}
-		b.pool.Reset() // new sessions pick the setting up
+		b.api.Reset() // new sessions pick the setting up
 	}
 	readOnly(true)
 	r := b.do(http.MethodPost, "/v1/orders", []byte(validOrder), nil)

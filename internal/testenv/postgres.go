@@ -59,10 +59,30 @@ const (
 // Database is a fresh, migrated database that belongs to one test.
 type Database struct {
 	Name string
-	// URL connects to this database.
+	// URL connects to this database as the server's superuser, the owner of
+	// the schema: for a test's own setup and checks. Code under test
+	// connects as its process's role (URLAs).
 	URL string
 	// Pool is a pool on URL, closed at the end of the test.
 	Pool *pgxpool.Pool
+}
+
+// URLAs returns a URL of this database that connects as role, one of the
+// roles of migrations/00008_roles.sql (migrations.RoleAPI, ...), so that
+// the code under test has exactly the privileges of its process and a
+// missing grant fails the test.
+func (db *Database) URLAs(role string) string { return AsRole(db.URL, role) }
+
+// AsRole returns rawURL with its user replaced by role and no password.
+// The roles have none: the test server must trust them (a local server
+// with trust authentication, or the container this package starts).
+func AsRole(rawURL, role string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	u.User = url.User(role)
+	return u.String()
 }
 
 var server struct {
@@ -309,6 +329,9 @@ func startPostgresContainer(ctx context.Context) (string, error) {
 		tcpostgres.WithDatabase("postgres"),
 		tcpostgres.WithUsername("postgres"),
 		tcpostgres.WithPassword("postgres"),
+		// The process roles (migrations/00008_roles.sql) have no password:
+		// trust lets the tests connect as them (Database.URLAs).
+		testcontainers.WithEnv(map[string]string{"POSTGRES_HOST_AUTH_METHOD": "trust"}),
 		testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
 			WithOccurrence(2).WithStartupTimeout(60*time.Second)),
 	)

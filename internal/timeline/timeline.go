@@ -3,7 +3,6 @@ package timeline
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/yourorg/orders/internal/domain"
-	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -98,26 +96,29 @@ func Read(ctx context.Context, db store.DBTX, id uuid.UUID) (*Timeline, error) {
 	return tl, nil
 }
 
+// outboxRows reads the order's outbox rows through order_timeline_outbox
+// (migrations/00008_roles.sql): order-api's role may not read the table.
+// The function returns the four headers the timeline shows, each NULL when
+// missing or not a string.
 func outboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]OutboxRow, error) {
 	rows, err := db.Query(ctx, `
-		SELECT outbox_id, message_type, status, attempt_count, headers, created_at, updated_at,
+		SELECT outbox_id, message_type, status, attempt_count, coalesce(producer, ''), coalesce(correlation_id, ''),
+		       coalesce(causation_id, ''), coalesce(traceparent, ''), created_at, updated_at,
 		       next_attempt_at, published_at, coalesce(last_error, '')
-		FROM message_outbox WHERE aggregate_type = $1 AND aggregate_id = $2
-		ORDER BY created_at, outbox_id`, domain.AggregateOrder, id.String())
+		FROM order_timeline_outbox($1)
+		ORDER BY created_at, outbox_id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("outbox rows of order %s: %w", id, store.Translate(err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxRow, error) {
 		var (
-			r       OutboxRow
-			headers []byte
+			r           OutboxRow
+			traceparent string
 		)
-		err := row.Scan(&r.ID, &r.Type, &r.Status, &r.Attempts, &headers, &r.CreatedAt, &r.UpdatedAt,
+		err := row.Scan(&r.ID, &r.Type, &r.Status, &r.Attempts, &r.Producer, &r.CorrelationID,
+			&r.CausationID, &traceparent, &r.CreatedAt, &r.UpdatedAt,
 			&r.NextAttemptAt, &r.PublishedAt, &r.LastError)
-		h := map[string]string{}
-		_ = json.Unmarshal(headers, &h) // a hand-made row may have other headers: show none
-		r.Producer, r.CorrelationID, r.CausationID = h[messaging.HeaderProducer], h[messaging.HeaderCorrelationID], h[messaging.HeaderCausationID]
-		r.TraceID = traceIDOf(h[messaging.HeaderTraceparent])
+		r.TraceID = traceIDOf(traceparent)
 		return r, err
 	})
 	if err != nil {
@@ -126,13 +127,15 @@ func outboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]OutboxRow, 
 	return out, nil
 }
 
+// inboxRows reads the consumers' inbox rows of the order through
+// order_timeline_inbox: order-api's role may not read the table.
 func inboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]InboxRow, error) {
 	rows, err := db.Query(ctx, `
 		SELECT consumer_name, message_id, message_type, status, coalesce(outcome, ''), coalesce(outcome_reason, ''),
 		       attempt_count, first_received_at, last_received_at, processed_at,
 		       coalesce(last_error_code, ''), coalesce(last_error_message, ''), coalesce(trace_id, '')
-		FROM message_inbox WHERE aggregate_id = $1
-		ORDER BY first_received_at, consumer_name, message_id`, id.String())
+		FROM order_timeline_inbox($1)
+		ORDER BY first_received_at, consumer_name, message_id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("inbox rows of order %s: %w", id, store.Translate(err))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/internal/timeline"
+	"github.com/yourorg/orders/migrations"
 )
 
 func TestMain(m *testing.M) {
@@ -38,12 +39,24 @@ var requestTrace = trace.NewSpanContext(trace.SpanContextConfig{
 	TraceFlags: trace.FlagsSampled,
 })
 
-// readTimeline reads the timeline as the page does: in one read-only
-// transaction.
-func readTimeline(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) *timeline.Timeline {
+// apiPool connects to db as order-api's role, orders_api, which reads the
+// outbox and the inbox only through the timeline's functions.
+func apiPool(t *testing.T, db *testenv.Database) *pgxpool.Pool {
+	t.Helper()
+	pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// readTimeline reads the timeline as the page does: as order-api's role,
+// in one read-only transaction.
+func readTimeline(t *testing.T, db *testenv.Database, id uuid.UUID) *timeline.Timeline {
 	t.Helper()
 	var tl *timeline.Timeline
-	err := pgx.BeginTxFunc(t.Context(), pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(t.Context(), apiPool(t, db), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		tl, err = timeline.Read(t.Context(), tx, id)
 		return err
@@ -141,7 +154,20 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tl := readTimeline(t, pool, order.ID())
+	// Rows that are not this order's: another aggregate's message with the
+	// same id, and a consumer's row of another order.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload)
+		VALUES (gen_random_uuid(), 'customer', $1, 'customer.updated', 1, 'orders', 'customer.updated', '{}')`, order.ID().String()); err != nil {
+		t.Fatal(err)
+	}
+	other := entry
+	other.MessageID, other.AggregateID = uuid.NewString(), uuid.NewString()
+	if _, err := inbox.RecordFailure(ctx, pool, other, inbox.Failure{Status: inbox.StatusRetryableFailed, Code: "x", Message: "another order"}); err != nil {
+		t.Fatal(err)
+	}
+
+	tl := readTimeline(t, db, order.ID())
 	if tl.Order.Status() != domain.StatusCancelled || len(tl.History) != 3 || len(tl.Outbox) != 2 || len(tl.Inbox) != 2 || len(tl.Notifications) != 1 {
 		t.Fatalf("timeline: %s, %d transitions, %d outbox, %d inbox, %d notifications",
 			tl.Order.Status(), len(tl.History), len(tl.Outbox), len(tl.Inbox), len(tl.Notifications))
@@ -205,8 +231,39 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 func TestTimelineOfUnknownOrder(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDatabase(t)
-	_, err := timeline.Read(t.Context(), db.Pool, uuid.New())
+	_, err := timeline.Read(t.Context(), apiPool(t, db), uuid.New())
 	if !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("err = %v, want domain.ErrNotFound", err)
+	}
+}
+
+// The outbox rows' headers reach the timeline as before: the four it shows,
+// a header that is not a string as none, and nothing else of the headers.
+func TestTimelineOutboxHeaders(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctx := t.Context()
+	order, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.CreateOrder(ctx, db.Pool, order, domain.Cause{CorrelationID: "corr-1"}); err != nil {
+		t.Fatal(err)
+	}
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if _, err := db.Pool.Exec(ctx, `
+		INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, headers)
+		VALUES (gen_random_uuid(), 'order', $1, 'order.submitted', 1, 'orders', 'order.submitted', '{}',
+		        jsonb_build_object('app_id', 7, 'correlation_id', 'corr-1', 'causation_id', 'm-1', 'traceparent', $2::text,
+		                           'tracestate', 'vendor=1', 'baggage', 'user=someone'))`, order.ID().String(), traceparent); err != nil {
+		t.Fatal(err)
+	}
+	tl := readTimeline(t, db, order.ID())
+	if len(tl.Outbox) != 1 {
+		t.Fatalf("%d outbox rows, want 1", len(tl.Outbox))
+	}
+	r := tl.Outbox[0]
+	if r.Producer != "" || r.CorrelationID != "corr-1" || r.CausationID != "m-1" || r.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("producer %q, correlation %q, causation %q, trace %q", r.Producer, r.CorrelationID, r.CausationID, r.TraceID)
 	}
 }

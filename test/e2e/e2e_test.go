@@ -25,6 +25,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 // binaries builds the three commands once per test run.
@@ -70,7 +71,15 @@ func newSystem(t *testing.T) *system {
 		t.Fatal(err)
 	}
 	s := &system{t: t, bin: bin, procs: map[string]*process{}, admin: map[string]string{}, dbURL: dbURL, amqpURL: amqpURL}
-	s.env = []string{"DATABASE_URL=" + s.dbURL, "AMQP_URL=" + s.amqpURL, "LOG_FORMAT=json",
+	// The schema's owner (the server's superuser here) migrates, as the
+	// migrate service does in compose; each process then connects as its
+	// own role (start), so a grant it lacks fails the flow.
+	migrate := exec.Command(filepath.Join(bin, "order-api"), "migrate", "up")
+	migrate.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_FORMAT=json")
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("order-api migrate up: %v\n%s", err, out)
+	}
+	s.env = []string{"AMQP_URL=" + s.amqpURL, "LOG_FORMAT=json",
 		"RELAY_POLL_INTERVAL=200ms", "RELAY_BACKOFF_BASE=50ms", "RELAY_BACKOFF_MAX=500ms",
 		"CONSUMER_RETRY_DELAYS=100ms,500ms", "CONSUMER_PROCESSING_LEASE=10s", "SHUTDOWN_TIMEOUT=5s"}
 	t.Cleanup(func() {
@@ -106,12 +115,25 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// processRoles are the PostgreSQL roles the binaries connect as
+// (migrations/00008_roles.sql), as in docker-compose.yml and make dev.
+var processRoles = map[string]string{
+	"order-api":      migrations.RoleAPI,
+	"outbox-relay":   migrations.RoleRelay,
+	"order-consumer": migrations.RoleConsumer,
+}
+
 // start runs binary as process name with extra environment, and waits
 // until its readiness endpoint answers 200.
 func (s *system) start(name, binary, readyURL string, args []string, env ...string) *process {
 	s.t.Helper()
 	cmd := exec.Command(filepath.Join(s.bin, binary), args...)
-	cmd.Env = append(append(os.Environ(), s.env...), env...)
+	role, ok := processRoles[binary]
+	if !ok {
+		s.t.Fatalf("%s has no database role", binary)
+	}
+	cmd.Env = append(append(os.Environ(), s.env...), "DATABASE_URL="+testenv.AsRole(s.dbURL, role))
+	cmd.Env = append(cmd.Env, env...)
 	p := &process{name: name, cmd: cmd, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
 	cmd.Stdout = lockedWriter{p.mu, p.log}
 	cmd.Stderr = lockedWriter{p.mu, p.log}
@@ -144,7 +166,7 @@ func (s *system) start(name, binary, readyURL string, args []string, env ...stri
 func (s *system) startAPI() {
 	addr := testenv.FreeAddr(s.t)
 	s.apiURL = "http://" + addr
-	s.start("order-api", "order-api", s.apiURL+"/readyz", []string{"-migrate"}, "HTTP_ADDR="+addr)
+	s.start("order-api", "order-api", s.apiURL+"/readyz", nil, "HTTP_ADDR="+addr)
 }
 
 // startRelay starts an outbox-relay and returns its admin address.

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 // The guided walkthrough, unattended, against the system as make dev runs
@@ -88,7 +89,10 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	})
 
 	walk := exec.Command(filepath.Join(bin, "walkthrough"), "-yes", "-timeout", "60s")
-	walk.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL,
+	// The walkthrough and orderctl connect as the operators' role, as make
+	// walkthrough and make ctl run them; make dev's processes as theirs.
+	operatorURL := testenv.AsRole(dbURL, migrations.RoleOperator)
+	walk.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+amqpURL,
 		"API_URL=http://"+addr["DEV_API_ADDR"], "CONSUMER_ADMIN_URL=http://"+addr["DEV_CONSUMER_ADDR"],
 		"WEBHOOK_RECEIVER_URL=http://"+addr["DEV_WEBHOOK_ADDR"])
 	out, err := walk.CombinedOutput()
@@ -110,7 +114,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	ctl := func(args ...string) []byte {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(bin, "orderctl"), append(args, "--json")...)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "ORDERCTL_USER=e2e")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+amqpURL, "ORDERCTL_USER=e2e")
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("orderctl %v: %v\n%s", args, err, out)
@@ -138,6 +142,26 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	}
 	if err := json.Unmarshal(ctl("order", first), &timeline); err != nil || timeline.Status != "FULFILLED" || len(timeline.History) != 3 {
 		t.Errorf("orderctl order %s: %+v, %v", first, timeline, err)
+	}
+
+	// make dev's processes are connected as their roles, not as
+	// DATABASE_URL's user.
+	admin, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := admin.Query(t.Context(), `SELECT DISTINCT application_name || ' as ' || usename FROM pg_stat_activity
+		WHERE datname = $1 AND application_name IN ('order-api', 'outbox-relay', 'order-consumer') ORDER BY 1`, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	_ = admin.Close(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"order-api as orders_api", "order-consumer as orders_consumer", "outbox-relay as orders_relay"}; !slices.Equal(sessions, want) {
+		t.Errorf("make dev's sessions: %q, want %q", sessions, want)
 	}
 
 	// Ctrl-C: every process shuts down gracefully and make dev exits.

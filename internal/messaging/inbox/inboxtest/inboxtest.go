@@ -26,6 +26,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 // Harness is a running set of consumers and what a test needs around them.
@@ -34,7 +35,7 @@ type Harness struct {
 	Ctx     context.Context
 	Pool    *pgxpool.Pool // the test's own connections to its database
 	AMQPURL string
-	DBURL   string           // the test's database
+	DBURL   string           // the test's database, as order-consumer connects to it (its role, orders_consumer)
 	Metrics *testenv.Metrics // the consumers' metrics
 
 	mu   sync.Mutex
@@ -58,10 +59,12 @@ func Config() inbox.Config {
 func Start(t testing.TB, consumers ...*inbox.Consumer) *Harness {
 	t.Helper()
 	db := testenv.NewDatabase(t)
-	h := &Harness{T: t, Ctx: t.Context(), Pool: db.Pool, AMQPURL: testenv.NewVhost(t), DBURL: db.URL, Metrics: testenv.NewMetrics(),
-		sent: map[string]amqp.Publishing{}}
+	// The consumers run as order-consumer's role: a table of theirs without
+	// its grant (migrations/00008_roles.sql) fails their tests.
+	h := &Harness{T: t, Ctx: t.Context(), Pool: db.Pool, AMQPURL: testenv.NewVhost(t), DBURL: db.URLAs(migrations.RoleConsumer),
+		Metrics: testenv.NewMetrics(), sent: map[string]amqp.Publishing{}}
 	if len(consumers) > 0 {
-		h.Run(Config(), db.URL, h.Metrics, consumers...)
+		h.Run(Config(), h.DBURL, h.Metrics, consumers...)
 	}
 	return h
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The database roles of docker compose, created once, at the first start of
+# an empty postgres-data volume (the postgres image runs the scripts of
+# /docker-entrypoint-initdb.d as POSTGRES_USER, then never again):
+#
+#   orders_migrate   owns the orders database and its schema; only the
+#                    migrate service connects as it
+#   orders_api       order-api
+#   orders_relay     outbox-relay
+#   orders_consumer  order-consumer
+#   orders_operator  orderctl and the walkthrough
+#
+# each with the password of its ORDERS_DB_*_PASSWORD variable (docker
+# compose passes them from .env; the defaults in docker-compose.yml are for
+# a machine of your own). The process roles get their privileges from the
+# migration migrations/00008_roles.sql, which the migrate service applies as
+# orders_migrate: it finds the roles here, so it needs no CREATEROLE.
+# docs/security.md says how to change a password later.
+set -euo pipefail
+
+for v in ORDERS_DB_MIGRATE_PASSWORD ORDERS_DB_API_PASSWORD ORDERS_DB_RELAY_PASSWORD ORDERS_DB_CONSUMER_PASSWORD ORDERS_DB_OPERATOR_PASSWORD; do
+	if [[ -z ${!v:-} ]]; then
+		echo "10-roles.sh: $v is empty: every role needs a password" >&2
+		exit 1
+	fi
+done
+
+psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres \
+	-v db="$POSTGRES_DB" \
+	-v migrate="$ORDERS_DB_MIGRATE_PASSWORD" \
+	-v api="$ORDERS_DB_API_PASSWORD" \
+	-v relay="$ORDERS_DB_RELAY_PASSWORD" \
+	-v consumer="$ORDERS_DB_CONSUMER_PASSWORD" \
+	-v operator="$ORDERS_DB_OPERATOR_PASSWORD" <<'SQL'
+CREATE ROLE orders_migrate LOGIN PASSWORD :'migrate';
+CREATE ROLE orders_api LOGIN PASSWORD :'api';
+CREATE ROLE orders_relay LOGIN PASSWORD :'relay';
+CREATE ROLE orders_consumer LOGIN PASSWORD :'consumer';
+CREATE ROLE orders_operator LOGIN PASSWORD :'operator';
+-- The owner of the database owns its public schema (pg_database_owner), so
+-- orders_migrate creates the tables, and grants on them.
+ALTER DATABASE :"db" OWNER TO orders_migrate;
+SQL
+echo "10-roles.sh: roles orders_migrate, orders_api, orders_relay, orders_consumer, orders_operator; $POSTGRES_DB owned by orders_migrate"
