@@ -5,6 +5,7 @@
 // that file at boot.
 //
 //	rabbitmq-users [-definitions FILE] [-prefix P]
+//	rabbitmq-users -hash PASSWORD   print a password_hash for the definitions file
 //
 // It logs in as AMQP_URL's user, who must be an administrator (guest on a
 // local broker), through the management API (RABBITMQ_MANAGEMENT_URL, else
@@ -42,7 +43,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	fs := flag.NewFlagSet("rabbitmq-users", flag.ContinueOnError)
 	definitions := fs.String("definitions", rabbitadmin.DefinitionsFile, "the definitions file")
 	prefix := fs.String("prefix", "", "put this before every user name (tests: users are the broker's, not the vhost's)")
+	hash := fs.String("hash", "", "print the password_hash of this password (rabbit_password_hashing_sha256), and do nothing else")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *hash != "" {
+		_, err := fmt.Fprintln(out, rabbitadmin.HashPassword(*hash))
 		return err
 	}
 	d, err := rabbitadmin.ReadDefinitions(*definitions)
