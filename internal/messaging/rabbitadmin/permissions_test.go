@@ -227,9 +227,13 @@ func TestOperatorUser(t *testing.T) {
 	if err != nil || len(parked) != 2 {
 		t.Fatalf("browse as %s: %v, %d messages", operator, err, len(parked))
 	}
+	// Browse and Discard give back what they looked at with a nack, which
+	// the broker applies a moment later; each next step waits for it.
+	testenv.WaitFor(t, 10*time.Second, "the browsed messages back", func() bool { return b.depth(parkingLot) == 2 })
 	if _, err := inbox.Discard(ctx, url, topology.Consumer, dropped, func(inbox.Parked) error { return nil }); err != nil {
 		t.Errorf("discard as %s: %v", operator, err)
 	}
+	testenv.WaitFor(t, 10*time.Second, "the kept message back", func() bool { return b.depth(parkingLot) == 1 })
 	moved, err := inbox.Replay(ctx, url, topology.Consumer, inbox.ReplayRequest{})
 	if err != nil || len(moved) != 1 || moved[0] != kept {
 		t.Errorf("replay as %s: moved %v, %v; want [%s]", operator, moved, err, kept)
