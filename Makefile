@@ -17,8 +17,15 @@ ENV     := ./scripts/env.sh
 # orderctl (make ctl, make replay) and the walkthrough connect as the
 # operators' role, DATABASE_URL's user replaced (scripts/db-role.sh,
 # docs/security.md); OPERATOR_ROLE= keeps DATABASE_URL's user.
-OPERATOR_ROLE ?= orders_operator
-AS_OPERATOR   := ./scripts/db-role.sh "$(OPERATOR_ROLE)"
+# They log in to RabbitMQ as their own users too, AMQP_URL's user replaced
+# (scripts/amqp-user.sh, docs/messaging.md): orderctl as orders-operator, the
+# walkthrough as orders-walkthrough; OPERATOR_AMQP_USER= and
+# WALKTHROUGH_AMQP_USER= keep AMQP_URL's user.
+OPERATOR_ROLE         ?= orders_operator
+OPERATOR_AMQP_USER    ?= orders-operator
+WALKTHROUGH_AMQP_USER ?= orders-walkthrough
+AS_OPERATOR    := ./scripts/db-role.sh "$(OPERATOR_ROLE)" ./scripts/amqp-user.sh "$(OPERATOR_AMQP_USER)"
+AS_WALKTHROUGH := ./scripts/db-role.sh "$(OPERATOR_ROLE)" ./scripts/amqp-user.sh "$(WALKTHROUGH_AMQP_USER)"
 
 # make load: the rate (orders/s) and duration of the load generator;
 # make bench/flow: its rates and the duration of each run;
@@ -110,7 +117,7 @@ compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough in
 
 .PHONY: walkthrough
 walkthrough: ## a guided tour of the system make dev runs; ARGS=-yes runs it unattended (compose: make compose-test)
-	$(ENV) $(AS_OPERATOR) $(GO) run ./cmd/walkthrough $(ARGS)
+	$(ENV) $(AS_WALKTHROUGH) $(GO) run ./cmd/walkthrough $(ARGS)
 
 .PHONY: load
 load: ## post orders to the running API at RATE orders/s for DURATION and report latency (ARGS=-chart latency.svg)

@@ -27,6 +27,15 @@
 # development server; DEV_DB_ROLES=off runs every process as DATABASE_URL's
 # user instead.
 #
+# Each relay and the consumer log in to RabbitMQ as their own user
+# (orders-relay, orders-consumer), with the permissions of
+# deploy/rabbitmq/definitions.json: cmd/rabbitmq-users creates them, and
+# orders-operator and orders-walkthrough, in AMQP_URL's vhost, logged in as
+# AMQP_URL's user (an administrator: guest on a local broker), through the
+# management API if the broker has one, else rabbitmqctl. Their passwords:
+# RABBITMQ_PASSWORD_ORDERS_RELAY and the like, else the user's name.
+# DEV_AMQP_USER_PREFIX goes before every user name (the end-to-end test's).
+#
 # The settings of .env, when it exists, apply (scripts/env.sh), under those
 # already in the environment. `scripts/dev.sh stop` (make stop) stops a
 # running make dev from another terminal, as Ctrl-C does.
@@ -80,9 +89,14 @@ fi
 
 echo "[dev] building into $bin/"
 mkdir -p "$bin"
-go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cmd/webhook-receiver
+go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cmd/webhook-receiver ./cmd/rabbitmq-users
 echo "[dev] migrating ${DATABASE_URL%%\?*}"
 "$bin/order-api" migrate up 2>&1 | sed -u 's/^/[migrate] /'
+echo "[dev] creating the RabbitMQ users of deploy/rabbitmq/definitions.json"
+amqp_users=$("$bin/rabbitmq-users" -prefix "${DEV_AMQP_USER_PREFIX:-}") # lines of: user AMQP URL
+relay_amqp_url=$(awk '$1 == "orders-relay" {print $2}' <<<"$amqp_users")
+consumer_amqp_url=$(awk '$1 == "orders-consumer" {print $2}' <<<"$amqp_users")
+[[ -n $relay_amqp_url && -n $consumer_amqp_url ]] || { echo "[dev] rabbitmq-users named no orders-relay or orders-consumer" >&2; exit 1; }
 
 # role_url ROLE: the DATABASE_URL setting of a process that connects as ROLE.
 role_url() {
@@ -134,11 +148,11 @@ supervise() {
 
 supervise webhook  WEBHOOK_ADDR="$webhook_addr" FAIL_FIRST=1 -- "$bin/webhook-receiver"
 supervise api      "$api_db" HTTP_ADDR="$api_addr" -- "$bin/order-api"
-supervise relay-1  "$relay_db" ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 -- "$bin/outbox-relay"
-supervise relay-2  "$relay_db" ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 -- "$bin/outbox-relay"
+supervise relay-1  "$relay_db" ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
+supervise relay-2  "$relay_db" ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
 # A short processing lease: after the walkthrough's crash, a webhook call cut
 # off between its two steps is taken over after 10s instead of a minute.
-supervise consumer "$consumer_db" ADMIN_ADDR="$consumer_addr" NOTIFY_WEBHOOK_URL="http://$webhook_addr/notifications" \
+supervise consumer "$consumer_db" ADMIN_ADDR="$consumer_addr" NOTIFY_WEBHOOK_URL="http://$webhook_addr/notifications" AMQP_URL="$consumer_amqp_url" \
 	CONSUMER_FAULTS_ENDPOINT=true CONSUMER_PROCESSING_LEASE="${CONSUMER_PROCESSING_LEASE:-10s}" -- "$bin/order-consumer"
 
 echo "[dev] running; Ctrl-C (or make stop) stops everything. Try: make walkthrough, and http://$api_addr/ui/"

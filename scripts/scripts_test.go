@@ -148,3 +148,52 @@ func TestDevStop(t *testing.T) {
 		t.Fatal("make stop returned and the process still runs")
 	}
 }
+
+// passedOn runs a script (args) with env, and returns the value of the
+// variable name it passed on to its command, env.
+func passedOn(t *testing.T, name string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(args[0], append(args[1:], "env")...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), name+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("%v passed on no %s:\n%s", args, name, out)
+	return ""
+}
+
+// make ctl and make walkthrough connect as their own PostgreSQL role and
+// RabbitMQ user: the URLs' users replaced, the rest kept; an empty name
+// keeps the URL's own user.
+func TestOperatorLogins(t *testing.T) {
+	t.Parallel()
+	db := "DATABASE_URL=postgres://owner:secret@db.example:6432/orders?sslmode=disable"
+	amqpURL := "AMQP_URL=amqp://admin:admin@mq.example:5673/orders"
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"DATABASE_URL", []string{db}, []string{"./db-role.sh", "orders_operator"},
+			"postgres://orders_operator@db.example:6432/orders?sslmode=disable"},
+		{"DATABASE_URL", []string{db}, []string{"./db-role.sh", ""},
+			"postgres://owner:secret@db.example:6432/orders?sslmode=disable"},
+		{"AMQP_URL", []string{amqpURL}, []string{"./amqp-user.sh", "orders-operator"},
+			"amqp://orders-operator:orders-operator@mq.example:5673/orders"},
+		{"AMQP_URL", []string{amqpURL, "RABBITMQ_PASSWORD_ORDERS_WALKTHROUGH=s3cret"}, []string{"./amqp-user.sh", "orders-walkthrough"},
+			"amqp://orders-walkthrough:s3cret@mq.example:5673/orders"},
+		{"AMQP_URL", []string{amqpURL}, []string{"./amqp-user.sh", ""},
+			"amqp://admin:admin@mq.example:5673/orders"},
+	} {
+		if got := passedOn(t, c.name, c.env, c.args...); got != c.want {
+			t.Errorf("%v with %v: %s = %q, want %q", c.args, c.env, c.name, got, c.want)
+		}
+	}
+}

@@ -1,14 +1,11 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +14,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	tcrabbitmq "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
+
+	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
 )
 
 const (
@@ -25,18 +24,13 @@ const (
 	testVhostPrefix = "orders_test_"
 )
 
-// vhostAdmin creates and deletes virtual hosts: through the management
-// HTTP API when there is one, else with rabbitmqctl on this machine.
-type vhostAdmin interface {
-	add(ctx context.Context, vhost, user string) error
-	remove(ctx context.Context, vhost string) error
-	list(ctx context.Context) ([]string, error)
-}
-
 var broker struct {
-	once  sync.Once
-	url   *url.URL // AMQP URL of the server, vhost "/"
-	admin vhostAdmin
+	once sync.Once
+	url  *url.URL // AMQP URL of the server, vhost "/"
+	// admin creates and deletes the tests' vhosts and users: through the
+	// management HTTP API when there is one, else with rabbitmqctl on this
+	// machine.
+	admin rabbitadmin.Admin
 	err   error
 }
 
@@ -53,20 +47,23 @@ func NewVhost(t testing.TB) string {
 	}
 	vhost := testVhostPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + randomSuffix()
 	user := broker.url.User.Username()
-	if err := broker.admin.add(ctx, vhost, user); err != nil {
+	if err := broker.admin.AddVhost(ctx, vhost); err != nil {
 		t.Fatalf("testenv: create vhost: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := broker.admin.remove(context.Background(), vhost); err != nil {
+		if err := broker.admin.DeleteVhost(context.Background(), vhost); err != nil {
 			t.Errorf("testenv: delete vhost %s: %v", vhost, err)
 		}
 	})
+	if err := broker.admin.SetPermissions(ctx, vhost, user, rabbitadmin.All); err != nil {
+		t.Fatalf("testenv: give %s the vhost: %v", user, err)
+	}
 	u := *broker.url
 	u.Path = "/" + vhost
 	return u.String()
 }
 
-func prepareRabbitMQ(ctx context.Context) (*url.URL, vhostAdmin, error) {
+func prepareRabbitMQ(ctx context.Context) (*url.URL, rabbitadmin.Admin, error) {
 	raw := os.Getenv("AMQP_URL")
 	explicit := raw != ""
 	if !explicit {
@@ -77,7 +74,7 @@ func prepareRabbitMQ(ctx context.Context) (*url.URL, vhostAdmin, error) {
 		return nil, nil, fmt.Errorf("AMQP_URL: %w", err)
 	}
 	u.Path = "/"
-	var admin vhostAdmin
+	var admin rabbitadmin.Admin
 	if err := pingRabbitMQ(u.String()); err != nil {
 		if explicit {
 			return nil, nil, fmt.Errorf("AMQP_URL is set but the broker does not answer: %w", err)
@@ -87,9 +84,9 @@ func prepareRabbitMQ(ctx context.Context) (*url.URL, vhostAdmin, error) {
 			return nil, nil, err
 		}
 	} else {
-		admin = localAdmin(ctx, u)
+		admin = rabbitadmin.Local(ctx, u)
 	}
-	dropLeftoverVhosts(ctx, admin)
+	dropBrokerLeftovers(ctx, admin)
 	return u, admin, nil
 }
 
@@ -101,28 +98,7 @@ func pingRabbitMQ(amqpURL string) error {
 	return conn.Close()
 }
 
-// localAdmin prefers the management API next to the broker (what a
-// RabbitMQ in Docker has), and falls back to rabbitmqctl (what a broker
-// installed on this machine has).
-func localAdmin(ctx context.Context, amqpURL *url.URL) vhostAdmin {
-	mgmt := os.Getenv("RABBITMQ_MANAGEMENT_URL")
-	if mgmt == "" {
-		mgmt = "http://" + amqpURL.Hostname() + ":15672"
-	}
-	m, err := url.Parse(mgmt)
-	if err == nil {
-		if m.User == nil {
-			m.User = amqpURL.User
-		}
-		api := &managementAPI{base: m}
-		if _, err := api.list(ctx); err == nil {
-			return api
-		}
-	}
-	return rabbitmqctl{}
-}
-
-func startRabbitMQContainer(ctx context.Context) (*url.URL, vhostAdmin, error) {
+func startRabbitMQContainer(ctx context.Context) (*url.URL, rabbitadmin.Admin, error) {
 	ctr, err := tcrabbitmq.Run(ctx, rabbitmqImage)
 	if err != nil {
 		return nil, nil, fmt.Errorf("no RabbitMQ answers at %s, and starting one with testcontainers failed: %w", defaultAMQPURL, err)
@@ -145,110 +121,90 @@ func startRabbitMQContainer(ctx context.Context) (*url.URL, vhostAdmin, error) {
 	}
 	m.User = url.UserPassword(ctr.AdminUsername, ctr.AdminPassword)
 	u.Path = "/"
-	return u, &managementAPI{base: m}, nil
+	return u, &rabbitadmin.ManagementAPI{Base: m}, nil
 }
 
-// dropLeftoverVhosts deletes the test vhosts of runs killed before their
-// cleanup (older than an hour).
-func dropLeftoverVhosts(ctx context.Context, admin vhostAdmin) {
-	names, err := admin.list(ctx)
-	if err != nil {
-		return
-	}
+// dropBrokerLeftovers deletes the test vhosts and users of runs killed before
+// their cleanup (older than an hour).
+func dropBrokerLeftovers(ctx context.Context, admin rabbitadmin.Admin) {
 	cutoff := time.Now().Add(-time.Hour).Unix()
-	for _, name := range names {
+	old := func(name string) bool {
 		created, _, _ := strings.Cut(strings.TrimPrefix(name, testVhostPrefix), "_")
-		if ts, err := strconv.ParseInt(created, 10, 64); strings.HasPrefix(name, testVhostPrefix) && err == nil && ts < cutoff {
-			_ = admin.remove(ctx, name)
+		ts, err := strconv.ParseInt(created, 10, 64)
+		return strings.HasPrefix(name, testVhostPrefix) && err == nil && ts < cutoff
+	}
+	if names, err := admin.Vhosts(ctx); err == nil {
+		for _, name := range names {
+			if old(name) {
+				_ = admin.DeleteVhost(ctx, name)
+			}
+		}
+	}
+	if names, err := admin.Users(ctx); err == nil {
+		for _, name := range names {
+			if old(name) {
+				_ = admin.DeleteUser(ctx, name)
+			}
 		}
 	}
 }
 
-type managementAPI struct{ base *url.URL }
+// BrokerUserPrefix returns a prefix of RabbitMQ user names unique to t.
+// Users are the broker's, not a vhost's: a test that creates users (itself,
+// or through a process it runs: scripts/dev.sh's DEV_AMQP_USER_PREFIX)
+// names them with it, and deletes them with DeleteBrokerUsers. Users of a
+// killed run are deleted by a later run, after an hour.
+func BrokerUserPrefix(t testing.TB) string {
+	t.Helper()
+	return testVhostPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + randomSuffix() + "_"
+}
 
-func (m *managementAPI) do(ctx context.Context, method, path string, body any) ([]byte, error) {
-	var payload []byte
-	if body != nil {
-		payload, _ = json.Marshal(body)
-	}
-	// The base URL's user and password become Basic authentication.
-	req, err := http.NewRequestWithContext(ctx, method, m.base.String()+path, bytes.NewReader(payload))
+// NewBrokerUser creates a RabbitMQ user for t (its name is name after a
+// prefix unique to t) with permissions p in the vhost of vhostURL (a
+// NewVhost URL), and returns vhostURL logged in as that user, whose
+// password is its name. The user is deleted when t ends.
+func NewBrokerUser(t testing.TB, vhostURL, name string, p rabbitadmin.Permissions) string {
+	t.Helper()
+	u, err := url.Parse(vhostURL)
 	if err != nil {
-		return nil, err
+		t.Fatalf("testenv: %v", err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
+	user := BrokerUserPrefix(t) + name
+	ctx := context.Background()
+	if err := broker.admin.PutUser(ctx, user, user); err != nil {
+		t.Fatalf("testenv: create RabbitMQ user: %v", err)
 	}
-	defer resp.Body.Close()
-	var out bytes.Buffer
-	_, _ = out.ReadFrom(resp.Body)
-	if resp.StatusCode >= 300 {
-		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, out.String())
+	DeleteBrokerUsers(t, user)
+	if err := broker.admin.SetPermissions(ctx, strings.TrimPrefix(u.Path, "/"), user, p); err != nil {
+		t.Fatalf("testenv: permissions of RabbitMQ user %s: %v", user, err)
 	}
-	return out.Bytes(), nil
+	u.User = url.UserPassword(user, user)
+	return u.String()
 }
 
-func (m *managementAPI) add(ctx context.Context, vhost, user string) error {
-	if _, err := m.do(ctx, http.MethodPut, "/api/vhosts/"+url.PathEscape(vhost), nil); err != nil {
-		return err
+// BrokerAdmin is the administration of the tests' broker (NewVhost first).
+func BrokerAdmin(t testing.TB) rabbitadmin.Admin {
+	t.Helper()
+	if broker.admin == nil {
+		t.Fatal("testenv: BrokerAdmin before NewVhost")
 	}
-	_, err := m.do(ctx, http.MethodPut, "/api/permissions/"+url.PathEscape(vhost)+"/"+url.PathEscape(user),
-		map[string]string{"configure": ".*", "write": ".*", "read": ".*"})
-	return err
+	return broker.admin
 }
 
-func (m *managementAPI) remove(ctx context.Context, vhost string) error {
-	_, err := m.do(ctx, http.MethodDelete, "/api/vhosts/"+url.PathEscape(vhost), nil)
-	return err
-}
-
-func (m *managementAPI) list(ctx context.Context) ([]string, error) {
-	body, err := m.do(ctx, http.MethodGet, "/api/vhosts", nil)
-	if err != nil {
-		return nil, err
-	}
-	var vhosts []struct {
-		Name string `json:"name"`
-	}
-	if err := json.Unmarshal(body, &vhosts); err != nil {
-		return nil, err
-	}
-	names := make([]string, len(vhosts))
-	for i, v := range vhosts {
-		names[i] = v.Name
-	}
-	return names, nil
-}
-
-type rabbitmqctl struct{}
-
-func (rabbitmqctl) run(ctx context.Context, args ...string) (string, error) {
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"--quiet"}, args...)...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
-}
-
-func (r rabbitmqctl) add(ctx context.Context, vhost, user string) error {
-	if _, err := r.run(ctx, "add_vhost", vhost); err != nil {
-		return err
-	}
-	_, err := r.run(ctx, "set_permissions", "-p", vhost, user, ".*", ".*", ".*")
-	return err
-}
-
-func (r rabbitmqctl) remove(ctx context.Context, vhost string) error {
-	_, err := r.run(ctx, "delete_vhost", vhost)
-	return err
-}
-
-func (r rabbitmqctl) list(ctx context.Context) ([]string, error) {
-	out, err := r.run(ctx, "list_vhosts", "--no-table-headers")
-	if err != nil {
-		return nil, err
-	}
-	return strings.Fields(out), nil
+// DeleteBrokerUsers deletes the RabbitMQ users named when t ends (NewVhost
+// first). A user already gone is not an error.
+func DeleteBrokerUsers(t testing.TB, users ...string) {
+	t.Helper()
+	admin := BrokerAdmin(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, user := range users {
+			if err := admin.DeleteUser(ctx, user); err != nil {
+				if existing, lerr := admin.Users(ctx); lerr == nil && !slices.Contains(existing, user) {
+					continue // never created, or gone already
+				}
+				t.Errorf("testenv: delete RabbitMQ user %s: %v", user, err)
+			}
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -32,6 +34,23 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
 	dbURL, amqpURL := testenv.ServerURL(t, name), testenv.NewVhost(t) // first: under -short they skip, before the build
+	// make dev creates the processes' RabbitMQ users, which are the
+	// broker's, not the vhost's: under names of this test's own.
+	userPrefix := testenv.BrokerUserPrefix(t)
+	var users []string
+	for _, u := range rabbitadmin.ProcessUsers {
+		users = append(users, userPrefix+u)
+	}
+	testenv.DeleteBrokerUsers(t, users...)
+	// loginAs is amqpURL logged in as one of them, with its dev password.
+	loginAs := func(user string) string {
+		u, err := url.Parse(amqpURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.UserPassword(userPrefix+user, rabbitadmin.DevPassword(user))
+		return u.String()
+	}
 
 	root := testenv.RepoRoot(t)
 	bin := t.TempDir()
@@ -47,7 +66,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 
 	dev := exec.Command("./scripts/dev.sh")
 	dev.Dir = root
-	dev.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "DEV_BIN="+bin, "LOG_FORMAT=json",
+	dev.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "DEV_AMQP_USER_PREFIX="+userPrefix, "DEV_BIN="+bin, "LOG_FORMAT=json",
 		"DOTENV=none") // this test sets the environment; a .env of the checkout must not add to it
 	for k, v := range addr {
 		dev.Env = append(dev.Env, k+"="+v)
@@ -92,7 +111,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	// The walkthrough and orderctl connect as the operators' role, as make
 	// walkthrough and make ctl run them; make dev's processes as theirs.
 	operatorURL := testenv.AsRole(dbURL, migrations.RoleOperator)
-	walk.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+amqpURL,
+	walk.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.WalkthroughUser),
 		"API_URL=http://"+addr["DEV_API_ADDR"], "CONSUMER_ADMIN_URL=http://"+addr["DEV_CONSUMER_ADDR"],
 		"WEBHOOK_RECEIVER_URL=http://"+addr["DEV_WEBHOOK_ADDR"])
 	out, err := walk.CombinedOutput()
@@ -114,7 +133,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	ctl := func(args ...string) []byte {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(bin, "orderctl"), append(args, "--json")...)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+amqpURL, "ORDERCTL_USER=e2e")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.OperatorUser), "ORDERCTL_USER=e2e")
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("orderctl %v: %v\n%s", args, err, out)

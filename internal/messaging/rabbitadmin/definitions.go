@@ -1,0 +1,180 @@
+// Package rabbitadmin names the RabbitMQ users of the order service and
+// what each may do, and creates them: through the management HTTP API when
+// the broker has one (RabbitMQ in Docker), else with rabbitmqctl on this
+// machine.
+//
+// The users and their permissions are written once, in
+// deploy/rabbitmq/definitions.json, a RabbitMQ definitions file: docker
+// compose's broker imports it at boot, make dev applies it with Apply
+// (cmd/rabbitmq-users), and the tests apply it to a vhost of their own and
+// check every process against it. docs/messaging.md explains each regular
+// expression.
+package rabbitadmin
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+)
+
+// DefinitionsFile is the definitions file, from the repository's root.
+const DefinitionsFile = "deploy/rabbitmq/definitions.json"
+
+// The users, one per process (the administrator is for people: the
+// management UI).
+const (
+	AdminUser       = "orders-admin"       // the management UI: administrator, everything
+	RelayUser       = "orders-relay"       // outbox-relay
+	ConsumerUser    = "orders-consumer"    // order-consumer
+	OperatorUser    = "orders-operator"    // orderctl
+	WalkthroughUser = "orders-walkthrough" // the walkthrough (a demo)
+)
+
+// HashingAlgorithm is the password hashing of the definitions file:
+// RabbitMQ's default.
+const HashingAlgorithm = "rabbit_password_hashing_sha256"
+
+// Definitions is the part of a RabbitMQ definitions file this package
+// reads: the vhosts, the users and their permissions.
+type Definitions struct {
+	Vhosts []struct {
+		Name string `json:"name"`
+	} `json:"vhosts"`
+	Users       []User       `json:"users"`
+	Permissions []Permission `json:"permissions"`
+}
+
+// User is a user of a definitions file.
+type User struct {
+	Name             string   `json:"name"`
+	PasswordHash     string   `json:"password_hash"`
+	HashingAlgorithm string   `json:"hashing_algorithm"`
+	Tags             []string `json:"tags"`
+}
+
+// Permissions are a user's three regular expressions in one vhost: the
+// names of the exchanges and queues it may configure (declare, delete),
+// write (publish to; bind a queue: write on the queue) and read (consume,
+// get; bind: read on the exchange). RabbitMQ checks the default exchange
+// under the name amq.default.
+type Permissions struct {
+	Configure string `json:"configure"`
+	Write     string `json:"write"`
+	Read      string `json:"read"`
+}
+
+// All is every permission: a test's own login in its own vhost.
+var All = Permissions{Configure: ".*", Write: ".*", Read: ".*"}
+
+// Permission is one entry of a definitions file's permissions.
+type Permission struct {
+	User  string `json:"user"`
+	Vhost string `json:"vhost"`
+	Permissions
+}
+
+// ReadDefinitions reads a definitions file.
+func ReadDefinitions(path string) (Definitions, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Definitions{}, err
+	}
+	var d Definitions
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return Definitions{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, nil
+}
+
+// User returns the user named name.
+func (d Definitions) User(name string) (User, bool) {
+	i := slices.IndexFunc(d.Users, func(u User) bool { return u.Name == name })
+	if i < 0 {
+		return User{}, false
+	}
+	return d.Users[i], true
+}
+
+// PermissionsOf returns user's permissions in vhost.
+func (d Definitions) PermissionsOf(user, vhost string) (Permissions, bool) {
+	i := slices.IndexFunc(d.Permissions, func(p Permission) bool { return p.User == user && p.Vhost == vhost })
+	if i < 0 {
+		return Permissions{}, false
+	}
+	return d.Permissions[i].Permissions, true
+}
+
+// DevPassword is the password make dev gives user unless told otherwise,
+// and the one the definitions file's hash is of: the user's name, as
+// RabbitMQ's own guest / guest. Fine for a laptop; docs/operations.md says
+// how to replace them.
+func DevPassword(user string) string { return user }
+
+// PasswordVariable is the environment variable that sets user's password
+// for make dev: RABBITMQ_PASSWORD_ORDERS_RELAY for orders-relay.
+func PasswordVariable(user string) string {
+	return "RABBITMQ_PASSWORD_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_"))
+}
+
+// HashPassword hashes password the way RabbitMQ's
+// rabbit_password_hashing_sha256 does: base64 of a random 4-byte salt
+// followed by SHA-256(salt + password). It is what a definitions file's
+// password_hash holds.
+func HashPassword(password string) string {
+	salt := make([]byte, 4)
+	_, _ = rand.Read(salt)
+	return hashWithSalt(salt, password)
+}
+
+func hashWithSalt(salt []byte, password string) string {
+	sum := sha256.Sum256(append(slices.Clone(salt), password...))
+	return base64.StdEncoding.EncodeToString(append(slices.Clone(salt), sum[:]...))
+}
+
+// CheckPassword tells whether hash (a password_hash of
+// rabbit_password_hashing_sha256) is the hash of password.
+func CheckPassword(hash, password string) (bool, error) {
+	raw, err := base64.StdEncoding.DecodeString(hash)
+	if err != nil {
+		return false, fmt.Errorf("password hash: %w", err)
+	}
+	if len(raw) != 4+sha256.Size {
+		return false, errors.New("password hash: not a salted SHA-256 (36 bytes)")
+	}
+	return subtle.ConstantTimeCompare([]byte(hashWithSalt(raw[:4], password)), []byte(hash)) == 1, nil
+}
+
+// ProcessUsers are the users of the processes, those make dev creates.
+var ProcessUsers = []string{RelayUser, ConsumerUser, OperatorUser, WalkthroughUser}
+
+// Apply creates each of users (the names of d) on the broker of admin as
+// rename(name), with password(name), and gives it in vhost the
+// permissions d gives name in "/". It changes nothing else: a user that
+// exists gets its password and permissions set again.
+func Apply(ctx context.Context, admin Admin, d Definitions, vhost string, users []string, rename, password func(user string) string) error {
+	for _, name := range users {
+		u, ok := d.User(name)
+		if !ok {
+			return fmt.Errorf("%s has no user %s", DefinitionsFile, name)
+		}
+		p, ok := d.PermissionsOf(name, "/")
+		if !ok {
+			return fmt.Errorf("%s gives user %s no permissions in vhost /", DefinitionsFile, name)
+		}
+		if err := admin.PutUser(ctx, rename(name), password(name), u.Tags...); err != nil {
+			return fmt.Errorf("create RabbitMQ user %s: %w", rename(name), err)
+		}
+		if err := admin.SetPermissions(ctx, vhost, rename(name), p); err != nil {
+			return fmt.Errorf("set the permissions of RabbitMQ user %s in vhost %s: %w", rename(name), vhost, err)
+		}
+	}
+	return nil
+}
