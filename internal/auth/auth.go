@@ -84,7 +84,16 @@ type Refusal struct {
 	err    error
 }
 
-func (r *Refusal) Error() string { return r.Reason + ": " + r.err.Error() }
+// Refuse returns the Refusal of reason, for a token refused before
+// Verify: missing, or not in a bearer header.
+func Refuse(reason string, err error) *Refusal { return &Refusal{Reason: reason, err: err} }
+
+func (r *Refusal) Error() string {
+	if r.err == nil {
+		return r.Reason
+	}
+	return r.Reason + ": " + r.err.Error()
+}
 func (r *Refusal) Unwrap() error { return r.err }
 
 // Forbidden reports whether the token was valid but its role is unknown.
