@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,11 +31,14 @@ import (
 )
 
 type testBundle struct {
-	t      *testing.T
-	pool   *pgxpool.Pool
-	server *httptest.Server
-	router routers.Router
-	secret []byte // the API's HS256 secret
+	t       *testing.T
+	pool    *pgxpool.Pool
+	server  *httptest.Server
+	router  routers.Router
+	secret  []byte       // the API's HS256 secret
+	handler http.Handler // the API the server serves
+	// tlsConfig trusts a TLS server of the test's, when it starts one.
+	tlsConfig *tls.Config
 }
 
 // setup starts the API on a fresh database. Every response it sees is
@@ -75,7 +79,7 @@ func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testB
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return &testBundle{t: t, pool: db.Pool, server: srv, router: openAPIRouter(t), secret: secret}
+	return &testBundle{t: t, pool: db.Pool, server: srv, router: openAPIRouter(t), secret: secret, handler: handler}
 }
 
 // token mints a token the API accepts, for a customer (role customer or
