@@ -314,3 +314,29 @@ func Mint(secret []byte, p Principal, ttl time.Duration, issuer, audience string
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 }
+
+// ClientTokenTTL is how long the token ClientToken mints is valid: longer
+// than any run of the tools that use it.
+const ClientTokenTTL = 12 * time.Hour
+
+// ClientToken is the bearer token of a client the project ships
+// (walkthrough, loadgen), from its environment: API_TOKEN when set; else,
+// on a development machine that holds the API's secret (make dev, the
+// compose demo), an operator token it mints with API_JWT_SECRET,
+// API_JWT_ISSUER and API_JWT_AUDIENCE; else "" (for an API with
+// API_AUTH=off).
+func ClientToken(getenv func(string) string) (string, error) {
+	if token := getenv("API_TOKEN"); token != "" {
+		return token, nil
+	}
+	secret := getenv("API_JWT_SECRET")
+	if secret == "" {
+		return "", nil
+	}
+	token, err := Mint([]byte(secret), Principal{Subject: "dev-operator", Role: RoleOperator}, ClientTokenTTL,
+		getenv("API_JWT_ISSUER"), getenv("API_JWT_AUDIENCE"))
+	if err != nil {
+		return "", fmt.Errorf("API_JWT_SECRET: %w", err)
+	}
+	return token, nil
+}
