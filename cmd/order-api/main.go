@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	if err := cfg.Auth.Validate(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	verifier, err := cfg.Auth.Verifier()
+	verifier, err := cfg.Verifier()
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}

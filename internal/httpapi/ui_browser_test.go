@@ -171,13 +171,10 @@ func startFlow(t *testing.T) *flowBundle {
 	}
 	// The cookie POST /ui/login sets, on every request as a browser sends it.
 	target, _ := url.Parse(api.URL)
-	signedIn := httputil.NewSingleHostReverseProxy(target)
-	direct := signedIn.Director
-	signedIn.Director = func(r *http.Request) {
-		direct(r)
-		r.AddCookie(&http.Cookie{Name: "orders_ui_token", Value: operator})
-	}
-	browser := httptest.NewServer(signedIn)
+	browser := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.AddCookie(&http.Cookie{Name: "orders_ui_token", Value: operator})
+	}})
 	t.Cleanup(browser.Close)
 	return &flowBundle{api: api, pool: db.Pool, operator: operator, browser: browser}
 }
