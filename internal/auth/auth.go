@@ -209,7 +209,13 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	return p, nil
 }
 
-// reason names a parse error of jwt for logs and metrics: a fixed set.
+// Reasons are every Refusal's Reason: a fixed set, for metric labels.
+var Reasons = []string{
+	"missing", "malformed", "bad_signature", "expired", "not_yet_valid",
+	"wrong_issuer", "wrong_audience", "invalid_claims", "unknown_role",
+}
+
+// reason names a parse error of jwt for logs and metrics: one of Reasons.
 func reason(err error) string {
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):

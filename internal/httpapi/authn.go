@@ -43,6 +43,10 @@ import (
 // and /ui/logout) are refused from another origin.
 const uiTokenCookie = "orders_ui_token"
 
+// reasonOtherCustomer is the refusal of a customer creating another
+// customer's order (403), beside auth.Reasons.
+const reasonOtherCustomer = "other_customer"
+
 type callerKey struct{}
 
 // caller is the verified caller of the request; authenticate put it there.

@@ -179,7 +179,7 @@ func (s *Server) createOrder(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	if !caller(ctx).Owns(order.CustomerID()) {
-		return s.forbid(c, "other_customer", "A customer may only create its own orders: customer_id must be the token's sub.")
+		return s.forbid(c, reasonOtherCustomer, "A customer may only create its own orders: customer_id must be the token's sub.")
 	}
 
 	cid := correlationID(ctx)

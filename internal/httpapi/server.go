@@ -5,12 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -163,6 +165,9 @@ func newAPIMetrics(meter metric.Meter) (apiMetrics, error) {
 	// Start at zero, so that rate() and alerts see a series from the start.
 	for _, c := range []metric.Int64Counter{m.created, m.cancelled, m.replays} {
 		c.Add(context.Background(), 0)
+	}
+	for _, reason := range append(slices.Clone(auth.Reasons), reasonOtherCustomer) {
+		m.refusals.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", reason)))
 	}
 	return m, nil
 }
