@@ -240,12 +240,12 @@ func (s *Server) getOrder(c echo.Context) error {
 	ctx := c.Request().Context()
 	var out orderJSON
 	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := hideOthers(ctx, tx, id); err != nil {
+			return err
+		}
 		order, err := store.GetOrder(ctx, tx, id)
 		if err != nil {
 			return err
-		}
-		if !caller(ctx).Owns(order.CustomerID()) {
-			return errHidden
 		}
 		history, err := store.History(ctx, tx, id)
 		out = newOrderDetailJSON(order, history)

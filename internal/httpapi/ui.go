@@ -123,7 +123,6 @@ func (s *Server) uiOrders(c echo.Context) error {
 }
 
 type orderPage struct {
-	Caller   auth.Principal
 	Order    *domain.Order
 	Hops     []timeline.Hop
 	TraceID  string
@@ -152,7 +151,7 @@ func (s *Server) uiOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page := orderPage{Caller: caller(ctx), Order: tl.Order, Hops: tl.Hops(), TraceID: tl.TraceID()}
+	page := orderPage{Order: tl.Order, Hops: tl.Hops(), TraceID: tl.TraceID()}
 	if page.TraceID != "" && s.cfg.JaegerUIURL != "" {
 		page.TraceURL = s.cfg.JaegerUIURL + "/trace/" + page.TraceID
 	}
