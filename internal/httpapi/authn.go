@@ -35,12 +35,12 @@ import (
 // uiTokenCookie holds the token of a browser signed in at /ui/login.
 //
 // CSRF: the cookie is honoured only on GET and HEAD under /ui/, and every
-// /ui/ page only reads; a cross-site page can make the browser send it,
-// but not read what comes back, and no request that changes anything
-// (/v1/, POST) ever takes it: those need the Authorization header, which a
-// browser never adds by itself. SameSite=Strict keeps it off cross-site
-// requests as well. The two forms that set and clear it (POST /ui/login
-// and /ui/logout) are refused from another origin.
+// /ui/ page only reads. No request that changes anything (/v1/, any POST)
+// takes it: those need the Authorization header, which a browser never adds
+// by itself. So a forged cross-site request could at most fetch a page its
+// sender cannot read; SameSite=Strict keeps the cookie off cross-site
+// requests besides. The two forms that set and clear it (POST /ui/login and
+// /ui/logout) are refused from another origin.
 const uiTokenCookie = "orders_ui_token"
 
 // reasonOtherCustomer is the refusal of a customer creating another
