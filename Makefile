@@ -27,6 +27,13 @@ WALKTHROUGH_AMQP_USER ?= orders-walkthrough
 AS_OPERATOR    := ./scripts/db-role.sh "$(OPERATOR_ROLE)" ./scripts/amqp-user.sh "$(OPERATOR_AMQP_USER)"
 AS_WALKTHROUGH := ./scripts/db-role.sh "$(OPERATOR_ROLE)" ./scripts/amqp-user.sh "$(WALKTHROUGH_AMQP_USER)"
 
+# The secret of order-api's bearer tokens under make dev, make run, make
+# token, make walkthrough and make load, unless API_JWT_SECRET is set (in
+# .env or the environment). A development secret, public in this file
+# (scripts/dev.sh and docker-compose.yml have the same), so never for a
+# deployment. WITH_DEV_SECRET runs a command with .env and this default.
+DEV_JWT_SECRET  := dev-only-order-api-jwt-secret-not-for-production
+WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SECRET)}" exec "$$@"' --
 # make load: the rate (orders/s) and duration of the load generator;
 # make bench/flow: its rates and the duration of each run;
 # make soak: how long it runs.
@@ -79,8 +86,8 @@ migrate: ## create the database if needed and apply the migrations (DATABASE_URL
 	$(ENV) $(GO) run ./cmd/order-api migrate up
 
 .PHONY: run
-run: ## run order-api against DATABASE_URL, migrating first
-	$(ENV) $(GO) run ./cmd/order-api -migrate
+run: ## run order-api against DATABASE_URL, migrating first (tokens: make token)
+	$(WITH_DEV_SECRET) $(GO) run ./cmd/order-api -migrate
 
 .PHONY: run/relay
 run/relay: ## run outbox-relay against DATABASE_URL and AMQP_URL
@@ -106,6 +113,10 @@ psql: ## psql on DATABASE_URL (the orders database of make dev by default)
 ctl: ## orderctl, the operator's tool, as orders_operator on DATABASE_URL's database, and AMQP_URL: make ctl ARGS='status'
 	$(ENV) $(AS_OPERATOR) $(GO) run ./cmd/orderctl $(ARGS)
 
+.PHONY: token
+token: ## a bearer token for order-api, signed with its (development) secret: make token ARGS=-operator, ARGS='-customer c-1 -ttl 8h'
+	@$(WITH_DEV_SECRET) $(GO) run ./cmd/orderctl token $(ARGS)
+
 .PHONY: replay
 replay: ## move a consumer's parked messages back to its work queue: make replay CONSUMER=fulfillment REASON='why'
 	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why'"; exit 2; }
@@ -117,11 +128,11 @@ compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough in
 
 .PHONY: walkthrough
 walkthrough: ## a guided tour of the system make dev runs; ARGS=-yes runs it unattended (compose: make compose-test)
-	$(ENV) $(AS_WALKTHROUGH) $(GO) run ./cmd/walkthrough $(ARGS)
+	$(WITH_DEV_SECRET) $(AS_WALKTHROUGH) $(GO) run ./cmd/walkthrough $(ARGS)
 
 .PHONY: load
 load: ## post orders to the running API at RATE orders/s for DURATION and report latency (ARGS=-chart latency.svg)
-	$(GO) run ./cmd/loadgen -rate $(RATE) -duration $(DURATION) $(ARGS)
+	$(WITH_DEV_SECRET) $(GO) run ./cmd/loadgen -rate $(RATE) -duration $(DURATION) $(ARGS)
 
 .PHONY: db/reset
 db/reset: ## roll every migration back and apply them again (drops all data!)

@@ -3,7 +3,7 @@
 # the PostgreSQL and RabbitMQ of DATABASE_URL and AMQP_URL (default: the
 # local ones). It builds the binaries, applies the migrations, and runs
 #
-#   order-api          http://127.0.0.1:8080
+#   order-api          http://127.0.0.1:8080 (a token: make token ARGS=-operator)
 #   outbox-relay x 2   admin http://127.0.0.1:9101 and :9103
 #   order-consumer     admin http://127.0.0.1:9102 (fault endpoint on, for the walkthrough)
 #   webhook-receiver   http://127.0.0.1:8090/notifications
@@ -147,7 +147,11 @@ supervise() {
 }
 
 supervise webhook  WEBHOOK_ADDR="$webhook_addr" FAIL_FIRST=1 -- "$bin/webhook-receiver"
-supervise api      "$api_db" HTTP_ADDR="$api_addr" -- "$bin/order-api"
+# order-api checks bearer tokens with API_JWT_SECRET: unless .env or the
+# environment sets another, the development secret (the Makefile's and
+# docker-compose.yml's too), which `make token` signs with. Public, so
+# never for a deployment.
+supervise api      "$api_db" HTTP_ADDR="$api_addr" API_JWT_SECRET="${API_JWT_SECRET:-dev-only-order-api-jwt-secret-not-for-production}" -- "$bin/order-api"
 supervise relay-1  "$relay_db" ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
 supervise relay-2  "$relay_db" ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
 # A short processing lease: after the walkthrough's crash, a webhook call cut

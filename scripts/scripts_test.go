@@ -197,3 +197,34 @@ func TestOperatorLogins(t *testing.T) {
 		}
 	}
 }
+
+// The development secret of order-api's tokens is one value: the
+// Makefile's (make run, make token), scripts/dev.sh's, the compose files'
+// defaults and .env.example's, so that a token of make token works
+// against each.
+func TestOneDevelopmentJWTSecret(t *testing.T) {
+	t.Parallel()
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(makefile), "\nDEV_JWT_SECRET  := ")
+	secret, _, _ := strings.Cut(rest, "\n")
+	if !ok || len(secret) < 32 {
+		t.Fatalf("the Makefile has no DEV_JWT_SECRET of 32 bytes or more (%q)", secret)
+	}
+	for file, want := range map[string]string{
+		"dev.sh":                     `API_JWT_SECRET="${API_JWT_SECRET:-` + secret + `}"`,
+		"../docker-compose.yml":      `API_JWT_SECRET: ${ORDERS_API_JWT_SECRET:-` + secret + `}`,
+		"../docker-compose.demo.yml": `API_JWT_SECRET: ${ORDERS_API_JWT_SECRET:-` + secret + `}`,
+		"../.env.example":            "\nAPI_JWT_SECRET=" + secret + "\n",
+	} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("%s does not have %s", file, want)
+		}
+	}
+}

@@ -34,6 +34,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -50,6 +51,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/sandbox"
 )
 
@@ -279,7 +281,15 @@ func benchRate(ctx context.Context, cfg config, vhosts *sandbox.VhostAdmin, bin,
 			return res, err
 		}
 	}
-	api, err := startOne("order-api", "order-api", "/readyz", "HTTP_ADDR")
+	// The API verifies tokens with a secret of this run; loadgen gets an
+	// operator's token.
+	secret := rand.Text() + rand.Text()
+	token, err := auth.Mint([]byte(secret), auth.Principal{Subject: "bench-flow", Role: auth.RoleOperator}, 24*time.Hour, "", "")
+	if err != nil {
+		return res, err
+	}
+	api, err := startOne("order-api", "order-api", "/readyz", "HTTP_ADDR", "API_AUTH=jwt", "API_JWT_SECRET="+secret,
+		"API_JWT_PUBLIC_KEYS=", "API_JWT_ISSUER=", "API_JWT_AUDIENCE=")
 	if err != nil {
 		return res, err
 	}
@@ -289,7 +299,7 @@ func benchRate(ctx context.Context, cfg config, vhosts *sandbox.VhostAdmin, bin,
 	if err != nil {
 		return res, err
 	}
-	lg := exec.CommandContext(ctx, filepath.Join(bin, "loadgen"), "-api", api, "-json",
+	lg := exec.CommandContext(ctx, filepath.Join(bin, "loadgen"), "-api", api, "-token", token, "-json",
 		"-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-duration", cfg.duration.String(), "-wait", cfg.wait.String())
 	lg.Stderr = stderr // its progress
 	// Interrupted, loadgen stops sending and prints what it has.

@@ -51,6 +51,7 @@ func (p *placed) latency() time.Duration { return p.post + p.finalAt.Sub(p.creat
 // generator sends the orders and keeps what became of them.
 type generator struct {
 	api    string
+	token  string // the bearer token, or ""
 	client *http.Client
 	slots  chan struct{} // one per POST in flight
 
@@ -61,7 +62,7 @@ type generator struct {
 	errors map[string]int // failed POSTs by status code, or "no response"
 }
 
-func newGenerator(api string, concurrency int) *generator {
+func newGenerator(api, token string, concurrency int) *generator {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	// Keep a connection for every POST that may be in flight: with the
 	// default of two, a burst would open and close connections by the
@@ -69,10 +70,19 @@ func newGenerator(api string, concurrency int) *generator {
 	transport.MaxIdleConnsPerHost = concurrency
 	return &generator{
 		api:    api,
+		token:  token,
 		client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
 		slots:  make(chan struct{}, concurrency),
 		orders: map[string]*placed{},
 		errors: map[string]int{},
+	}
+}
+
+// authorize adds the bearer token to a request to the API (req may be nil:
+// NewRequestWithContext's error is handled after).
+func (g *generator) authorize(req *http.Request) {
+	if req != nil && g.token != "" {
+		req.Header.Set("Authorization", "Bearer "+g.token)
 	}
 }
 
@@ -144,6 +154,7 @@ func (g *generator) post(ctx context.Context) {
 func (g *generator) createOrder(ctx context.Context) (int, apiOrder, error) {
 	var o apiOrder
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.api+"/v1/orders", bytes.NewReader(orderBody))
+	g.authorize(req)
 	if err != nil {
 		return 0, o, err
 	}
@@ -230,6 +241,7 @@ func (g *generator) listOrders(ctx context.Context, after string) (orders []apiO
 		q.Set("after", after)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.api+"/v1/orders?"+q.Encode(), nil)
+	g.authorize(req)
 	if err != nil {
 		return nil, "", err
 	}

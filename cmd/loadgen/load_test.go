@@ -24,6 +24,7 @@ type fakeAPI struct {
 	failEvery  int           // every failEvery-th POST answers 503 (0: none)
 	stuckEvery int           // every stuckEvery-th order never finishes (0: none)
 	settle     time.Duration // from creation to FULFILLED
+	token      string        // every request must carry it as a bearer token ("": none)
 
 	mu     sync.Mutex
 	posts  int
@@ -41,6 +42,11 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
+	if f.token != "" && r.Header.Get("Authorization") != "Bearer "+f.token {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		http.Error(w, "no token", http.StatusUnauthorized)
+		return
+	}
 	view := func(o fakeOrder) apiOrder {
 		if !o.stuck && now.Sub(o.created) >= f.settle {
 			return apiOrder{ID: o.id, Status: "FULFILLED", CreatedAt: o.created, UpdatedAt: o.created.Add(f.settle)}
@@ -91,10 +97,11 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func runAgainst(t *testing.T, api *fakeAPI, args ...string) (s summary, progress string, err error) {
 	t.Helper()
+	api.token = "loadgen-token"
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	var stdout, stderr bytes.Buffer
-	err = run(t.Context(), append([]string{"-api", srv.URL, "-json"}, args...), &stdout, &stderr)
+	err = run(t.Context(), append([]string{"-api", srv.URL, "-json", "-token", api.token}, args...), &stdout, &stderr)
 	if jerr := json.Unmarshal(stdout.Bytes(), &s); jerr != nil {
 		t.Fatalf("the summary is not JSON: %v\n%s\nstderr:\n%s", jerr, stdout.String(), stderr.String())
 	}

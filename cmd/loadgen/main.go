@@ -25,6 +25,11 @@
 // POST's answer (the commit and the response), and leaves out the commit of
 // the final transition: about a millisecond each on one machine.
 //
+// Every request carries a bearer token: -token, else API_TOKEN, else an
+// operator token minted with API_JWT_SECRET when it is set (make load
+// passes the development secret of make dev); none for an API with
+// API_AUTH=off.
+//
 // The exit status is 0 when every order due was created and reached a final
 // status, 1 when one did not (an error, a drop, or still pending after
 // -wait) or the run was interrupted, 2 for bad flags.
@@ -41,6 +46,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/yourorg/orders/internal/auth"
 )
 
 func main() {
@@ -63,6 +70,7 @@ var errUsage = errors.New("bad flags")
 // config is what the flags set.
 type config struct {
 	api         string        // the order-api's base URL
+	token       string        // the bearer token of every request, or ""
 	rate        float64       // orders per second
 	duration    time.Duration // how long to send
 	concurrency int           // POSTs in flight at most
@@ -76,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.api, "api", "http://127.0.0.1:8080", "the order-api's base URL")
+	fs.StringVar(&c.token, "token", "", "the bearer token for order-api (default: API_TOKEN, else one minted with API_JWT_SECRET)")
 	fs.Float64Var(&c.rate, "rate", 20, "orders per second")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to send orders")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "POSTs in flight at most; an order due while all are is dropped")
@@ -122,7 +131,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.json {
 		progressOut = stderr
 	}
-	g := newGenerator(cfg.api, cfg.concurrency)
+	if cfg.token == "" {
+		if cfg.token, err = auth.ClientToken(os.Getenv); err != nil {
+			return err
+		}
+	}
+	g := newGenerator(cfg.api, cfg.token, cfg.concurrency)
 	total := expected(cfg.rate, cfg.duration)
 
 	// Send.

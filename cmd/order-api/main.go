@@ -33,6 +33,7 @@ type Config struct {
 	config.Database
 	config.Log
 	config.Telemetry
+	config.Auth
 	// HTTPAddr is where the API (and its /metrics) listens.
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080"`
 	// IdempotencyKeyTTL is how long an Idempotency-Key is remembered.
@@ -54,7 +55,9 @@ type Config struct {
 	JaegerUIURL string `env:"JAEGER_UI_URL"`
 }
 
-// Validate checks every setting and reports all the bad ones.
+// Validate checks every setting and reports all the bad ones, except the
+// Auth block: `order-api migrate` needs no keys, so run checks it before
+// it serves.
 func (c *Config) Validate() error {
 	var delay, jaeger error
 	if c.ShutdownDelay < 0 {
@@ -104,6 +107,17 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
 	}
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
+	if err := cfg.Auth.Validate(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	verifier, err := cfg.Verifier()
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if verifier.IsOff() {
+		log.WarnContext(ctx, "API_AUTH=off: authentication is off, every request is treated as an operator's; "+
+			"for local experiments only, never where anyone else can reach the API")
+	}
 
 	// Database.
 	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
@@ -124,6 +138,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		MaxInFlight:       cfg.MaxInFlight,
 		JaegerUIURL:       cfg.JaegerUIURL,
 	}, httpapi.Deps{
+		Verifier:       verifier,
 		Pool:           pool,
 		Logger:         log,
 		TracerProvider: tel.TracerProvider,

@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -68,7 +73,8 @@ func TestServeAndShutDown(t *testing.T) {
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
 	addr := testenv.FreeAddr(t)
-	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr}
+	secret := "hunter2-" + rand.Text() // never in the logs
+	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr, "API_JWT_SECRET": secret}
 
 	ctx, cancel := context.WithCancel(t.Context())
 	var (
@@ -80,14 +86,11 @@ func TestServeAndShutDown(t *testing.T) {
 
 	base := "http://" + addr
 	testenv.WaitOK(t, 20*time.Second, base+"/readyz")
-	resp, err := http.Post(base+"/v1/orders", "application/json",
-		strings.NewReader(`{"customer_id":"c","currency":"EUR","items":[{"sku":"A","quantity":1,"unit_price_cents":1}]}`))
-	if err != nil {
-		t.Fatal(err)
+	if code := postOrder(t, base, ""); code != http.StatusUnauthorized {
+		t.Fatalf("POST /v1/orders without a token: %d, want 401", code)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("POST /v1/orders: %d", resp.StatusCode)
+	if code := postOrder(t, base, mint(t, secret, "c")); code != http.StatusCreated {
+		t.Fatalf("POST /v1/orders: %d", code)
 	}
 	cancel()
 	wg.Wait()
@@ -137,7 +140,9 @@ func TestNotReadyDuringShutdownDelay(t *testing.T) {
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
 	addr := testenv.FreeAddr(t)
-	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr, "SHUTDOWN_DELAY": "5s"}
+	secret := rand.Text() + rand.Text()
+	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr, "SHUTDOWN_DELAY": "5s",
+		"API_JWT_SECRET": secret}
 
 	ctx, cancel := context.WithCancel(t.Context())
 	var (
@@ -163,18 +168,117 @@ func TestNotReadyDuringShutdownDelay(t *testing.T) {
 	if status != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz after SIGTERM: %d, want 503", status)
 	}
-	resp, err := http.Post(base+"/v1/orders", "application/json",
-		strings.NewReader(`{"customer_id":"c","currency":"EUR","items":[{"sku":"A","quantity":1,"unit_price_cents":1}]}`))
-	if err != nil {
-		t.Fatalf("POST /v1/orders while not ready: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("POST /v1/orders while not ready: %d, want it still served", resp.StatusCode)
+	if code := postOrder(t, base, mint(t, secret, "c")); code != http.StatusCreated {
+		t.Fatalf("POST /v1/orders while not ready: %d, want it still served", code)
 	}
 	wg.Wait()
 	if runErr != nil {
 		t.Fatalf("run: %v\n%s", runErr, logs.String())
+	}
+}
+
+// mint is a token of customer for the API of secret.
+func mint(t *testing.T, secret, customer string) string {
+	t.Helper()
+	token, err := auth.Mint([]byte(secret), auth.Principal{Subject: customer, Role: auth.RoleCustomer}, time.Hour, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// postOrder creates an order of customer "c" with token (none when "")
+// and returns the status.
+func postOrder(t *testing.T, base, token string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/orders",
+		strings.NewReader(`{"customer_id":"c","currency":"EUR","items":[{"sku":"A","quantity":1,"unit_price_cents":1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /v1/orders: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// The authentication settings are checked at start, each error naming its
+// variable: jwt (the default) with no key, a short secret, an unreadable
+// or keyless public keys file, an unknown mode.
+func TestBadAuthSettingsFailStartup(t *testing.T) {
+	t.Parallel()
+	notPEM := filepath.Join(t.TempDir(), "keys.pem")
+	if err := os.WriteFile(notPEM, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		environ map[string]string
+		want    string
+	}{
+		{map[string]string{}, "API_AUTH=jwt needs API_JWT_SECRET or API_JWT_PUBLIC_KEYS"},
+		{map[string]string{"API_JWT_SECRET": "too-short"}, "API_JWT_SECRET is 9 bytes, want at least 32"},
+		{map[string]string{"API_JWT_PUBLIC_KEYS": filepath.Join(t.TempDir(), "missing.pem")}, "API_JWT_PUBLIC_KEYS: open"},
+		{map[string]string{"API_JWT_PUBLIC_KEYS": notPEM}, "API_JWT_PUBLIC_KEYS " + notPEM + ": no PEM block"},
+		{map[string]string{"API_AUTH": "none"}, `API_AUTH "none": want jwt or off`},
+	} {
+		// Should the setting be let through, run finds no database.
+		tc.environ["HTTP_ADDR"] = testenv.FreeAddr(t)
+		tc.environ["DATABASE_URL"] = testenv.ServerURL(t, testenv.TestDatabaseName())
+		var out bytes.Buffer
+		err := run(t.Context(), nil, tc.environ, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v; want %q", tc.environ, err, tc.want)
+		}
+	}
+}
+
+// API_AUTH=off must be asked for, and is warned about at start: then
+// every request is an operator's, without a token.
+func TestAuthOffWarnsAndLetsEveryoneIn(t *testing.T) {
+	t.Parallel()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	addr := testenv.FreeAddr(t)
+	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr, "API_AUTH": "off"}
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		wg     sync.WaitGroup
+		runErr error
+		logs   syncBuffer
+	)
+	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, &logs, &logs) })
+	base := "http://" + addr
+	testenv.WaitOK(t, 20*time.Second, base+"/readyz")
+	if code := postOrder(t, base, ""); code != http.StatusCreated {
+		t.Errorf("POST /v1/orders without a token, auth off: %d", code)
+	}
+	resp, err := http.Get(base + "/v1/orders?customer_id=c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"customer_id":"c"`) {
+		t.Errorf("GET /v1/orders without a token, auth off: %d %s", resp.StatusCode, body)
+	}
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		t.Fatalf("run: %v", runErr)
+	}
+	var warned bool
+	for line := range strings.Lines(logs.String()) {
+		warned = warned || strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "API_AUTH=off") &&
+			strings.Contains(line, "every request is treated as an operator")
+	}
+	if !warned {
+		t.Errorf("no WARN line about API_AUTH=off:\n%s", logs.String())
 	}
 }
 

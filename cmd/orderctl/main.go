@@ -15,11 +15,17 @@
 //	orderctl inbox show <consumer> <message_id>          one inbox row
 //	orderctl retention                                   delete what the retention settings allow, now
 //	orderctl audit                                       what operators did
+//	orderctl token -customer ID | -operator [-ttl 1h]    a development bearer token for order-api
 //
 // Every command takes --json; those that change something (retry, replay,
 // discard, retention) need --reason. The settings are the services'
 // (README, "Configuration"); ORDERCTL_USER names the operator in the audit
-// table (default: the OS user).
+// table (default: the OS user). `token` signs with API_JWT_SECRET and
+// needs no database.
+//
+// orderctl works on the database and the broker directly: the access its
+// DATABASE_URL and AMQP_URL grant is what lets it in, not order-api's
+// tokens or rules (README, "Authentication").
 package main
 
 import (
@@ -64,6 +70,10 @@ type Config struct {
 	OutboxRetention   time.Duration `env:"RELAY_RETENTION" envDefault:"168h"`
 	InboxRetention    time.Duration `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
 	IdempotencyKeyTTL time.Duration `env:"IDEMPOTENCY_KEY_TTL" envDefault:"24h"`
+	// The API's token settings, with which `orderctl token` signs.
+	JWTSecret   string `env:"API_JWT_SECRET" secret:"true"`
+	JWTIssuer   string `env:"API_JWT_ISSUER"`
+	JWTAudience string `env:"API_JWT_AUDIENCE"`
 }
 
 // Validate checks every setting and reports all the bad ones.
@@ -118,6 +128,7 @@ var commands = []command{
 	{"inbox show", "<consumer> <message_id>", "one inbox row", 2, 2, true, false, inboxShow},
 	{"retention", "--reason R", "delete published outbox rows, processed inbox rows and expired idempotency keys past their retention, now", 0, 0, false, true, retention},
 	{"audit", "[--limit N]", "what operators did, newest first", 0, 0, false, false, auditList},
+	{"token", "-customer ID | -operator [-ttl 1h]", "a development bearer token for order-api, signed with API_JWT_SECRET (no database)", 0, 0, false, false, token},
 }
 
 func main() { app.Main(service, run) }
@@ -137,6 +148,18 @@ func run(ctx context.Context, argv []string, environ map[string]string, stdout, 
 	c := &ctl{cfg: cfg, args: a, log: telemetry.NewLogger(service, cfg.Log, stderr)}
 	if c.user, err = operator(cfg.User); err != nil {
 		return err
+	}
+
+	// A token needs no database.
+	if cmd.name == "token" {
+		if err := checkToken(a, cfg.JWTSecret); err != nil {
+			return err
+		}
+		r, err := token(ctx, c)
+		if err != nil {
+			return err
+		}
+		return c.print(r, stdout)
 	}
 
 	// Database.
@@ -159,7 +182,12 @@ func run(ctx context.Context, argv []string, environ map[string]string, stdout, 
 	if err != nil {
 		return err
 	}
-	if a.json {
+	return c.print(r, stdout)
+}
+
+// print writes a command's report: for people, or as JSON with --json.
+func (c *ctl) print(r report, stdout io.Writer) error {
+	if c.args.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
@@ -177,6 +205,10 @@ type args struct {
 	reason string
 	typ    string
 	limit  int
+	// token
+	customer string
+	operator bool
+	ttl      time.Duration
 }
 
 func parse(argv []string, stderr io.Writer) (command, args, error) {
@@ -188,6 +220,9 @@ func parse(argv []string, stderr io.Writer) (command, args, error) {
 	fs.StringVar(&a.reason, "reason", "", "why: required by every command that changes something, kept in operator_audit")
 	fs.StringVar(&a.typ, "type", "", "a message type")
 	fs.IntVar(&a.limit, "limit", 0, "at most this many")
+	fs.StringVar(&a.customer, "customer", "", "token: for this customer id (its sub)")
+	fs.BoolVar(&a.operator, "operator", false, "token: for an operator (sub: ORDERCTL_USER, else the OS user)")
+	fs.DurationVar(&a.ttl, "ttl", time.Hour, "token: how long it is valid")
 	fs.Usage = func() { usage(stderr, fs) }
 	for rest := argv; ; {
 		if err := fs.Parse(rest); err != nil {

@@ -38,7 +38,7 @@ func (l *load) refusedTotal() int {
 // ten with an out-of-stock sku, one in ten cancelled up to half a second
 // later. A POST the API refuses (a 503 while the database is read-only or
 // away) is counted and not retried: the order does not exist.
-func sendOrders(ctx context.Context, apiURL string, rate float64, rng *rand.Rand) *load {
+func sendOrders(ctx context.Context, apiURL, token string, rate float64, rng *rand.Rand) *load {
 	l := &load{refused: map[string]int{}}
 	client := &http.Client{Timeout: 10 * time.Second}
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
@@ -58,7 +58,7 @@ func sendOrders(ctx context.Context, apiURL string, rate float64, rng *rand.Rand
 			if oos {
 				sku = "OOS-1"
 			}
-			status, body := post(context.WithoutCancel(ctx), client, apiURL+"/v1/orders", map[string]any{
+			status, body := post(context.WithoutCancel(ctx), client, token, apiURL+"/v1/orders", map[string]any{
 				"customer_id": fmt.Sprint("soak-", i), "currency": "EUR",
 				"items": []map[string]any{{"sku": sku, "quantity": 1, "unit_price_cents": 500}},
 			})
@@ -72,7 +72,7 @@ func sendOrders(ctx context.Context, apiURL string, rate float64, rng *rand.Rand
 			o := order{id: id, oos: oos, cancel: cancel}
 			if cancel {
 				time.Sleep(cancelAfter)
-				status, _ := post(context.WithoutCancel(ctx), client, apiURL+"/v1/orders/"+id+"/cancel", nil)
+				status, _ := post(context.WithoutCancel(ctx), client, token, apiURL+"/v1/orders/"+id+"/cancel", nil)
 				o.cancelled = status == http.StatusOK
 			}
 			l.mu.Lock()
@@ -82,7 +82,7 @@ func sendOrders(ctx context.Context, apiURL string, rate float64, rng *rand.Rand
 	}
 }
 
-func post(ctx context.Context, client *http.Client, url string, body any) (int, map[string]any) {
+func post(ctx context.Context, client *http.Client, token, url string, body any) (int, map[string]any) {
 	var buf bytes.Buffer
 	if body != nil {
 		_ = json.NewEncoder(&buf).Encode(body)
@@ -92,6 +92,7 @@ func post(ctx context.Context, client *http.Client, url string, body any) (int, 
 		return 0, nil
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil

@@ -181,7 +181,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	runCtx, stopRun := context.WithTimeout(ctx, cfg.duration)
 	defer stopRun()
 	loadDone := make(chan *load, 1)
-	go func() { loadDone <- sendOrders(runCtx, sys.apiURL, cfg.rate, newRand(cfg.seed+1)) }()
+	go func() { loadDone <- sendOrders(runCtx, sys.apiURL, sys.apiToken, cfg.rate, newRand(cfg.seed+1)) }()
 	faults := chaos(runCtx, sys, rng, cfg.chaosMin, cfg.chaosMax, logf)
 	ld := <-loadDone
 	sys.heal()

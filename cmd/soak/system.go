@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/sandbox"
 )
 
@@ -31,6 +33,7 @@ type system struct {
 	dbURL     string // the run's database, direct
 	amqpURL   string // the run's vhost, direct
 	apiURL    string
+	apiToken  string // an operator's token for order-api
 	logf      func(string, ...any)
 
 	pgProxy, mqProxy *toxiproxy.Proxy
@@ -91,8 +94,14 @@ func startSystem(ctx context.Context, dir, serverURL, dbName, dbURL, amqpURL str
 		return s, err
 	}
 	s.apiURL = "http://" + addr
+	// order-api verifies tokens with a secret of this run.
+	secret := cryptorand.Text() + cryptorand.Text()
+	if s.apiToken, err = auth.Mint([]byte(secret), auth.Principal{Subject: "soak", Role: auth.RoleOperator}, 24*time.Hour, "", ""); err != nil {
+		return s, err
+	}
 	p, err := sandbox.Start(s.ctx, "order-api", filepath.Join(dir, "order-api"), s.apiURL+"/readyz", dir,
-		append(processEnv, "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "HTTP_ADDR="+addr)...)
+		append(processEnv, "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "HTTP_ADDR="+addr,
+			"API_AUTH=jwt", "API_JWT_SECRET="+secret, "API_JWT_PUBLIC_KEYS=", "API_JWT_ISSUER=", "API_JWT_AUDIENCE=")...)
 	s.track("order-api", p)
 	return s, err
 }

@@ -29,6 +29,9 @@
 //	DATABASE_URL          PostgreSQL, only read       (postgres://orders_operator:operator-dev@127.0.0.1:5432/orders)
 //	AMQP_URL              RabbitMQ                    (amqp://guest:guest@127.0.0.1:5672/)
 //	JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL          where the hints point
+//	API_TOKEN             order-api's bearer token    (an operator's: it creates, reads and cancels orders)
+//	API_JWT_SECRET        without API_TOKEN, mint an operator token with the API's development secret
+//	                      (make walkthrough and the demo stack pass the secret of make dev and compose)
 package main
 
 import (
@@ -49,6 +52,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 )
@@ -56,6 +60,7 @@ import (
 // Config is where the running system is.
 type Config struct {
 	APIURL           string
+	APIToken         string // sent to order-api as a bearer token
 	ConsumerAdminURL string
 	WebhookURL       string
 	DatabaseURL      string
@@ -104,6 +109,10 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		RabbitUIURL: env("RABBITMQ_UI_URL", "http://localhost:15672"),
 		GrafanaURL:  env("GRAFANA_URL", "http://localhost:3000"),
 	}
+	var err error
+	if cfg.APIToken, err = auth.ClientToken(func(name string) string { return env(name, "") }); err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("walkthrough", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&cfg.Yes, "yes", false, "run unattended: no pause between steps")
@@ -142,6 +151,10 @@ func connect(ctx context.Context, cfg Config) (*system, error) {
 		"`docker compose -f docker-compose.yml -f docker-compose.demo.yml run --rm walkthrough`"
 	if err := s.ready(ctx, cfg.APIURL+"/readyz"); err != nil {
 		miss("order-api at %s (API_URL): %v", cfg.APIURL, err)
+	} else if code, err := s.do(ctx, http.MethodGet, cfg.APIURL+"/v1/orders?limit=1", nil, nil, nil); err == nil &&
+		(code == http.StatusUnauthorized || code == http.StatusForbidden) {
+		miss("order-api at %s answers %d: it needs an operator's token (API_TOKEN: `make token ARGS=-operator`; "+
+			"or API_JWT_SECRET, the API's development secret, to mint one)", cfg.APIURL, code)
 	}
 	if err := s.ready(ctx, cfg.ConsumerAdminURL+"/readyz"); err != nil {
 		miss("order-consumer's admin endpoints at %s (CONSUMER_ADMIN_URL): %v", cfg.ConsumerAdminURL, err)

@@ -137,3 +137,35 @@ func TestRefusesAnotherSystemsDatabaseAndVhost(t *testing.T) {
 		}
 	}
 }
+
+// The walkthrough sends API_TOKEN to order-api; an API that refuses it is
+// named, with how to get a token, before step 1.
+func TestSendsItsTokenAndSaysWhenRefused(t *testing.T) {
+	t.Parallel()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/readyz":
+			_, _ = w.Write([]byte(`{"status":"ready"}`))
+		case r.URL.Path == "/v1/orders" && r.Header.Get("Authorization") == "Bearer the-token":
+			_, _ = w.Write([]byte(`{"orders":[],"next_cursor":null}`))
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	t.Cleanup(api.Close)
+	closed := testenv.FreeAddr(t)
+	for token, refused := range map[string]bool{"": true, "another": true, "the-token": false} {
+		env := map[string]string{
+			"API_URL": api.URL, "CONSUMER_ADMIN_URL": api.URL, "WEBHOOK_RECEIVER_URL": "", "API_TOKEN": token,
+			"DATABASE_URL": "postgres://postgres@" + closed + "/orders?sslmode=disable", "AMQP_URL": "amqp://guest:guest@" + closed + "/",
+		}
+		lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+		err := run(context.Background(), []string{"-yes"}, lookup, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil {
+			t.Fatal("the walkthrough ran against nothing")
+		}
+		if got := strings.Contains(err.Error(), "answers 401: it needs an operator's token (API_TOKEN"); got != refused {
+			t.Errorf("API_TOKEN=%q: refusal named %v, want %v:\n%v", token, got, refused, err)
+		}
+	}
+}

@@ -72,6 +72,9 @@ func (s *system) do(ctx context.Context, method, url string, header http.Header,
 	for k, v := range header {
 		req.Header[k] = v
 	}
+	if s.cfg.APIToken != "" && strings.HasPrefix(url, s.cfg.APIURL+"/v1/") {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.APIToken)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -15,11 +15,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"reflect"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/yourorg/orders/internal/auth"
 )
 
 // Validator is a config that checks itself after parsing.
@@ -407,4 +410,78 @@ func secretName(name string) bool {
 		}
 	}
 	return false
+}
+
+// Auth is the authentication block of order-api: how callers prove who
+// they are (internal/auth, README "Authentication").
+type Auth struct {
+	// Mode is jwt (every request under /v1/ and /ui/ needs a bearer token)
+	// or off (every request is an operator's: local experiments only).
+	Mode string `env:"API_AUTH" envDefault:"jwt"`
+	// JWTSecret verifies HS256 tokens; at least 32 bytes.
+	JWTSecret string `env:"API_JWT_SECRET" secret:"true"`
+	// JWTPublicKeys is a PEM file of public keys (RSA, ECDSA, Ed25519) that
+	// verify the tokens of an identity provider.
+	JWTPublicKeys string `env:"API_JWT_PUBLIC_KEYS"`
+	// JWTIssuer, when set, must be every token's iss.
+	JWTIssuer string `env:"API_JWT_ISSUER"`
+	// JWTAudience, when set, must be among every token's aud.
+	JWTAudience string `env:"API_JWT_AUDIENCE"`
+}
+
+// Validate checks the authentication block, the public keys file included.
+func (a Auth) Validate() error {
+	switch a.Mode {
+	case "off":
+		return nil
+	case "jwt":
+	default:
+		return fmt.Errorf("API_AUTH %q: want jwt or off", a.Mode)
+	}
+	var errs []error
+	if a.JWTSecret == "" && a.JWTPublicKeys == "" {
+		errs = append(errs, errors.New("API_AUTH=jwt needs API_JWT_SECRET or API_JWT_PUBLIC_KEYS (or both) to verify tokens with; "+
+			"API_AUTH=off turns authentication off"))
+	}
+	if a.JWTSecret != "" && len(a.JWTSecret) < auth.MinSecretLen {
+		errs = append(errs, fmt.Errorf("API_JWT_SECRET is %d bytes, want at least %d", len(a.JWTSecret), auth.MinSecretLen))
+	}
+	if a.JWTPublicKeys != "" {
+		if _, err := a.publicKeys(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a Auth) publicKeys() ([]byte, error) {
+	if a.JWTPublicKeys == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(a.JWTPublicKeys)
+	if err != nil {
+		return nil, fmt.Errorf("API_JWT_PUBLIC_KEYS: %w", err)
+	}
+	if _, err := auth.ParsePublicKeys(raw); err != nil {
+		return nil, fmt.Errorf("API_JWT_PUBLIC_KEYS %s: %w", a.JWTPublicKeys, err)
+	}
+	return raw, nil
+}
+
+// Verifier returns the verifier of the block: auth.Off() for API_AUTH=off.
+func (a Auth) Verifier() (*auth.Verifier, error) {
+	if a.Mode == "off" {
+		return auth.Off(), nil
+	}
+	keys, err := a.publicKeys()
+	if err != nil {
+		return nil, err
+	}
+	v, err := auth.NewVerifier(auth.Options{
+		Secret: []byte(a.JWTSecret), PublicKeysPEM: keys, Issuer: a.JWTIssuer, Audience: a.JWTAudience,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("API_JWT_SECRET, API_JWT_PUBLIC_KEYS: %w", err)
+	}
+	return v, nil
 }

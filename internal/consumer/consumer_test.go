@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/consumer/notification"
@@ -124,14 +126,28 @@ func setup(t testing.TB, o options) *flow {
 			t.Fatal(err)
 		}
 		t.Cleanup(apiPool.Close)
+		secret := []byte(rand.Text() + rand.Text())
+		verifier, err := auth.NewVerifier(auth.Options{Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		operator, err := auth.Mint(secret, auth.Principal{Subject: "consumer-test", Role: auth.RoleOperator}, time.Hour, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
 		handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
-			Pool: apiPool, Logger: testLogger(), TracerProvider: f.tracerProvider(),
+			Verifier: verifier, Pool: apiPool, Logger: testLogger(), TracerProvider: f.tracerProvider(),
 			MeterProvider: metricnoop.NewMeterProvider(), MetricsHandler: http.NotFoundHandler(),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.api = httptest.NewServer(handler)
+		// These tests' requests are an operator's: the API's own rules
+		// are tested in internal/httpapi.
+		f.api = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.Header.Set("Authorization", "Bearer "+operator)
+			handler.ServeHTTP(w, r)
+		}))
 		t.Cleanup(f.api.Close)
 	}
 	return f

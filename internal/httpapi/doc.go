@@ -4,6 +4,10 @@
 // order change and its outbox row in one transaction, visible in the
 // handlers as pgx.BeginFunc.
 //
+// Every route under /v1/ and /ui/ needs a caller with a verified bearer
+// token (Deps.Verifier); a customer sees and changes its own orders only
+// (authn.go).
+//
 // Errors are application/problem+json (RFC 9457), written by one error
 // handler (problem.go) from the errors the handlers return.
 //

@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +25,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/yourorg/orders/api"
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
@@ -30,11 +33,15 @@ import (
 )
 
 type testBundle struct {
-	t      *testing.T
-	pool   *pgxpool.Pool // the test's own, as the schema's owner
-	api    *pgxpool.Pool // the API's
-	server *httptest.Server
-	router routers.Router
+	t       *testing.T
+	pool    *pgxpool.Pool // the test's own, as the schema's owner
+	api     *pgxpool.Pool // the API's
+	server  *httptest.Server
+	router  routers.Router
+	secret  []byte       // the API's HS256 secret
+	handler http.Handler // the API the server serves
+	// tlsConfig trusts a TLS server of the test's, when it starts one.
+	tlsConfig *tls.Config
 }
 
 // setup starts the API on a fresh database. Every response it sees is
@@ -48,7 +55,8 @@ func setup(t *testing.T) *testBundle {
 // change (when not nil) before it starts. The bundle's pool is the test's
 // own on the database, whatever pool the API is given. The API's pool
 // connects as order-api's role, orders_api: a statement it has no grant
-// for fails the test.
+// for fails the test. The API verifies tokens with a secret of its own;
+// b.do sends an operator's token unless told otherwise (b.token).
 func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testBundle {
 	t.Helper()
 	db := testenv.NewDatabase(t)
@@ -57,8 +65,14 @@ func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testB
 		t.Fatal(err)
 	}
 	t.Cleanup(apiPool.Close)
+	secret := []byte(rand.Text() + rand.Text())
+	verifier, err := auth.NewVerifier(auth.Options{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := httpapi.Config{IdempotencyKeyTTL: time.Hour}
 	deps := httpapi.Deps{
+		Verifier:       verifier,
 		Pool:           apiPool,
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		TracerProvider: tracenoop.NewTracerProvider(),
@@ -74,7 +88,23 @@ func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testB
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return &testBundle{t: t, pool: db.Pool, api: deps.Pool, server: srv, router: openAPIRouter(t)}
+	return &testBundle{t: t, pool: db.Pool, api: deps.Pool, server: srv, router: openAPIRouter(t), secret: secret, handler: handler}
+}
+
+// token mints a token the API accepts, for a customer (role customer or
+// "") or an operator, valid for an hour.
+func (b *testBundle) token(sub string, role auth.Role) string {
+	b.t.Helper()
+	token, err := auth.Mint(b.secret, auth.Principal{Subject: sub, Role: role}, time.Hour, "", "")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return token
+}
+
+// as is the header of a request by sub with role.
+func (b *testBundle) as(sub string, role auth.Role) header {
+	return header{"Authorization": "Bearer " + b.token(sub, role)}
 }
 
 func openAPIRouter(t *testing.T) routers.Router {
@@ -127,6 +157,8 @@ type header map[string]string
 // fails the test that waits for it, rather than the whole run.
 var noHangClient = &http.Client{Timeout: time.Minute}
 
+// do sends a request with the headers h, as an operator unless h has an
+// Authorization header ("" sends none).
 func (b *testBundle) do(method, path string, body []byte, h header) response {
 	b.t.Helper()
 	req, err := http.NewRequestWithContext(b.t.Context(), method, b.server.URL+path, bytes.NewReader(body))
@@ -135,6 +167,9 @@ func (b *testBundle) do(method, path string, body []byte, h header) response {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if _, ok := h["Authorization"]; !ok {
+		req.Header.Set("Authorization", "Bearer "+b.token("operator-1", auth.RoleOperator))
 	}
 	for k, v := range h {
 		if v == "" {
@@ -818,7 +853,8 @@ func TestOpenAPIDocument(t *testing.T) {
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	t.Parallel()
 	e, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TracerProvider: tracenoop.NewTracerProvider(),
+		Verifier: auth.Off(), // the routes only: nothing is called
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)), TracerProvider: tracenoop.NewTracerProvider(),
 		MeterProvider: metricnoop.NewMeterProvider(), MetricsHandler: http.NotFoundHandler(),
 	})
 	if err != nil {

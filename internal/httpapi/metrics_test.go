@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/telemetry"
@@ -32,6 +33,7 @@ func TestHTTPMetricsLabelsComeFromTheRoute(t *testing.T) {
 		d.MeterProvider, d.MetricsHandler = tel.MeterProvider, tel.MetricsHandler
 	})
 	order := b.createOrder(validOrder, nil)
+	operator := b.token("operator-1", auth.RoleOperator)
 
 	// send makes one request with the given Host header; the server's
 	// answer does not matter, only what /metrics makes of it.
@@ -42,6 +44,7 @@ func TestHTTPMetricsLabelsComeFromTheRoute(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+operator)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -164,7 +165,9 @@ func (s *Server) createOrder(c echo.Context) error {
 			return newError(http.StatusBadRequest, "invalid_idempotency_key",
 				"Idempotency-Key must be 1 to 255 printable ASCII characters.")
 		}
-		idem = &store.IdempotentRequest{Method: http.MethodPost, Path: "/v1/orders", Key: key[0], Hash: req.hash()}
+		// The key is the caller's own (store.IdempotentRequest).
+		idem = &store.IdempotentRequest{Caller: caller(c.Request().Context()).Subject,
+			Method: http.MethodPost, Path: "/v1/orders", Key: key[0], Hash: req.hash()}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -174,8 +177,11 @@ func (s *Server) createOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-
 	ctx := c.Request().Context()
+	if !caller(ctx).Owns(order.CustomerID()) {
+		return s.forbid(c, reasonOtherCustomer, "A customer may only create its own orders: customer_id must be the token's sub.")
+	}
+
 	cid := correlationID(ctx)
 	var resp, replay *store.StoredResponse
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -234,6 +240,9 @@ func (s *Server) getOrder(c echo.Context) error {
 	ctx := c.Request().Context()
 	var out orderJSON
 	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := hideOthers(ctx, tx, id); err != nil {
+			return err
+		}
 		order, err := store.GetOrder(ctx, tx, id)
 		if err != nil {
 			return err
@@ -266,7 +275,7 @@ func (s *Server) listOrders(c echo.Context) error {
 	)
 	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		orders, next, err = store.ListOrders(ctx, tx, params)
+		orders, next, err = listVisible(ctx, tx, params)
 		return err
 	})
 	if err != nil {
@@ -281,6 +290,20 @@ func (s *Server) listOrders(c echo.Context) error {
 		out.NextCursor = &cursor
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// listVisible is store.ListOrders of the orders the caller may see: a
+// customer's own only. A customer's customer_id filter narrows its own
+// orders, so naming another customer finds none. The filter is the query's,
+// so the keyset pagination is ListOrders's own.
+func listVisible(ctx context.Context, tx pgx.Tx, params store.ListParams) ([]*domain.Order, *store.Cursor, error) {
+	if p := caller(ctx); !p.Operator() {
+		if params.CustomerID != "" && params.CustomerID != p.Subject {
+			return nil, nil, nil
+		}
+		params.CustomerID = p.Subject
+	}
+	return store.ListOrders(ctx, tx, params)
 }
 
 // listParams reads the filters and the page of a list of orders from the
@@ -338,6 +361,11 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		cancelled bool
 	)
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		// A customer_id never changes: read before the move, it is still
+		// the order's when the move locks it.
+		if err := hideOthers(ctx, tx, id); err != nil {
+			return err
+		}
 		cause := domain.Cause{CorrelationID: cid}
 		_, current, err := store.MoveOrder(ctx, tx, id, domain.TriggerCancel, cause)
 		switch {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -184,6 +185,7 @@ func (b *testBundle) cancelBehindLock(orderID string) (pgx.Tx, <-chan response) 
 		t.Fatal(err)
 	}
 	held := make(chan response, 1)
+	token := b.token("operator-1", auth.RoleOperator)
 	go func() {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.server.URL+"/v1/orders/"+orderID+"/cancel", nil)
 		if err != nil {
@@ -191,6 +193,7 @@ func (b *testBundle) cancelBehindLock(orderID string) (pgx.Tx, <-chan response) 
 			held <- response{}
 			return
 		}
+		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := noHangClient.Do(req)
 		if err != nil {
 			t.Errorf("the cancel held behind the lock: %v", err)

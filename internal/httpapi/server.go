@@ -2,18 +2,22 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/api"
+	"github.com/yourorg/orders/internal/auth"
 )
 
 // Config holds the knobs of the API. A zero field takes its default.
@@ -49,7 +53,10 @@ func (c *Config) setDefaults() {
 
 // Deps is what the API runs on.
 type Deps struct {
-	Pool           *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Verifier tells who calls (internal/auth); required, so that an API
+	// without authentication is asked for: auth.Off().
+	Verifier       *auth.Verifier
 	Logger         *slog.Logger
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
@@ -67,24 +74,29 @@ type Server struct {
 	pool         *pgxpool.Pool
 	db           boundedPool // the handlers' transactions
 	logger       *slog.Logger
+	verifier     *auth.Verifier
 	metrics      apiMetrics
 	shuttingDown <-chan struct{}
 }
 
 type apiMetrics struct {
 	created, cancelled, replays metric.Int64Counter
+	refusals                    metric.Int64Counter
 }
 
 // New returns the API as an http.Handler, with every route of docs/contract.md,
 // and the order timeline pages under /ui/.
 func New(cfg Config, deps Deps) (*echo.Echo, error) {
 	cfg.setDefaults()
+	if deps.Verifier == nil {
+		return nil, errors.New("httpapi: no Verifier in Deps (auth.Off() turns authentication off)")
+	}
 	m, err := newAPIMetrics(deps.MeterProvider.Meter("github.com/yourorg/orders/internal/httpapi"))
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, pool: deps.Pool, logger: deps.Logger, metrics: m, shuttingDown: deps.ShuttingDown,
+		cfg: cfg, pool: deps.Pool, logger: deps.Logger, verifier: deps.Verifier, metrics: m, shuttingDown: deps.ShuttingDown,
 		db: boundedPool{pool: deps.Pool, acquireTimeout: cfg.AcquireTimeout},
 	}
 
@@ -106,14 +118,19 @@ func New(cfg Config, deps Deps) (*echo.Echo, error) {
 		}),
 	)
 
-	e.POST("/v1/orders", s.createOrder)
-	e.GET("/v1/orders", s.listOrders)
-	e.GET("/v1/orders/:order_id", s.getOrder)
-	e.POST("/v1/orders/:order_id/cancel", s.cancelOrder)
+	// Every route of the API and the pages needs a caller (authn.go).
+	e.POST("/v1/orders", s.createOrder, s.authenticate)
+	e.GET("/v1/orders", s.listOrders, s.authenticate)
+	e.GET("/v1/orders/:order_id", s.getOrder, s.authenticate)
+	e.POST("/v1/orders/:order_id/cancel", s.cancelOrder, s.authenticate)
 
-	// The order timeline pages, HTML for people (ui.go).
-	e.GET("/ui/", s.uiOrders)
-	e.GET("/ui/orders/:order_id", s.uiOrder)
+	// The order timeline pages, HTML for people (ui.go), and the sign-in
+	// page that turns a token into a cookie for them (authn.go).
+	e.GET("/ui/", s.uiOrders, s.authenticate)
+	e.GET("/ui/orders/:order_id", s.uiOrder, s.authenticate)
+	e.GET("/ui/login", s.uiLoginForm)
+	e.POST("/ui/login", s.uiLogin)
+	e.POST("/ui/logout", s.uiLogout)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -140,9 +157,17 @@ func newAPIMetrics(meter metric.Meter) (apiMetrics, error) {
 		metric.WithUnit("{request}")); err != nil {
 		return m, err
 	}
+	if m.refusals, err = meter.Int64Counter("http.auth.refusals",
+		metric.WithDescription("Requests refused for who sent them, by reason: no or a bad token (401), a role or rule that forbids it (403)."),
+		metric.WithUnit("{request}")); err != nil {
+		return m, err
+	}
 	// Start at zero, so that rate() and alerts see a series from the start.
 	for _, c := range []metric.Int64Counter{m.created, m.cancelled, m.replays} {
 		c.Add(context.Background(), 0)
+	}
+	for _, reason := range append(slices.Clone(auth.Reasons), reasonOtherCustomer) {
+		m.refusals.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", reason)))
 	}
 	return m, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/timeline"
@@ -20,7 +21,9 @@ import (
 
 // The order timeline pages under /ui/: server-rendered HTML for people,
 // with html/template (which escapes every value) and no JavaScript. They
-// only read, each page in one read-only transaction.
+// only read, each page in one read-only transaction, and show a caller
+// what the API would: a customer its own orders (authn.go). A browser
+// signs in at /ui/login, which keeps its token in a cookie.
 
 //go:embed ui/*.html
 var uiFiles embed.FS
@@ -29,7 +32,7 @@ var uiFiles embed.FS
 const uiPageSize = 50
 
 // uiPages holds one template per page, each with the shared layout.
-var uiPages = parsePages("orders.html", "order.html", "error.html")
+var uiPages = parsePages("orders.html", "order.html", "error.html", "login.html")
 
 func parsePages(names ...string) map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -77,6 +80,7 @@ func renderErrorPage(c echo.Context, p Problem) error {
 }
 
 type ordersPage struct {
+	Caller     auth.Principal
 	Statuses   []domain.Status
 	Status     domain.Status
 	CustomerID string
@@ -95,11 +99,11 @@ func (s *Server) uiOrders(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	page := ordersPage{Statuses: domain.Statuses, Status: params.Status, CustomerID: params.CustomerID}
+	page := ordersPage{Caller: caller(ctx), Statuses: domain.Statuses, Status: params.Status, CustomerID: params.CustomerID}
 	var next *store.Cursor
 	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		page.Orders, next, err = store.ListOrders(ctx, tx, params)
+		page.Orders, next, err = listVisible(ctx, tx, params)
 		return err
 	})
 	if err != nil {
@@ -138,6 +142,9 @@ func (s *Server) uiOrder(c echo.Context) error {
 	var tl *timeline.Timeline
 	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
+		if err := hideOthers(ctx, tx, id); err != nil {
+			return err
+		}
 		tl, err = timeline.Read(ctx, tx, id)
 		return err
 	})

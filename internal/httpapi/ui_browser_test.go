@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"image"
 	"image/color"
 	"image/png"
@@ -10,6 +11,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +27,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/net/html"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/httpapi"
@@ -82,6 +86,12 @@ func browse(t *testing.T, browser, url string, flags ...string) []byte {
 type flowBundle struct {
 	api  *httptest.Server
 	pool *pgxpool.Pool
+	// operator is an operator's token for the API.
+	operator string
+	// browser is the API as a browser signed in at /ui/login reaches it:
+	// every request carries the sign-in cookie, which chromium's command
+	// line cannot set.
+	browser *httptest.Server
 }
 
 func startFlow(t *testing.T) *flowBundle {
@@ -149,8 +159,13 @@ func startFlow(t *testing.T) *flowBundle {
 	})
 	apiPool := connect(migrations.RoleAPI)
 	t.Cleanup(apiPool.Close)
+	secret := []byte(rand.Text() + rand.Text())
+	verifier, err := auth.NewVerifier(auth.Options{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
 	handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour, JaegerUIURL: "http://localhost:16686"}, httpapi.Deps{
-		Pool: apiPool, Logger: logger, TracerProvider: tp,
+		Verifier: verifier, Pool: apiPool, Logger: logger, TracerProvider: tp,
 		MeterProvider: metricnoop.NewMeterProvider(), MetricsHandler: http.NotFoundHandler(),
 	})
 	if err != nil {
@@ -158,7 +173,18 @@ func startFlow(t *testing.T) *flowBundle {
 	}
 	api := httptest.NewServer(handler)
 	t.Cleanup(api.Close)
-	return &flowBundle{api: api, pool: db.Pool}
+	operator, err := auth.Mint(secret, auth.Principal{Subject: "operator-1", Role: auth.RoleOperator}, time.Hour, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cookie POST /ui/login sets, on every request as a browser sends it.
+	target, _ := url.Parse(api.URL)
+	browser := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.AddCookie(&http.Cookie{Name: "orders_ui_token", Value: operator})
+	}})
+	t.Cleanup(browser.Close)
+	return &flowBundle{api: api, pool: db.Pool, operator: operator, browser: browser}
 }
 
 // settled reports whether the order's flow has come to rest: FULFILLED,
@@ -205,8 +231,11 @@ func TestUIOrderTimelineInChromium(t *testing.T) {
 	browser := chromium(t)
 	f := startFlow(t)
 
-	resp, err := http.Post(f.api.URL+"/v1/orders", "application/json",
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.api.URL+"/v1/orders",
 		strings.NewReader(`{"customer_id":"c-browser","currency":"EUR","items":[{"sku":"BOOK-1","quantity":1,"unit_price_cents":1999}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+f.operator)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +251,7 @@ func TestUIOrderTimelineInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	traceID = strings.Split(traceID, "-")[1]
-	url := f.api.URL + "/ui/orders/" + orderID
+	url := f.browser.URL + "/ui/orders/" + orderID
 
 	// The DOM chromium built.
 	doc, err := html.Parse(bytes.NewReader(browse(t, browser, url, "--dump-dom")))

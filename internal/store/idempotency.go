@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/yourorg/orders/internal/domain"
@@ -18,7 +19,12 @@ var (
 )
 
 // IdempotentRequest identifies a request that carries an Idempotency-Key.
+// A key is its caller's: the same key from two callers names two requests,
+// so that no caller can replay another's key to read its response.
 type IdempotentRequest struct {
+	// Caller is who sent the request (the token's sub; "" with
+	// authentication off).
+	Caller       string
 	Method, Path string
 	Key          string
 	// Hash of the canonical request body: the same key must come with the
@@ -26,7 +32,11 @@ type IdempotentRequest struct {
 	Hash string
 }
 
-func (r IdempotentRequest) lockKey() string { return r.Method + " " + r.Path + " " + r.Key }
+// lockKey names the key for the advisory lock. The caller is quoted, so
+// that no caller and path together can spell another's.
+func (r IdempotentRequest) lockKey() string {
+	return strconv.Quote(r.Caller) + " " + r.Method + " " + r.Path + " " + r.Key
+}
 
 // StoredResponse is the first response to a key, returned again on replay.
 type StoredResponse struct {
@@ -55,6 +65,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, tt
 		return nil, ErrKeyInFlight
 	}
 	_, err = queries.ClaimIdempotencyKey(ctx, tx, dbsqlc.ClaimIdempotencyKeyParams{
+		Caller:         req.Caller,
 		RequestMethod:  req.Method,
 		RequestPath:    req.Path,
 		IdempotencyKey: req.Key,
@@ -69,7 +80,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, tt
 	}
 	// The key is taken and not expired: this is a repeat.
 	row, err := queries.GetIdempotencyKey(ctx, tx, dbsqlc.GetIdempotencyKeyParams{
-		RequestMethod: req.Method, RequestPath: req.Path, IdempotencyKey: req.Key,
+		Caller: req.Caller, RequestMethod: req.Method, RequestPath: req.Path, IdempotencyKey: req.Key,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency key: %w", Translate(err))
@@ -88,6 +99,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, tt
 func CompleteIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, resp StoredResponse) error {
 	status := int32(resp.Status)
 	err := queries.CompleteIdempotencyKey(ctx, tx, dbsqlc.CompleteIdempotencyKeyParams{
+		Caller:           req.Caller,
 		RequestMethod:    req.Method,
 		RequestPath:      req.Path,
 		IdempotencyKey:   req.Key,

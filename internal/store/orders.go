@@ -54,6 +54,15 @@ func GetOrder(ctx context.Context, db DBTX, id uuid.UUID) (*domain.Order, error)
 	return withItems(ctx, db, row)
 }
 
+// OrderCustomer returns the customer_id of an order, or domain.ErrNotFound.
+func OrderCustomer(ctx context.Context, db DBTX, id uuid.UUID) (string, error) {
+	customerID, err := queries.GetOrderCustomer(ctx, db, id)
+	if err != nil {
+		return "", fmt.Errorf("get order %s: %w", id, Translate(err))
+	}
+	return customerID, nil
+}
+
 func withItems(ctx context.Context, db DBTX, row dbsqlc.Order) (*domain.Order, error) {
 	orders, err := attachItems(ctx, db, []dbsqlc.Order{row})
 	if err != nil {

@@ -281,6 +281,52 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
+// A key is its caller's: another caller's request with the same key and
+// the same body is a new request, never a replay of the first caller's
+// response, and is not held up by it while it runs.
+func TestIdempotencyKeyIsTheCallers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := store.IdempotentRequest{Caller: "alice", Method: "POST", Path: "/v1/orders", Key: "k-1", Hash: "h-1"}
+	bob := alice
+	bob.Caller = "bob"
+
+	first, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(b.ctx) //nolint:errcheck // committed below
+	if got, err := store.ClaimIdempotencyKey(b.ctx, first, alice, time.Hour); err != nil || got != nil {
+		t.Fatalf("alice's claim = %v, %v", got, err)
+	}
+	claim := func(r store.IdempotentRequest) (*store.StoredResponse, error) {
+		var got *store.StoredResponse
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			if got, err = store.ClaimIdempotencyKey(b.ctx, tx, r, time.Hour); err != nil || got != nil {
+				return err
+			}
+			return store.CompleteIdempotencyKey(b.ctx, tx, r, store.StoredResponse{Status: 201, Body: []byte(`"bob's"`)})
+		})
+		return got, err
+	}
+	if got, err := claim(bob); err != nil || got != nil {
+		t.Fatalf("bob's claim while alice's runs = %+v, %v; want his own", got, err)
+	}
+	if err := store.CompleteIdempotencyKey(b.ctx, first, alice, store.StoredResponse{Status: 201, Body: []byte(`"alice's"`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := claim(bob); err != nil || got == nil || string(got.Body) != `"bob's"` {
+		t.Fatalf("bob's replay = %+v, %v; want his own response", got, err)
+	}
+	if got, err := claim(alice); err != nil || got == nil || string(got.Body) != `"alice's"` {
+		t.Fatalf("alice's replay = %+v, %v; want her own response", got, err)
+	}
+}
+
 func TestDeleteExpiredIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

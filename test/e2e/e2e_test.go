@@ -6,6 +6,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -55,6 +57,7 @@ type system struct {
 	bin     string
 	env     []string
 	apiURL  string
+	token   string // an operator's token for the API
 	procs   map[string]*process
 	admin   map[string]string // a consumer's admin address, by name
 	dbURL   string
@@ -163,10 +166,19 @@ func (s *system) start(name, binary, readyURL string, args []string, env ...stri
 	}
 }
 
+// startAPI starts order-api with a secret of the test's, and mints an
+// operator's token for it (s.token).
 func (s *system) startAPI() {
 	addr := testenv.FreeAddr(s.t)
 	s.apiURL = "http://" + addr
-	s.start("order-api", "order-api", s.apiURL+"/readyz", nil, "HTTP_ADDR="+addr)
+	secret := cryptorand.Text() + cryptorand.Text()
+	token, err := auth.Mint([]byte(secret), auth.Principal{Subject: "e2e", Role: auth.RoleOperator}, 2*time.Hour, "", "")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.token = token
+	s.start("order-api", "order-api", s.apiURL+"/readyz", nil, "HTTP_ADDR="+addr,
+		"API_AUTH=jwt", "API_JWT_SECRET="+secret, "API_JWT_PUBLIC_KEYS=", "API_JWT_ISSUER=", "API_JWT_AUDIENCE=")
 }
 
 // startRelay starts an outbox-relay and returns its admin address.
@@ -270,6 +282,7 @@ func (s *system) postWithKey(path, key string, body any) (int, map[string]any) {
 	}
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.apiURL+path, r)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.token)
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}

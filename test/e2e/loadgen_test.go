@@ -46,7 +46,7 @@ func TestLoadgenAgainstTheProcesses(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	chart := filepath.Join(dir, "latency.svg")
-	run := exec.Command(filepath.Join(dir, "loadgen"), "-api", s.apiURL, "-rate", "20", "-duration", "2s", "-wait", "60s", "-json", "-chart", chart)
+	run := exec.Command(filepath.Join(dir, "loadgen"), "-api", s.apiURL, "-token", s.token, "-rate", "20", "-duration", "2s", "-wait", "60s", "-json", "-chart", chart)
 	var stderr strings.Builder
 	run.Stderr = &stderr
 	out, err := run.Output()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -66,7 +67,10 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 
 	dev := exec.Command("./scripts/dev.sh")
 	dev.Dir = root
-	dev.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "DEV_AMQP_USER_PREFIX="+userPrefix, "DEV_BIN="+bin, "LOG_FORMAT=json",
+	// The API's secret, as .env would set it; the walkthrough's token is
+	// minted with it by orderctl token, as a developer would.
+	secret := "API_JWT_SECRET=" + rand.Text() + rand.Text()
+	dev.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "AMQP_URL="+amqpURL, "DEV_AMQP_USER_PREFIX="+userPrefix, "DEV_BIN="+bin, "LOG_FORMAT=json", secret,
 		"DOTENV=none") // this test sets the environment; a .env of the checkout must not add to it
 	for k, v := range addr {
 		dev.Env = append(dev.Env, k+"="+v)
@@ -107,11 +111,17 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 			isReady("http://"+addr["DEV_WEBHOOK_ADDR"]+"/healthz")
 	})
 
+	mint := exec.Command(filepath.Join(bin, "orderctl"), "token", "-operator")
+	mint.Env = append(os.Environ(), secret, "ORDERCTL_USER=e2e")
+	token, err := mint.Output()
+	if err != nil {
+		t.Fatalf("orderctl token -operator: %v", err)
+	}
 	walk := exec.Command(filepath.Join(bin, "walkthrough"), "-yes", "-timeout", "60s")
 	// The walkthrough and orderctl connect as the operators' role, as make
 	// walkthrough and make ctl run them; make dev's processes as theirs.
 	operatorURL := testenv.AsRole(dbURL, migrations.RoleOperator)
-	walk.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.WalkthroughUser),
+	walk.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.WalkthroughUser), "API_JWT_SECRET=", "API_TOKEN="+strings.TrimSpace(string(token)),
 		"API_URL=http://"+addr["DEV_API_ADDR"], "CONSUMER_ADMIN_URL=http://"+addr["DEV_CONSUMER_ADDR"],
 		"WEBHOOK_RECEIVER_URL=http://"+addr["DEV_WEBHOOK_ADDR"])
 	out, err := walk.CombinedOutput()

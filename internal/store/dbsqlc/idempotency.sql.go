@@ -10,19 +10,20 @@ import (
 )
 
 const claimIdempotencyKey = `-- name: ClaimIdempotencyKey :one
-INSERT INTO http_idempotency_key (request_method, request_path, idempotency_key, request_hash)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (request_method, request_path, idempotency_key) DO UPDATE
+INSERT INTO http_idempotency_key (caller, request_method, request_path, idempotency_key, request_hash)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (caller, request_method, request_path, idempotency_key) DO UPDATE
 SET request_hash = excluded.request_hash,
     response_status = NULL,
     response_body = NULL,
     response_location = NULL,
     created_at = now()
-WHERE http_idempotency_key.created_at < now() - make_interval(secs => $5::float8)
+WHERE http_idempotency_key.created_at < now() - make_interval(secs => $6::float8)
 RETURNING idempotency_key
 `
 
 type ClaimIdempotencyKeyParams struct {
+	Caller         string
 	RequestMethod  string
 	RequestPath    string
 	IdempotencyKey string
@@ -30,11 +31,12 @@ type ClaimIdempotencyKeyParams struct {
 	TtlSeconds     float64
 }
 
-// Takes a key for this request: inserts it, or takes over one whose TTL has
+// Takes a caller's key for this request: inserts it, or takes over one whose TTL has
 // run out. No row back means the key belongs to an earlier request. The
 // primary key, not a prior SELECT, decides between concurrent requests.
 func (q *Queries) ClaimIdempotencyKey(ctx context.Context, db DBTX, arg ClaimIdempotencyKeyParams) (string, error) {
 	row := db.QueryRow(ctx, claimIdempotencyKey,
+		arg.Caller,
 		arg.RequestMethod,
 		arg.RequestPath,
 		arg.IdempotencyKey,
@@ -49,13 +51,14 @@ func (q *Queries) ClaimIdempotencyKey(ctx context.Context, db DBTX, arg ClaimIde
 const completeIdempotencyKey = `-- name: CompleteIdempotencyKey :exec
 UPDATE http_idempotency_key
 SET response_status = $1, response_body = $2, response_location = $3
-WHERE request_method = $4 AND request_path = $5 AND idempotency_key = $6
+WHERE caller = $4 AND request_method = $5 AND request_path = $6 AND idempotency_key = $7
 `
 
 type CompleteIdempotencyKeyParams struct {
 	ResponseStatus   *int32
 	ResponseBody     []byte
 	ResponseLocation *string
+	Caller           string
 	RequestMethod    string
 	RequestPath      string
 	IdempotencyKey   string
@@ -66,6 +69,7 @@ func (q *Queries) CompleteIdempotencyKey(ctx context.Context, db DBTX, arg Compl
 		arg.ResponseStatus,
 		arg.ResponseBody,
 		arg.ResponseLocation,
+		arg.Caller,
 		arg.RequestMethod,
 		arg.RequestPath,
 		arg.IdempotencyKey,
@@ -75,8 +79,8 @@ func (q *Queries) CompleteIdempotencyKey(ctx context.Context, db DBTX, arg Compl
 
 const deleteExpiredIdempotencyKeys = `-- name: DeleteExpiredIdempotencyKeys :execrows
 DELETE FROM http_idempotency_key
-WHERE (request_method, request_path, idempotency_key) IN (
-    SELECT request_method, request_path, idempotency_key
+WHERE (caller, request_method, request_path, idempotency_key) IN (
+    SELECT caller, request_method, request_path, idempotency_key
     FROM http_idempotency_key
     WHERE created_at < now() - make_interval(secs => $1::float8)
     LIMIT $2
@@ -99,10 +103,11 @@ func (q *Queries) DeleteExpiredIdempotencyKeys(ctx context.Context, db DBTX, arg
 const getIdempotencyKey = `-- name: GetIdempotencyKey :one
 SELECT request_hash, response_status, response_body, response_location
 FROM http_idempotency_key
-WHERE request_method = $1 AND request_path = $2 AND idempotency_key = $3
+WHERE caller = $1 AND request_method = $2 AND request_path = $3 AND idempotency_key = $4
 `
 
 type GetIdempotencyKeyParams struct {
+	Caller         string
 	RequestMethod  string
 	RequestPath    string
 	IdempotencyKey string
@@ -116,7 +121,12 @@ type GetIdempotencyKeyRow struct {
 }
 
 func (q *Queries) GetIdempotencyKey(ctx context.Context, db DBTX, arg GetIdempotencyKeyParams) (GetIdempotencyKeyRow, error) {
-	row := db.QueryRow(ctx, getIdempotencyKey, arg.RequestMethod, arg.RequestPath, arg.IdempotencyKey)
+	row := db.QueryRow(ctx, getIdempotencyKey,
+		arg.Caller,
+		arg.RequestMethod,
+		arg.RequestPath,
+		arg.IdempotencyKey,
+	)
 	var i GetIdempotencyKeyRow
 	err := row.Scan(
 		&i.RequestHash,

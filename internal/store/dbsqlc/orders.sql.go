@@ -99,6 +99,18 @@ func (q *Queries) GetOrder(ctx context.Context, db DBTX, orderID uuid.UUID) (Ord
 	return i, err
 }
 
+const getOrderCustomer = `-- name: GetOrderCustomer :one
+SELECT customer_id FROM orders WHERE order_id = $1
+`
+
+// Whose order it is, for the API's check before it changes the order.
+func (q *Queries) GetOrderCustomer(ctx context.Context, db DBTX, orderID uuid.UUID) (string, error) {
+	row := db.QueryRow(ctx, getOrderCustomer, orderID)
+	var customer_id string
+	err := row.Scan(&customer_id)
+	return customer_id, err
+}
+
 const getOrderStatus = `-- name: GetOrderStatus :one
 SELECT status FROM orders WHERE order_id = $1
 `

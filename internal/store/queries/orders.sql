@@ -27,6 +27,10 @@ SELECT order_id, customer_id, currency, status, version, total_cents, created_at
 FROM orders
 WHERE order_id = @order_id;
 
+-- name: GetOrderCustomer :one
+-- Whose order it is, for the API's check before it changes the order.
+SELECT customer_id FROM orders WHERE order_id = @order_id;
+
 -- name: ListOrderItems :many
 SELECT order_id, line_no, sku, quantity, unit_price_cents
 FROM order_items

@@ -31,6 +31,7 @@ type HttpIdempotencyKey struct {
 	ResponseBody     []byte
 	ResponseLocation *string
 	CreatedAt        time.Time
+	Caller           string
 }
 
 type MessageInbox struct {
