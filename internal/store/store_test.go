@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -445,5 +446,52 @@ func TestListOrdersByStatus(t *testing.T) {
 	got, next, err = store.ListOrders(b.ctx, b.pool, store.ListParams{Status: domain.StatusCancelled, Limit: 2, After: next})
 	if err != nil || len(got) != 1 || next != nil || got[0].ID() != cancelled[0] {
 		t.Fatalf("page 2: %v, next %v, %v", got, next, err)
+	}
+}
+
+// A customer's page of orders is read along orders_customer_created_idx,
+// not by walking every customer's orders newest first: among 5,000 orders
+// of others, the plan of ListOrdersByCustomer(AndStatus) names the index.
+func TestCustomerListUsesItsIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `
+		INSERT INTO orders (order_id, customer_id, currency, status, version, total_cents)
+		SELECT gen_random_uuid(), 'other-' || (i % 500), 'EUR', 'SUBMITTED', 1, 100
+		FROM generate_series(1, 5000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	mine := newOrder(t)
+	if err := createWithOutbox(b.ctx, b.pool, mine, domain.Cause{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `ANALYZE orders`); err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []domain.Status{"", domain.StatusSubmitted} {
+		// The statements as the store sends them, with their parameters.
+		sql, args := `SELECT order_id FROM orders WHERE customer_id = $1
+			AND (created_at, order_id) < ($2::timestamptz, $3::uuid)
+			ORDER BY created_at DESC, order_id DESC LIMIT 50`, []any{mine.CustomerID(), "infinity", uuid.Max}
+		if status != "" {
+			sql, args = `SELECT order_id FROM orders WHERE customer_id = $1 AND status = $4
+				AND (created_at, order_id) < ($2::timestamptz, $3::uuid)
+				ORDER BY created_at DESC, order_id DESC LIMIT 50`, append(args, string(status))
+		}
+		rows, err := b.pool.Query(b.ctx, "EXPLAIN "+sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if text := fmt.Sprint(plan); !strings.Contains(text, "orders_customer_created_idx") {
+			t.Errorf("a customer's orders (status %q) are not read along orders_customer_created_idx:\n%s", status, strings.Join(plan, "\n"))
+		}
+	}
+	got, _, err := store.ListOrders(b.ctx, b.pool, store.ListParams{CustomerID: mine.CustomerID(), Limit: 50})
+	if err != nil || len(got) != 1 || got[0].ID() != mine.ID() {
+		t.Fatalf("the customer's list: %v, %v", got, err)
 	}
 }

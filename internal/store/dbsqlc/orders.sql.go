@@ -216,8 +216,7 @@ type ListOrdersByCustomerParams struct {
 	MaxRows        int32
 }
 
-// One customer's orders. No index leads with customer_id: this walks
-// orders_created_idx newest first and skips other customers' orders.
+// One customer's orders, newest first, along orders_customer_created_idx.
 func (q *Queries) ListOrdersByCustomer(ctx context.Context, db DBTX, arg ListOrdersByCustomerParams) ([]Order, error) {
 	rows, err := db.Query(ctx, listOrdersByCustomer,
 		arg.CustomerID,

@@ -66,8 +66,7 @@ ORDER BY created_at DESC, order_id DESC
 LIMIT @max_rows;
 
 -- name: ListOrdersByCustomer :many
--- One customer's orders. No index leads with customer_id: this walks
--- orders_created_idx newest first and skips other customers' orders.
+-- One customer's orders, newest first, along orders_customer_created_idx.
 SELECT order_id, customer_id, currency, status, version, total_cents, created_at, updated_at
 FROM orders
 WHERE customer_id = @customer_id
