@@ -20,6 +20,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 // These tests give each process's user, in a vhost of the test's own, the
@@ -331,11 +332,17 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 	run(t, "the consumers", consumers.Run)
 	testenv.WaitFor(t, 15*time.Second, "the consumer to be consuming as "+rabbitadmin.ConsumerUser, func() bool { return consumers.Ready(ctx) == nil })
 
+	// The relay connects as its own PostgreSQL role, as outbox-relay does.
+	relayPool, err := store.NewPool(ctx, store.PoolConfig{URL: testenv.AsRole(h.DBURL, migrations.RoleRelay), AppName: "relay-as-its-user"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(relayPool.Close)
 	relay, err := outbox.NewRelay(outbox.Config{
 		BatchSize: 10, MaxInFlight: 10, PollInterval: 100 * time.Millisecond, Lease: 5 * time.Second,
 		ConfirmTimeout: 2 * time.Second, MaxAttempts: 5, BackoffBase: 10 * time.Millisecond,
 		BackoffMax: 100 * time.Millisecond, ShutdownTimeout: 2 * time.Second,
-	}, outbox.Deps{Pool: pool, AMQPURL: b.as[rabbitadmin.RelayUser], Logger: testenv.Logger(), MeterProvider: testenv.NewMetrics().Provider})
+	}, outbox.Deps{Pool: relayPool, AMQPURL: b.as[rabbitadmin.RelayUser], Logger: testenv.Logger(), MeterProvider: testenv.NewMetrics().Provider})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,9 +369,11 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 		msgs, err := inbox.Browse(ctx, operator, c.Name(), 0)
 		return err == nil && len(msgs) == 1 && msgs[0].MessageID == parkedID
 	})
-	// Browse gives the message back with a nack; wait until it is ready again.
+	// Browse returns once the message is back in the parking lot.
 	lot := inbox.ParkingLotName(inbox.QueueName(c.Name()))
-	testenv.WaitFor(t, 10*time.Second, "the message back in the parking lot", func() bool { return b.depth(lot) == 1 })
+	if n := b.depth(lot); n != 1 {
+		t.Fatalf("right after browsing, the parking lot holds %d messages, want 1", n)
+	}
 	if moved, err := inbox.Replay(ctx, operator, c.Name(), inbox.ReplayRequest{MessageID: parkedID}); err != nil || len(moved) != 1 {
 		t.Fatalf("replay as %s: %v (moved %v)", rabbitadmin.OperatorUser, err, moved)
 	}
