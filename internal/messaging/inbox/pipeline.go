@@ -239,16 +239,14 @@ func (c *loop) secondStep(ctx context.Context, d *Delivery, external *External, 
 	err := c.untilWritable(ctx, func() error {
 		return retryTx(ctx, func() error {
 			return c.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				if err := Fence(ctx, tx, c.def.name, d.MessageID, attempt); err != nil {
+				fence := Fence // the row stays PROCESSING: the failed call is retried
+				if callErr == nil {
+					fence = fenceProcessed // fenced and PROCESSED in one statement
+				}
+				if err := fence(ctx, tx, c.def.name, d.MessageID, attempt); err != nil {
 					return err
 				}
-				if err := external.Record(ctx, tx, callErr); err != nil {
-					return err
-				}
-				if callErr != nil {
-					return nil
-				}
-				return MarkProcessed(ctx, tx, c.def.name, d.MessageID, OutcomeApplied, "")
+				return external.Record(ctx, tx, callErr)
 			})
 		})
 	})

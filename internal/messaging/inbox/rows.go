@@ -190,6 +190,18 @@ func Fence(ctx context.Context, tx store.DBTX, consumer, messageID string, attem
 	return nil
 }
 
+// fenceProcessed is Fence then MarkProcessed (APPLIED), in one statement:
+// the second step of a call that succeeded.
+func fenceProcessed(ctx context.Context, tx store.DBTX, consumer, messageID string, attempt int) error {
+	_, err := queries.FenceInboxProcessed(ctx, tx, dbsqlc.FenceInboxProcessedParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
+	if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
+		return ErrTakenOver
+	} else if err != nil {
+		return fmt.Errorf("fence and mark inbox row processed: %w", err)
+	}
+	return nil
+}
+
 // Failure is a failed processing attempt.
 type Failure struct {
 	Status  string // RETRYABLE_FAILED, PERMANENT_FAILED or POISONED

@@ -57,6 +57,31 @@ func (q *Queries) FenceInbox(ctx context.Context, db DBTX, arg FenceInboxParams)
 	return attempt_count, err
 }
 
+const fenceInboxProcessed = `-- name: FenceInboxProcessed :one
+UPDATE message_inbox
+SET status = 'PROCESSED', outcome = 'APPLIED', outcome_reason = NULL, processed_at = now()
+WHERE consumer_name = $1 AND message_id = $2
+  AND status = 'PROCESSING' AND attempt_count = $3
+RETURNING attempt_count
+`
+
+type FenceInboxProcessedParams struct {
+	ConsumerName string
+	MessageID    string
+	Attempt      int32
+}
+
+// FenceInbox and MarkInboxProcessed (APPLIED) in one statement, for the
+// second step of a call that succeeded: the UPDATE locks the row of the
+// attempt that made the call, or finds none when another delivery took the
+// message over (then this attempt records nothing).
+func (q *Queries) FenceInboxProcessed(ctx context.Context, db DBTX, arg FenceInboxProcessedParams) (int32, error) {
+	row := db.QueryRow(ctx, fenceInboxProcessed, arg.ConsumerName, arg.MessageID, arg.Attempt)
+	var attempt_count int32
+	err := row.Scan(&attempt_count)
+	return attempt_count, err
+}
+
 const getInbox = `-- name: GetInbox :one
 SELECT status, outcome, outcome_reason, last_error_code, last_error_message, attempt_count
 FROM message_inbox

@@ -98,6 +98,17 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id
   AND status = 'PROCESSING' AND attempt_count = @attempt
 FOR UPDATE;
 
+-- name: FenceInboxProcessed :one
+-- FenceInbox and MarkInboxProcessed (APPLIED) in one statement, for the
+-- second step of a call that succeeded: the UPDATE locks the row of the
+-- attempt that made the call, or finds none when another delivery took the
+-- message over (then this attempt records nothing).
+UPDATE message_inbox
+SET status = 'PROCESSED', outcome = 'APPLIED', outcome_reason = NULL, processed_at = now()
+WHERE consumer_name = @consumer_name AND message_id = @message_id
+  AND status = 'PROCESSING' AND attempt_count = @attempt
+RETURNING attempt_count;
+
 -- name: RecordInboxFailure :one
 -- Records a failed attempt after its transaction rolled back, in a
 -- transaction of its own, so that the failure is remembered. It never
