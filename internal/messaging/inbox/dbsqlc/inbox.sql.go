@@ -129,8 +129,10 @@ type HoldInboxParams struct {
 
 // Between the two steps of an external side effect: the row commits as
 // PROCESSING, and only the second step marks it PROCESSED. The processing
-// lease counts from here, the last statement before the commit and the
-// call that follows it.
+// lease counts from here, the handler's last statement; what follows it
+// before the commit (the follow-up rows, and in a batch the deliveries
+// after this one) is bounded by CONSUMER_TX_TIMEOUT, and the call that
+// follows the commit by nine tenths of the lease.
 func (q *Queries) HoldInbox(ctx context.Context, db DBTX, arg HoldInboxParams) error {
 	_, err := db.Exec(ctx, holdInbox, arg.ConsumerName, arg.MessageID)
 	return err

@@ -82,8 +82,10 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id;
 -- name: HoldInbox :exec
 -- Between the two steps of an external side effect: the row commits as
 -- PROCESSING, and only the second step marks it PROCESSED. The processing
--- lease counts from here, the last statement before the commit and the
--- call that follows it.
+-- lease counts from here, the handler's last statement; what follows it
+-- before the commit (the follow-up rows, and in a batch the deliveries
+-- after this one) is bounded by CONSUMER_TX_TIMEOUT, and the call that
+-- follows the commit by nine tenths of the lease.
 UPDATE message_inbox
 SET status = 'PROCESSING', outcome = NULL, processed_at = NULL, processing_started_at = clock_timestamp()
 WHERE consumer_name = @consumer_name AND message_id = @message_id;
