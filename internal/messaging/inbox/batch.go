@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // collect adds to batch the deliveries that are already waiting, up to
@@ -103,7 +105,13 @@ func (c *loop) handleBatch(ctx context.Context, pub *confirmPublisher, raws []am
 
 // applyBatch runs the first step of every delivery of steps in one
 // transaction, each statement in the context of its own delivery (its
-// trace), under the transaction's deadline.
+// trace), under the transaction's deadline. The round trips that do not
+// depend on each other are shared: one statement inserts the inbox rows of
+// every delivery before the first handler runs, and one writes the
+// follow-up messages of all of them just before the commit. Between the
+// two, each delivery in turn gets its decision (a row found goes through
+// Begin's checks at its turn, after the handlers of the deliveries before
+// it, as it would one by one) and its handler's statements.
 func (c *loop) applyBatch(ctx context.Context, steps []*step) (effects []effect, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -111,20 +119,33 @@ func (c *loop) applyBatch(ctx context.Context, steps []*step) (effects []effect,
 			err = fmt.Errorf("a handler panicked: %v", r) // the deliveries are applied again one by one
 		}
 	}()
+	entries := make([]Entry, len(steps))
+	for i, s := range steps {
+		entries[i] = s.d.inboxEntry(c.def.name)
+	}
 	err = retryTx(ctx, func() error {
 		effects = make([]effect, len(steps))
 		return c.inTx(ctx, func(txCtx context.Context, tx pgx.Tx) error {
+			inserted, err := insertRows(txCtx, tx, c.def.name, entries)
+			if err != nil {
+				return err
+			}
+			followUps := outbox.Buffer{Writer: c.outbox}
 			deadline, _ := txCtx.Deadline()
 			for i, s := range steps {
+				row := rowFound
+				if inserted[i] {
+					row = rowInserted
+				}
 				sctx, cancel := context.WithDeadline(s.ctx, deadline)
-				e, err := c.firstStep(sctx, tx, s.d, s.h)
+				e, err := c.firstStep(sctx, tx, s.d, s.h, row, &followUps)
 				cancel()
 				if err != nil {
 					return fmt.Errorf("message %s: %w", s.d.MessageID, err)
 				}
 				effects[i] = e
 			}
-			return nil
+			return flushFollowUps(txCtx, tx, &followUps)
 		})
 	})
 	return effects, err

@@ -1,10 +1,13 @@
 package inbox_test
 
 import (
+	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging/inbox"
@@ -129,5 +132,147 @@ func TestBatchCrashAfterCommitBeforeAck(t *testing.T) {
 	var transactions int
 	if err := b.pool.QueryRow(b.ctx, "SELECT count(DISTINCT txid) FROM test_effect").Scan(&transactions); err != nil || transactions != 1 {
 		t.Fatalf("%d transactions for %d messages (%v): want the cut batch to be one", transactions, len(msgs), err)
+	}
+}
+
+// A batch inserts the inbox rows of all its deliveries in one statement;
+// the deliveries whose row was there already go through the checks of a
+// row seen before, at their turn in the batch: a second copy of a message
+// in the same batch and a message processed before are duplicates, a
+// message that failed before is applied as its next attempt, and a message
+// another delivery holds between the steps of its side effect is busy
+// (and applied once that delivery's lease has run out).
+func TestBatchWithRowsSeenBefore(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	cfg := testConsumerConfig()
+	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 32, 16
+	cfg.BatchWait = time.Second // the whole backlog in the first batch
+	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	if err := topo.Declare(b.ch); err != nil {
+		t.Fatal(err)
+	}
+	processed, failed, held, twice := message(), message(), message(), message()
+	entry := func(msg amqp.Publishing) inbox.Entry {
+		return inbox.Entry{Consumer: testConsumer, MessageID: msg.MessageId, Type: msg.Type, Version: 1, PayloadHash: "x"}
+	}
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := inbox.Begin(b.ctx, tx, entry(processed), time.Second); err != nil {
+			return err
+		}
+		if _, err := inbox.Begin(b.ctx, tx, entry(held), time.Second); err != nil {
+			return err
+		}
+		return inbox.Hold(b.ctx, tx, testConsumer, held.MessageId) // a worker between its steps, within its lease
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inbox.RecordFailure(b.ctx, b.pool, entry(failed), inbox.Failure{Status: inbox.StatusRetryableFailed, Code: "earlier"}); err != nil {
+		t.Fatal(err)
+	}
+	var fresh []amqp.Publishing
+	for range 4 {
+		fresh = append(fresh, message())
+	}
+	for _, msg := range []amqp.Publishing{fresh[0], twice, processed, fresh[1], failed, twice, held, fresh[2], fresh[3]} {
+		b.publish(msg)
+	}
+	b.start(cfg, b.amqpURL, nil)
+
+	for _, msg := range append(fresh, twice) {
+		if row := b.waitInbox(msg.MessageId, inbox.StatusProcessed); row.Attempts != 1 || b.effects(msg.MessageId) != 1 {
+			t.Fatalf("message %s: %+v, %d effects", msg.MessageId, row, b.effects(msg.MessageId))
+		}
+	}
+	if row := b.waitInbox(failed.MessageId, inbox.StatusProcessed); row.Attempts != 2 || b.effects(failed.MessageId) != 1 {
+		t.Fatalf("the message that failed before: %+v, %d effects; want its second attempt applied", row, b.effects(failed.MessageId))
+	}
+	if n := b.effects(processed.MessageId); n != 0 {
+		t.Fatalf("the message processed before was applied again (%d effects)", n)
+	}
+	if row := b.waitInbox(held.MessageId, inbox.StatusProcessed); row.Attempts != 2 || b.effects(held.MessageId) != 1 {
+		t.Fatalf("the held message, after its lease: %+v, %d effects", row, b.effects(held.MessageId))
+	}
+	testenv.WaitFor(t, 10*time.Second, "the two duplicates to be acknowledged", func() bool {
+		return b.counter("consumer.messages.duplicates") == 2 // the second copy, and the message processed before
+	})
+	var transactions int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(DISTINCT txid) FROM test_effect").Scan(&transactions); err != nil {
+		t.Fatal(err)
+	}
+	if transactions > 2 { // the batch, and the held message's later delivery
+		t.Fatalf("%d transactions: the batch was not applied as one", transactions)
+	}
+	var followUps int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox").Scan(&followUps); err != nil || followUps != len(fresh)+3 {
+		t.Fatalf("%d follow-up messages (%v), want one per applied message (%d)", followUps, err, len(fresh)+3)
+	}
+}
+
+// The follow-up messages of a batch are written in one statement just
+// before its commit. When that statement fails, the whole batch rolls back
+// (no effect commits without its follow-ups), each delivery is applied
+// again on its own, and only the one whose follow-up cannot be written
+// fails: the others are applied once, each with its follow-up.
+func TestBatchFollowUpWriteFails(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	cfg := testConsumerConfig()
+	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 32, 16
+	cfg.BatchWait = time.Second
+	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	if err := topo.Declare(b.ch); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []amqp.Publishing
+	for range 10 {
+		msgs = append(msgs, message())
+	}
+	bad := msgs[4]
+	var badOrder struct {
+		ID string `json:"order_id"`
+	}
+	if err := json.Unmarshal(bad.Body, &badOrder); err != nil {
+		t.Fatal(err)
+	}
+	// The database refuses the follow-up of one message (a constraint of
+	// its own, as a full disk or a broken migration would refuse all).
+	_, err := b.pool.Exec(b.ctx, strings.ReplaceAll(`
+		CREATE FUNCTION test_refuse_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.aggregate_id = 'BAD_ORDER' THEN
+				RAISE EXCEPTION 'follow-up of order % refused', NEW.aggregate_id USING ERRCODE = 'check_violation';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_refuse_outbox BEFORE INSERT ON message_outbox FOR EACH ROW EXECUTE FUNCTION test_refuse_outbox();`,
+		"BAD_ORDER", badOrder.ID)) // a uuid: nothing to quote
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, msg := range msgs {
+		b.publish(msg)
+	}
+	b.start(cfg, b.amqpURL, nil)
+	for _, msg := range msgs {
+		if msg.MessageId == bad.MessageId {
+			continue
+		}
+		if row := b.waitInbox(msg.MessageId, inbox.StatusProcessed); row.Attempts != 1 || b.effects(msg.MessageId) != 1 {
+			t.Fatalf("message %s: %+v, %d effects", msg.MessageId, row, b.effects(msg.MessageId))
+		}
+	}
+	parked := b.parked(1) // a retryable failure, until its attempts are spent
+	if parked[0].MessageId != bad.MessageId {
+		t.Fatalf("parked %s, want %s", parked[0].MessageId, bad.MessageId)
+	}
+	if n := b.effects(bad.MessageId); n != 0 {
+		t.Fatalf("the message whose follow-up was refused left %d effects: an effect committed without its follow-up", n)
+	}
+	var followUps, badFollowUps int
+	err = b.pool.QueryRow(b.ctx, "SELECT count(*), count(*) FILTER (WHERE aggregate_id = $1) FROM message_outbox", badOrder.ID).Scan(&followUps, &badFollowUps)
+	if err != nil || followUps != len(msgs)-1 || badFollowUps != 0 {
+		t.Fatalf("%d follow-up messages, %d of the refused one (%v); want one per applied message", followUps, badFollowUps, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 )
@@ -188,9 +189,12 @@ func (c *loop) apply(ctx context.Context, d *Delivery, h handler) (res result, e
 	var first effect
 	err = retryTx(ctx, func() error {
 		return c.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			followUps := outbox.Buffer{Writer: c.outbox}
 			var err error
-			first, err = c.firstStep(ctx, tx, d, h)
-			return err
+			if first, err = c.firstStep(ctx, tx, d, h, rowNotTried, &followUps); err != nil {
+				return err
+			}
+			return flushFollowUps(ctx, tx, &followUps)
 		})
 	})
 	if err != nil {
@@ -235,16 +239,14 @@ func (c *loop) secondStep(ctx context.Context, d *Delivery, external *External, 
 	err := c.untilWritable(ctx, func() error {
 		return retryTx(ctx, func() error {
 			return c.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				if err := Fence(ctx, tx, c.def.name, d.MessageID, attempt); err != nil {
+				fence := Fence // the row stays PROCESSING: the failed call is retried
+				if callErr == nil {
+					fence = fenceProcessed // fenced and PROCESSED in one statement
+				}
+				if err := fence(ctx, tx, c.def.name, d.MessageID, attempt); err != nil {
 					return err
 				}
-				if err := external.Record(ctx, tx, callErr); err != nil {
-					return err
-				}
-				if callErr != nil {
-					return nil
-				}
-				return MarkProcessed(ctx, tx, c.def.name, d.MessageID, OutcomeApplied, "")
+				return external.Record(ctx, tx, callErr)
 			})
 		})
 	})
@@ -260,11 +262,33 @@ func (c *loop) secondStep(ctx context.Context, d *Delivery, external *External, 
 	return result{outcome: "processed"}, nil
 }
 
+// inboxRow is what became of a delivery's inbox row before its first
+// step: in a batch, one insert (insertRows) tries the rows of all its
+// deliveries first.
+type inboxRow int
+
+const (
+	rowNotTried inboxRow = iota // one delivery: Begin inserts it
+	rowInserted                 // inserted by the batch: a first delivery
+	rowFound                    // there already: Begin's checks of a row seen before
+)
+
 // firstStep is the transaction of the effect, in tx: inbox row, handler,
-// outbox, PROCESSED.
-func (c *loop) firstStep(ctx context.Context, tx pgx.Tx, d *Delivery, h handler) (effect, error) {
+// PROCESSED. The handler's follow-up messages go to followUps, which the
+// caller flushes (flushFollowUps) in tx before the commit: a batch writes
+// those of all its deliveries in one statement.
+func (c *loop) firstStep(ctx context.Context, tx pgx.Tx, d *Delivery, h handler, row inboxRow, followUps *outbox.Buffer) (effect, error) {
 	var e effect
-	decision, err := Begin(ctx, tx, d.inboxEntry(c.def.name), c.cfg.ProcessingLease)
+	var decision Decision
+	var err error
+	switch entry := d.inboxEntry(c.def.name); row {
+	case rowInserted:
+		decision = Decision{Process: true, Attempt: 1} // as Begin decides on a row it inserted
+	case rowFound:
+		decision, err = beginSeen(ctx, tx, entry, c.cfg.ProcessingLease)
+	default:
+		decision, err = Begin(ctx, tx, entry, c.cfg.ProcessingLease)
+	}
 	if err != nil {
 		return e, err
 	}
@@ -288,10 +312,8 @@ func (c *loop) firstStep(ctx context.Context, tx pgx.Tx, d *Delivery, h handler)
 		return e, err
 	}
 	e.afterCommit = out.AfterCommit
-	if len(out.Publish) > 0 {
-		if _, err := c.outbox.Write(ctx, tx, d.Cause(), out.Publish...); err != nil {
-			return e, err
-		}
+	if _, err := followUps.Add(ctx, d.Cause(), out.Publish...); err != nil {
+		return e, err
 	}
 	switch {
 	case out.External != nil:
@@ -304,6 +326,15 @@ func (c *loop) firstStep(ctx context.Context, tx pgx.Tx, d *Delivery, h handler)
 	}
 	e.res = result{outcome: "processed"}
 	return e, nil // Begin wrote the row PROCESSED (APPLIED): true as of the commit
+}
+
+// flushFollowUps writes the follow-up messages of a transaction's
+// deliveries, in one statement: the last one before the commit.
+func flushFollowUps(ctx context.Context, tx pgx.Tx, followUps *outbox.Buffer) error {
+	if err := followUps.Flush(ctx, tx); err != nil {
+		return fmt.Errorf("write follow-up messages: %w", err)
+	}
+	return nil
 }
 
 // inTx runs f in a transaction bounded by CONSUMER_TX_TIMEOUT, so that a

@@ -83,6 +83,19 @@ func Begin(ctx context.Context, tx store.DBTX, e Entry, lease time.Duration) (De
 	if err = store.Translate(err); !errors.Is(err, domain.ErrNotFound) {
 		return Decision{}, fmt.Errorf("insert inbox row: %w", err)
 	}
+	return beginSeen(ctx, tx, e, lease)
+}
+
+// beginSeen is Begin for a delivery whose inbox row exists already: its
+// insert found the row (InsertInbox or insertRows returned nothing for it).
+func beginSeen(ctx context.Context, tx store.DBTX, e Entry, lease time.Duration) (Decision, error) {
+	hash, err := queries.TouchProcessedInbox(ctx, tx, dbsqlc.TouchProcessedInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID})
+	if err == nil { // the common case of a row seen before: a duplicate, in one statement
+		return Decision{Duplicate: true, PayloadMismatch: hash != e.PayloadHash}, nil
+	}
+	if err = store.Translate(err); !errors.Is(err, domain.ErrNotFound) {
+		return Decision{}, fmt.Errorf("touch processed inbox row: %w", err)
+	}
 
 	row, err := queries.LockInbox(ctx, tx, dbsqlc.LockInboxParams{LeaseSeconds: lease.Seconds(), ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err != nil {
@@ -97,11 +110,45 @@ func Begin(ctx context.Context, tx store.DBTX, e Entry, lease time.Duration) (De
 	case row.Status == StatusProcessing && !row.Stale:
 		return Decision{Busy: true}, nil
 	}
-	attempt, err = queries.RestartInbox(ctx, tx, dbsqlc.RestartInboxParams{TraceID: store.NilIfEmpty(e.TraceID), ConsumerName: e.Consumer, MessageID: e.MessageID})
+	attempt, err := queries.RestartInbox(ctx, tx, dbsqlc.RestartInboxParams{TraceID: store.NilIfEmpty(e.TraceID), ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err != nil {
 		return Decision{}, fmt.Errorf("restart inbox row: %w", store.Translate(err))
 	}
 	return Decision{Process: true, Attempt: int(attempt)}, nil
+}
+
+// insertRows is Begin's insert for the entries of a batch of deliveries to
+// consumer, all in one statement. It says, for each entry, whether it
+// inserted its row: a first delivery, to process as attempt 1, as Begin
+// would decide. Each of the others found its row (written before, or by an
+// entry earlier in entries with the same message id) and goes through
+// beginSeen, at its turn in the batch, as Begin would take it.
+func insertRows(ctx context.Context, tx store.DBTX, consumer string, entries []Entry) ([]bool, error) {
+	p := dbsqlc.InsertInboxRowsParams{ConsumerName: consumer}
+	for _, e := range entries {
+		p.MessageIds = append(p.MessageIds, e.MessageID)
+		p.MessageTypes = append(p.MessageTypes, e.Type)
+		p.MessageVersions = append(p.MessageVersions, int32(e.Version))
+		p.AggregateIds = append(p.AggregateIds, e.AggregateID)
+		p.PayloadHashes = append(p.PayloadHashes, e.PayloadHash)
+		p.CorrelationIds = append(p.CorrelationIds, e.CorrelationID)
+		p.CausationIds = append(p.CausationIds, e.CausationID)
+		p.TraceIds = append(p.TraceIds, e.TraceID)
+	}
+	ids, err := queries.InsertInboxRows(ctx, tx, p)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d inbox rows: %w", len(entries), store.Translate(err))
+	}
+	fresh := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		fresh[id] = true
+	}
+	inserted := make([]bool, len(entries))
+	for i, e := range entries {
+		inserted[i] = fresh[e.MessageID]
+		delete(fresh, e.MessageID) // a second copy of the message in the batch found the first one's row
+	}
+	return inserted, nil
 }
 
 // MarkProcessed records, in the transaction of the effect, how a
@@ -139,6 +186,18 @@ func Fence(ctx context.Context, tx store.DBTX, consumer, messageID string, attem
 		return ErrTakenOver
 	} else if err != nil {
 		return fmt.Errorf("fence inbox row: %w", err)
+	}
+	return nil
+}
+
+// fenceProcessed is Fence then MarkProcessed (APPLIED), in one statement:
+// the second step of a call that succeeded.
+func fenceProcessed(ctx context.Context, tx store.DBTX, consumer, messageID string, attempt int) error {
+	_, err := queries.FenceInboxProcessed(ctx, tx, dbsqlc.FenceInboxProcessedParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
+	if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
+		return ErrTakenOver
+	} else if err != nil {
+		return fmt.Errorf("fence and mark inbox row processed: %w", err)
 	}
 	return nil
 }

@@ -8,14 +8,12 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/google/uuid"
-
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
-// mark writes the outcomes of a batch to the database, one statement each
-// for the published rows, the refused ones and those handed back:
+// mark writes the outcomes of a batch to the database, in one statement
+// (Mark: one round trip and one commit per batch, whatever the mix):
 //
 //   - confirmed: PUBLISHED;
 //   - returned (unroutable) or nacked, a cause that belongs to the message:
@@ -25,72 +23,66 @@ import (
 //     time) or never published (shutdown): back to PENDING with the
 //     attempt not counted, so broker trouble never spends a row's attempts.
 //
-// Each statement is fenced by the claim's token and retried on its own, so
-// a retry never repeats a statement that took effect.
+// The statement is fenced by the claims' tokens and takes effect whole or
+// not at all, so its retries never repeat a change that took effect.
 func (r *Relay) mark(outcomes []outcome) error {
-	var (
-		published []Claim
-		refused   []PublishFailure
-		released  []PublishFailure
-	)
+	var m Marks
 	ctx := context.Background()
+	type group struct{ typ, result string }
+	counts := map[group]int64{} // the counters are added once per type and outcome, not once per row
 	for _, o := range outcomes {
-		attrs := metric.WithAttributes(messaging.AttrMessageType.String(o.row.Type), messaging.AttrOutcome.String(o.result))
-		r.metrics.attempts.Add(ctx, 1, attrs)
+		counts[group{o.row.Type, o.result}]++
 		switch o.result {
 		case outcomeConfirmed:
-			published = append(published, o.row.Claim())
+			m.Published = append(m.Published, o.row.Claim())
 		case outcomeShutdown, outcomeNotPublished:
-			released = append(released, PublishFailure{Claim: o.row.Claim()})
+			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim()})
 		case outcomeTimeout, outcomeConnectionLost:
-			released = append(released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: r.cfg.BackoffBase})
+			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: r.cfg.BackoffBase})
 		default: // unroutable, nacked
-			if o.result == outcomeUnroutable {
-				r.metrics.unroutable.Add(ctx, 1, metric.WithAttributes(messaging.AttrMessageType.String(o.row.Type)))
-			}
-			refused = append(refused, PublishFailure{
+			m.Refused = append(m.Refused, PublishFailure{
 				Claim: o.row.Claim(), Reason: o.reason,
 				RetryIn: background.Backoff(o.row.Attempt, r.cfg.BackoffBase, r.cfg.BackoffMax),
 			})
 		}
 	}
+	for g, n := range counts {
+		typ := messaging.AttrMessageType.String(g.typ)
+		r.metrics.attempts.Add(ctx, n, metric.WithAttributes(typ, messaging.AttrOutcome.String(g.result)))
+		switch g.result {
+		case outcomeUnroutable:
+			r.metrics.unroutable.Add(ctx, n, metric.WithAttributes(typ))
+		case outcomeConfirmed:
+			r.metrics.published.Add(ctx, n, metric.WithAttributes(typ))
+		}
+	}
 	if r.beforeMark != nil {
-		if err := r.beforeMark(published); err != nil {
+		if err := r.beforeMark(m.Published); err != nil {
 			return fmt.Errorf("%w: %w", errStopped, err)
 		}
 	}
 
-	var marked int64
-	r.withDBRetry("mark published", func(ctx context.Context) (err error) {
-		marked, err = MarkPublished(ctx, r.pool, published)
+	var marked Marked
+	r.withDBRetry("mark outcomes", func(ctx context.Context) (err error) {
+		marked, err = Mark(ctx, r.pool, m, r.cfg.MaxAttempts)
 		return err
 	})
-	if lost := int64(len(published)) - marked; lost > 0 {
+	if lost := int64(len(m.Published)) - marked.Published; lost > 0 {
 		r.log.WarnContext(ctx, "confirmed rows not marked (lease expired, or the database away); they will be published again",
 			slog.Int64("rows", lost))
 	}
 	for _, o := range outcomes {
 		if o.result == outcomeConfirmed {
-			r.metrics.published.Add(ctx, 1, metric.WithAttributes(messaging.AttrMessageType.String(o.row.Type)))
 			r.metrics.publishDelay.Record(ctx, time.Since(o.row.CreatedAt).Seconds())
 			r.metrics.attemptsPerMessage.Record(ctx, int64(o.row.Attempt))
 		}
 	}
-	var failedIDs []uuid.UUID
-	r.withDBRetry("mark refused", func(ctx context.Context) (err error) {
-		failedIDs, err = MarkFailed(ctx, r.pool, refused, r.cfg.MaxAttempts)
-		return err
-	})
 	r.logFailures(ctx, outcomes)
-	for _, id := range failedIDs {
+	for _, id := range marked.Failed {
 		r.metrics.failed.Add(ctx, 1)
 		r.log.ErrorContext(ctx, "outbox row FAILED: attempts exhausted", slog.String("message_id", id.String()),
 			slog.Int("max_attempts", r.cfg.MaxAttempts))
 	}
-	r.withDBRetry("release claims", func(ctx context.Context) error {
-		_, err := ReleaseClaims(ctx, r.pool, released)
-		return err
-	})
 	return nil
 }
 

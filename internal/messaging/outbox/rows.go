@@ -90,27 +90,11 @@ func claimSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-func claimArrays(claims []Claim) ([]uuid.UUID, []string) {
-	ids := make([]uuid.UUID, len(claims))
-	tokens := make([]string, len(claims))
-	for i, c := range claims {
-		ids[i], tokens[i] = c.ID, c.Token
-	}
-	return ids, tokens
-}
-
 // MarkPublished marks the confirmed rows PUBLISHED, in one statement,
 // and returns how many it marked (fewer when a lease was lost meanwhile).
 func MarkPublished(ctx context.Context, db store.DBTX, claims []Claim) (int64, error) {
-	if len(claims) == 0 {
-		return 0, nil
-	}
-	ids, tokens := claimArrays(claims)
-	n, err := queries.MarkOutboxPublished(ctx, db, dbsqlc.MarkOutboxPublishedParams{OutboxIds: ids, ClaimTokens: tokens})
-	if err != nil {
-		return 0, fmt.Errorf("mark %d outbox rows published: %w", len(claims), store.Translate(err))
-	}
-	return n, nil
+	m, err := Mark(ctx, db, Marks{Published: claims}, 0)
+	return m.Published, err
 }
 
 // PublishFailure is a claimed row the broker did not accept, or whose
@@ -125,27 +109,8 @@ type PublishFailure struct {
 // PENDING after their backoff, or to FAILED once maxAttempts is spent, in
 // one statement. It returns the ids that became FAILED.
 func MarkFailed(ctx context.Context, db store.DBTX, failures []PublishFailure, maxAttempts int) ([]uuid.UUID, error) {
-	if len(failures) == 0 {
-		return nil, nil
-	}
-	p := dbsqlc.MarkOutboxFailedParams{MaxAttempts: int32(maxAttempts)}
-	for _, f := range failures {
-		p.OutboxIds = append(p.OutboxIds, f.ID)
-		p.ClaimTokens = append(p.ClaimTokens, f.Token)
-		p.Errors = append(p.Errors, f.Reason)
-		p.RetryInSeconds = append(p.RetryInSeconds, f.RetryIn.Seconds())
-	}
-	rows, err := queries.MarkOutboxFailed(ctx, db, p)
-	if err != nil {
-		return nil, fmt.Errorf("mark %d outbox rows failed: %w", len(failures), store.Translate(err))
-	}
-	var failed []uuid.UUID
-	for _, r := range rows {
-		if r.Status == "FAILED" {
-			failed = append(failed, r.OutboxID)
-		}
-	}
-	return failed, nil
+	m, err := Mark(ctx, db, Marks{Refused: failures}, maxAttempts)
+	return m.Failed, err
 }
 
 // ReleaseClaims hands claimed rows back with the attempt not counted, due
@@ -155,21 +120,57 @@ func MarkFailed(ctx context.Context, db store.DBTX, failures []PublishFailure, m
 // Only a cause that belongs to the message spends its attempts (MarkFailed).
 // It returns how many rows it released.
 func ReleaseClaims(ctx context.Context, db store.DBTX, releases []PublishFailure) (int64, error) {
-	if len(releases) == 0 {
-		return 0, nil
+	m, err := Mark(ctx, db, Marks{Released: releases}, 0)
+	return m.Released, err
+}
+
+// Marks are the outcomes of the rows of one batch: each row in one list.
+type Marks struct {
+	Published []Claim          // confirmed: PUBLISHED
+	Refused   []PublishFailure // returned or nacked: MarkFailed
+	Released  []PublishFailure // never published, or cut short: ReleaseClaims
+}
+
+// Marked is what Mark changed: how many rows of each list it marked (fewer
+// than given when a lease was lost meanwhile), and the refused rows that
+// became FAILED.
+type Marked struct {
+	Published, Refused, Released int64
+	Failed                       []uuid.UUID
+}
+
+// Mark writes the outcomes of a batch in one statement (one round trip,
+// one commit): MarkPublished, MarkFailed and ReleaseClaims at once, each
+// row fenced by its claim's token, so that a retry of a Mark that took
+// effect changes nothing.
+func Mark(ctx context.Context, db store.DBTX, m Marks, maxAttempts int) (Marked, error) {
+	n := len(m.Published) + len(m.Refused) + len(m.Released)
+	if n == 0 {
+		return Marked{}, nil
 	}
-	var p dbsqlc.ReleaseOutboxClaimsParams
-	for _, r := range releases {
-		p.OutboxIds = append(p.OutboxIds, r.ID)
-		p.ClaimTokens = append(p.ClaimTokens, r.Token)
-		p.Errors = append(p.Errors, r.Reason) // "": keep last_error
-		p.RetryInSeconds = append(p.RetryInSeconds, r.RetryIn.Seconds())
+	p := dbsqlc.MarkOutboxParams{MaxAttempts: int32(maxAttempts)}
+	for _, c := range m.Published {
+		p.PublishedIds = append(p.PublishedIds, c.ID)
+		p.PublishedTokens = append(p.PublishedTokens, c.Token)
 	}
-	n, err := queries.ReleaseOutboxClaims(ctx, db, p)
+	for _, f := range m.Refused {
+		p.RefusedIds = append(p.RefusedIds, f.ID)
+		p.RefusedTokens = append(p.RefusedTokens, f.Token)
+		p.RefusedErrors = append(p.RefusedErrors, f.Reason)
+		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, f.RetryIn.Seconds())
+	}
+	for _, r := range m.Released {
+		p.ReleasedIds = append(p.ReleasedIds, r.ID)
+		p.ReleasedTokens = append(p.ReleasedTokens, r.Token)
+		p.ReleasedErrors = append(p.ReleasedErrors, r.Reason) // "": keep last_error
+		p.ReleasedRetryInSeconds = append(p.ReleasedRetryInSeconds, r.RetryIn.Seconds())
+	}
+	row, err := queries.MarkOutbox(ctx, db, p)
 	if err != nil {
-		return 0, fmt.Errorf("release %d outbox claims: %w", len(releases), store.Translate(err))
+		return Marked{}, fmt.Errorf("mark %d outbox rows (%d published, %d refused, %d released): %w",
+			n, len(m.Published), len(m.Refused), len(m.Released), store.Translate(err))
 	}
-	return n, nil
+	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
 
 // RecoverExpiredClaims returns rows whose lease has run out to

@@ -33,6 +33,30 @@ type Writer struct {
 // traceparent, tracestate and baggage), so that the relay and the
 // consumers continue the trace that wrote the row.
 func (w Writer) Write(ctx context.Context, db store.DBTX, cause domain.Cause, msgs ...domain.Message) ([]uuid.UUID, error) {
+	b := Buffer{Writer: w}
+	ids, err := b.Add(ctx, cause, msgs...)
+	if err != nil {
+		return nil, err
+	}
+	return ids, b.Flush(ctx, db)
+}
+
+// Buffer holds outbox rows built but not written yet: the messages of
+// several changes made in one transaction, written together by Flush in
+// one statement (one round trip) instead of one statement per change. The
+// consumers' batches use it: each delivery's follow-up messages are added
+// as its handler returns them, and the batch flushes them all before its
+// commit. Rows that are never flushed are never written: whoever holds a
+// Buffer must Flush it in the transaction of the changes, before the
+// commit (handlers never see one; the consumer's pipeline flushes).
+type Buffer struct {
+	Writer
+	p dbsqlc.InsertOutboxMessagesParams
+}
+
+// Add builds the rows of msgs as Write would, with the cause and the trace
+// context of ctx, keeps them for Flush, and returns their ids.
+func (b *Buffer) Add(ctx context.Context, cause domain.Cause, msgs ...domain.Message) ([]uuid.UUID, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -44,14 +68,15 @@ func (w Writer) Write(ctx context.Context, db store.DBTX, cause domain.Cause, ms
 	if cause.MessageID != "" {
 		headers[messaging.HeaderCausationID] = cause.MessageID
 	}
-	if w.Producer != "" {
-		headers[messaging.HeaderProducer] = w.Producer
+	if b.Producer != "" {
+		headers[messaging.HeaderProducer] = b.Producer
 	}
 	headerJSON, err := json.Marshal(headers)
 	if err != nil {
 		return nil, fmt.Errorf("encode outbox headers: %w", err)
 	}
 
+	// Built aside and appended whole, so that a failed Add leaves nothing.
 	var p dbsqlc.InsertOutboxMessagesParams
 	for _, msg := range msgs {
 		id, err := uuid.NewV7()
@@ -65,17 +90,40 @@ func (w Writer) Write(ctx context.Context, db store.DBTX, cause domain.Cause, ms
 			return nil, fmt.Errorf("encode %s payload: %w", msg.MessageType(), err)
 		}
 		p.OutboxIds = append(p.OutboxIds, id)
-		p.AggregateTypes = append(p.AggregateTypes, domain.AggregateOrder)
 		p.AggregateIds = append(p.AggregateIds, msg.OrderID().String())
 		p.MessageTypes = append(p.MessageTypes, msg.MessageType())
 		p.MessageVersions = append(p.MessageVersions, int32(msg.MessageVersion()))
-		p.ExchangeNames = append(p.ExchangeNames, domain.EventsExchange)
-		p.RoutingKeys = append(p.RoutingKeys, msg.MessageType())
 		p.Payloads = append(p.Payloads, payload)
-		p.Headers = append(p.Headers, headerJSON)
 	}
-	if err := queries.InsertOutboxMessages(ctx, db, p); err != nil {
-		return nil, fmt.Errorf("insert outbox rows: %w", store.Translate(err))
+	q := &b.p
+	for range msgs {
+		q.AggregateTypes = append(q.AggregateTypes, domain.AggregateOrder)
+		q.ExchangeNames = append(q.ExchangeNames, domain.EventsExchange)
+		q.Headers = append(q.Headers, headerJSON)
 	}
+	q.OutboxIds = append(q.OutboxIds, p.OutboxIds...)
+	q.AggregateIds = append(q.AggregateIds, p.AggregateIds...)
+	q.MessageTypes = append(q.MessageTypes, p.MessageTypes...)
+	q.RoutingKeys = append(q.RoutingKeys, p.MessageTypes...) // routed by type
+	q.MessageVersions = append(q.MessageVersions, p.MessageVersions...)
+	q.Payloads = append(q.Payloads, p.Payloads...)
 	return p.OutboxIds, nil
+}
+
+// Len is the number of rows waiting for Flush.
+func (b *Buffer) Len() int { return len(b.p.OutboxIds) }
+
+// Flush writes the rows added since the last Flush in db (the transaction
+// of their changes), in one statement, and empties the buffer.
+func (b *Buffer) Flush(ctx context.Context, db store.DBTX) error {
+	n := b.Len()
+	if n == 0 {
+		return nil
+	}
+	err := queries.InsertOutboxMessages(ctx, db, b.p)
+	b.p = dbsqlc.InsertOutboxMessagesParams{}
+	if err != nil {
+		return fmt.Errorf("insert %d outbox rows: %w", n, store.Translate(err))
+	}
+	return nil
 }

@@ -57,6 +57,31 @@ func (q *Queries) FenceInbox(ctx context.Context, db DBTX, arg FenceInboxParams)
 	return attempt_count, err
 }
 
+const fenceInboxProcessed = `-- name: FenceInboxProcessed :one
+UPDATE message_inbox
+SET status = 'PROCESSED', outcome = 'APPLIED', outcome_reason = NULL, processed_at = now()
+WHERE consumer_name = $1 AND message_id = $2
+  AND status = 'PROCESSING' AND attempt_count = $3
+RETURNING attempt_count
+`
+
+type FenceInboxProcessedParams struct {
+	ConsumerName string
+	MessageID    string
+	Attempt      int32
+}
+
+// FenceInbox and MarkInboxProcessed (APPLIED) in one statement, for the
+// second step of a call that succeeded: the UPDATE locks the row of the
+// attempt that made the call, or finds none when another delivery took the
+// message over (then this attempt records nothing).
+func (q *Queries) FenceInboxProcessed(ctx context.Context, db DBTX, arg FenceInboxProcessedParams) (int32, error) {
+	row := db.QueryRow(ctx, fenceInboxProcessed, arg.ConsumerName, arg.MessageID, arg.Attempt)
+	var attempt_count int32
+	err := row.Scan(&attempt_count)
+	return attempt_count, err
+}
+
 const getInbox = `-- name: GetInbox :one
 SELECT status, outcome, outcome_reason, last_error_code, last_error_message, attempt_count
 FROM message_inbox
@@ -104,8 +129,10 @@ type HoldInboxParams struct {
 
 // Between the two steps of an external side effect: the row commits as
 // PROCESSING, and only the second step marks it PROCESSED. The processing
-// lease counts from here, the last statement before the commit and the
-// call that follows it.
+// lease counts from here, the handler's last statement; what follows it
+// before the commit (the follow-up rows, and in a batch the deliveries
+// after this one) is bounded by CONSUMER_TX_TIMEOUT, and the call that
+// follows the commit by nine tenths of the lease.
 func (q *Queries) HoldInbox(ctx context.Context, db DBTX, arg HoldInboxParams) error {
 	_, err := db.Exec(ctx, holdInbox, arg.ConsumerName, arg.MessageID)
 	return err
@@ -196,6 +223,75 @@ func (q *Queries) InsertInbox(ctx context.Context, db DBTX, arg InsertInboxParam
 	var attempt_count int32
 	err := row.Scan(&attempt_count)
 	return attempt_count, err
+}
+
+const insertInboxRows = `-- name: InsertInboxRows :many
+INSERT INTO message_inbox (
+    consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
+    attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
+)
+SELECT $1::text, e.message_id, e.message_type, e.message_version, nullif(e.aggregate_id, ''), 'PROCESSED', 'APPLIED',
+       1, e.payload_hash, now(), now(), nullif(e.correlation_id, ''), nullif(e.causation_id, ''), nullif(e.trace_id, '')
+FROM (
+    -- Set-returning functions in a select list advance together: row i
+    -- takes element i of every array, and ord is i.
+    SELECT unnest($2::text[]) AS message_id, unnest($3::text[]) AS message_type,
+           unnest($4::integer[]) AS message_version, unnest($5::text[]) AS aggregate_id,
+           unnest($6::text[]) AS payload_hash, unnest($7::text[]) AS correlation_id,
+           unnest($8::text[]) AS causation_id, unnest($9::text[]) AS trace_id,
+           generate_series(1, cardinality($2::text[])) AS ord
+) AS e
+ORDER BY e.ord
+ON CONFLICT (consumer_name, message_id) DO NOTHING
+RETURNING message_id
+`
+
+type InsertInboxRowsParams struct {
+	ConsumerName    string
+	MessageIds      []string
+	MessageTypes    []string
+	MessageVersions []int32
+	AggregateIds    []string
+	PayloadHashes   []string
+	CorrelationIds  []string
+	CausationIds    []string
+	TraceIds        []string
+}
+
+// InsertInbox for every delivery of a batch, in one statement: the same
+// row for each, the same ON CONFLICT DO NOTHING, inserted in the order
+// given (so of two deliveries of one message in a batch, the first one
+// writes the row). It returns the message ids it inserted; each of the
+// others found its row, and goes through LockInbox like a delivery whose
+// InsertInbox returned nothing. Empty strings are NULLs.
+func (q *Queries) InsertInboxRows(ctx context.Context, db DBTX, arg InsertInboxRowsParams) ([]string, error) {
+	rows, err := db.Query(ctx, insertInboxRows,
+		arg.ConsumerName,
+		arg.MessageIds,
+		arg.MessageTypes,
+		arg.MessageVersions,
+		arg.AggregateIds,
+		arg.PayloadHashes,
+		arg.CorrelationIds,
+		arg.CausationIds,
+		arg.TraceIds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var message_id string
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const lockInbox = `-- name: LockInbox :one
@@ -356,4 +452,28 @@ type TouchInboxParams struct {
 func (q *Queries) TouchInbox(ctx context.Context, db DBTX, arg TouchInboxParams) error {
 	_, err := db.Exec(ctx, touchInbox, arg.ConsumerName, arg.MessageID)
 	return err
+}
+
+const touchProcessedInbox = `-- name: TouchProcessedInbox :one
+UPDATE message_inbox SET last_received_at = now()
+WHERE consumer_name = $1 AND message_id = $2 AND status = 'PROCESSED'
+RETURNING payload_hash
+`
+
+type TouchProcessedInboxParams struct {
+	ConsumerName string
+	MessageID    string
+}
+
+// A delivery whose row exists: if the message is PROCESSED, a duplicate;
+// remember when it was last seen, and return the first body's hash. One
+// statement where a lock and then an update would be two: the UPDATE takes
+// the row lock itself, and after waiting for a concurrent writer it checks
+// the status again on the row as that writer left it. No row back: not
+// PROCESSED, see LockInbox.
+func (q *Queries) TouchProcessedInbox(ctx context.Context, db DBTX, arg TouchProcessedInboxParams) (string, error) {
+	row := db.QueryRow(ctx, touchProcessedInbox, arg.ConsumerName, arg.MessageID)
+	var payload_hash string
+	err := row.Scan(&payload_hash)
+	return payload_hash, err
 }

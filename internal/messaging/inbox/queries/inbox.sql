@@ -14,6 +14,43 @@ INSERT INTO message_inbox (
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING attempt_count;
 
+-- name: InsertInboxRows :many
+-- InsertInbox for every delivery of a batch, in one statement: the same
+-- row for each, the same ON CONFLICT DO NOTHING, inserted in the order
+-- given (so of two deliveries of one message in a batch, the first one
+-- writes the row). It returns the message ids it inserted; each of the
+-- others found its row, and goes through LockInbox like a delivery whose
+-- InsertInbox returned nothing. Empty strings are NULLs.
+INSERT INTO message_inbox (
+    consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
+    attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
+)
+SELECT @consumer_name::text, e.message_id, e.message_type, e.message_version, nullif(e.aggregate_id, ''), 'PROCESSED', 'APPLIED',
+       1, e.payload_hash, now(), now(), nullif(e.correlation_id, ''), nullif(e.causation_id, ''), nullif(e.trace_id, '')
+FROM (
+    -- Set-returning functions in a select list advance together: row i
+    -- takes element i of every array, and ord is i.
+    SELECT unnest(@message_ids::text[]) AS message_id, unnest(@message_types::text[]) AS message_type,
+           unnest(@message_versions::integer[]) AS message_version, unnest(@aggregate_ids::text[]) AS aggregate_id,
+           unnest(@payload_hashes::text[]) AS payload_hash, unnest(@correlation_ids::text[]) AS correlation_id,
+           unnest(@causation_ids::text[]) AS causation_id, unnest(@trace_ids::text[]) AS trace_id,
+           generate_series(1, cardinality(@message_ids::text[])) AS ord
+) AS e
+ORDER BY e.ord
+ON CONFLICT (consumer_name, message_id) DO NOTHING
+RETURNING message_id;
+
+-- name: TouchProcessedInbox :one
+-- A delivery whose row exists: if the message is PROCESSED, a duplicate;
+-- remember when it was last seen, and return the first body's hash. One
+-- statement where a lock and then an update would be two: the UPDATE takes
+-- the row lock itself, and after waiting for a concurrent writer it checks
+-- the status again on the row as that writer left it. No row back: not
+-- PROCESSED, see LockInbox.
+UPDATE message_inbox SET last_received_at = now()
+WHERE consumer_name = @consumer_name AND message_id = @message_id AND status = 'PROCESSED'
+RETURNING payload_hash;
+
 -- name: LockInbox :one
 -- The row of a message seen before, locked for this transaction.
 SELECT status, attempt_count, payload_hash,
@@ -45,8 +82,10 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id;
 -- name: HoldInbox :exec
 -- Between the two steps of an external side effect: the row commits as
 -- PROCESSING, and only the second step marks it PROCESSED. The processing
--- lease counts from here, the last statement before the commit and the
--- call that follows it.
+-- lease counts from here, the handler's last statement; what follows it
+-- before the commit (the follow-up rows, and in a batch the deliveries
+-- after this one) is bounded by CONSUMER_TX_TIMEOUT, and the call that
+-- follows the commit by nine tenths of the lease.
 UPDATE message_inbox
 SET status = 'PROCESSING', outcome = NULL, processed_at = NULL, processing_started_at = clock_timestamp()
 WHERE consumer_name = @consumer_name AND message_id = @message_id;
@@ -60,6 +99,17 @@ SELECT attempt_count FROM message_inbox
 WHERE consumer_name = @consumer_name AND message_id = @message_id
   AND status = 'PROCESSING' AND attempt_count = @attempt
 FOR UPDATE;
+
+-- name: FenceInboxProcessed :one
+-- FenceInbox and MarkInboxProcessed (APPLIED) in one statement, for the
+-- second step of a call that succeeded: the UPDATE locks the row of the
+-- attempt that made the call, or finds none when another delivery took the
+-- message over (then this attempt records nothing).
+UPDATE message_inbox
+SET status = 'PROCESSED', outcome = 'APPLIED', outcome_reason = NULL, processed_at = now()
+WHERE consumer_name = @consumer_name AND message_id = @message_id
+  AND status = 'PROCESSING' AND attempt_count = @attempt
+RETURNING attempt_count;
 
 -- name: RecordInboxFailure :one
 -- Records a failed attempt after its transaction rolled back, in a

@@ -157,83 +157,102 @@ func (q *Queries) InsertOutboxMessages(ctx context.Context, db DBTX, arg InsertO
 	return err
 }
 
-const markOutboxFailed = `-- name: MarkOutboxFailed :many
-UPDATE message_outbox m
-SET status = CASE WHEN m.attempt_count >= $1::integer THEN 'FAILED' ELSE 'PENDING' END,
-    next_attempt_at = now() + make_interval(secs => c.retry_in),
-    last_error = c.error,
-    claimed_by = NULL, claimed_until = NULL, updated_at = now()
-FROM (SELECT unnest($2::uuid[]) AS outbox_id, unnest($3::text[]) AS token,
-             unnest($4::text[]) AS error, unnest($5::float8[]) AS retry_in) AS c
-WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
-RETURNING m.outbox_id, m.status
+const markOutbox = `-- name: MarkOutbox :one
+WITH published AS (
+    UPDATE message_outbox m
+    SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
+        last_error = NULL, updated_at = now()
+    FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::text[]) AS token) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    RETURNING m.outbox_id
+), refused AS (
+    UPDATE message_outbox m
+    SET status = CASE WHEN m.attempt_count >= $3::integer THEN 'FAILED' ELSE 'PENDING' END,
+        next_attempt_at = now() + make_interval(secs => c.retry_in),
+        last_error = c.error,
+        claimed_by = NULL, claimed_until = NULL, updated_at = now()
+    FROM (SELECT unnest($4::uuid[]) AS outbox_id, unnest($5::text[]) AS token,
+                 unnest($6::text[]) AS error, unnest($7::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    RETURNING m.outbox_id, m.status
+), released AS (
+    UPDATE message_outbox m
+    SET status = 'PENDING', attempt_count = m.attempt_count - 1,
+        next_attempt_at = now() + make_interval(secs => c.retry_in),
+        last_error = coalesce(nullif(c.error, ''), m.last_error),
+        claimed_by = NULL, claimed_until = NULL, updated_at = now()
+    FROM (SELECT unnest($8::uuid[]) AS outbox_id, unnest($9::text[]) AS token,
+                 unnest($10::text[]) AS error, unnest($11::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    RETURNING m.outbox_id
+)
+SELECT (SELECT count(*) FROM published)::bigint AS published,
+       (SELECT count(*) FROM refused)::bigint AS refused,
+       (SELECT count(*) FROM released)::bigint AS released,
+       coalesce((SELECT array_agg(outbox_id) FROM refused WHERE status = 'FAILED'), '{}')::uuid[] AS failed_ids
 `
 
-type MarkOutboxFailedParams struct {
-	MaxAttempts    int32
-	OutboxIds      []uuid.UUID
-	ClaimTokens    []string
-	Errors         []string
-	RetryInSeconds []float64
+type MarkOutboxParams struct {
+	PublishedIds           []uuid.UUID
+	PublishedTokens        []string
+	MaxAttempts            int32
+	RefusedIds             []uuid.UUID
+	RefusedTokens          []string
+	RefusedErrors          []string
+	RefusedRetryInSeconds  []float64
+	ReleasedIds            []uuid.UUID
+	ReleasedTokens         []string
+	ReleasedErrors         []string
+	ReleasedRetryInSeconds []float64
 }
 
-type MarkOutboxFailedRow struct {
-	OutboxID uuid.UUID
-	Status   string
+type MarkOutboxRow struct {
+	Published int64
+	Refused   int64
+	Released  int64
+	FailedIds []uuid.UUID
 }
 
-// The rows the broker refused (returned as unroutable, or nacked): a cause
-// that belongs to the message. Back to PENDING after their backoff, or
-// FAILED once max_attempts is spent.
-func (q *Queries) MarkOutboxFailed(ctx context.Context, db DBTX, arg MarkOutboxFailedParams) ([]MarkOutboxFailedRow, error) {
-	rows, err := db.Query(ctx, markOutboxFailed,
+// What became of the rows of one batch, in one statement (one round trip,
+// one commit), each row in exactly one of three lists:
+//   - published: the broker confirmed them: PUBLISHED;
+//   - refused: returned as unroutable, or nacked, a cause that belongs to
+//     the message: back to PENDING after their backoff, or FAILED once
+//     max_attempts is spent;
+//   - released: handed back with the attempt not counted: rows a stopping
+//     relay never got to publish, and rows whose publish the infrastructure
+//     cut short (a lost connection, a confirm that never came). Trouble
+//     that is not the message's own never spends its attempts. Due after
+//     retry_in, with the reason in last_error when there is one.
+//
+// Each row is matched on the claim that took it (claimed_by holds a token
+// unique to each claim): a relay whose lease ran out, and whose row was
+// claimed again, cannot touch the newer claim, however often it retries;
+// and a retry of a statement that took effect finds its rows no longer
+// PUBLISHING under its token, and changes nothing. The lists are disjoint,
+// so no row is changed twice by the statement.
+func (q *Queries) MarkOutbox(ctx context.Context, db DBTX, arg MarkOutboxParams) (MarkOutboxRow, error) {
+	row := db.QueryRow(ctx, markOutbox,
+		arg.PublishedIds,
+		arg.PublishedTokens,
 		arg.MaxAttempts,
-		arg.OutboxIds,
-		arg.ClaimTokens,
-		arg.Errors,
-		arg.RetryInSeconds,
+		arg.RefusedIds,
+		arg.RefusedTokens,
+		arg.RefusedErrors,
+		arg.RefusedRetryInSeconds,
+		arg.ReleasedIds,
+		arg.ReleasedTokens,
+		arg.ReleasedErrors,
+		arg.ReleasedRetryInSeconds,
 	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []MarkOutboxFailedRow
-	for rows.Next() {
-		var i MarkOutboxFailedRow
-		if err := rows.Scan(&i.OutboxID, &i.Status); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const markOutboxPublished = `-- name: MarkOutboxPublished :execrows
-UPDATE message_outbox m
-SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
-    last_error = NULL, updated_at = now()
-FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::text[]) AS token) AS c
-WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
-`
-
-type MarkOutboxPublishedParams struct {
-	OutboxIds   []uuid.UUID
-	ClaimTokens []string
-}
-
-// The rows the broker confirmed, in one statement. Each row is matched on
-// the claim that took it (claimed_by holds a token unique to each claim): a
-// relay whose lease ran out, and whose row was claimed again, cannot touch
-// the newer claim, however often it retries.
-func (q *Queries) MarkOutboxPublished(ctx context.Context, db DBTX, arg MarkOutboxPublishedParams) (int64, error) {
-	result, err := db.Exec(ctx, markOutboxPublished, arg.OutboxIds, arg.ClaimTokens)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var i MarkOutboxRow
+	err := row.Scan(
+		&i.Published,
+		&i.Refused,
+		&i.Released,
+		&i.FailedIds,
+	)
+	return i, err
 }
 
 const outboxStats = `-- name: OutboxStats :many
@@ -295,42 +314,6 @@ WHERE status = 'PUBLISHING' AND claimed_until < now()
 // last attempt. Any relay runs this; no one has to step in.
 func (q *Queries) RecoverExpiredOutboxClaims(ctx context.Context, db DBTX, maxAttempts int32) (int64, error) {
 	result, err := db.Exec(ctx, recoverExpiredOutboxClaims, maxAttempts)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const releaseOutboxClaims = `-- name: ReleaseOutboxClaims :execrows
-UPDATE message_outbox m
-SET status = 'PENDING', attempt_count = m.attempt_count - 1,
-    next_attempt_at = now() + make_interval(secs => c.retry_in),
-    last_error = coalesce(nullif(c.error, ''), m.last_error),
-    claimed_by = NULL, claimed_until = NULL, updated_at = now()
-FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::text[]) AS token,
-             unnest($3::text[]) AS error, unnest($4::float8[]) AS retry_in) AS c
-WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
-`
-
-type ReleaseOutboxClaimsParams struct {
-	OutboxIds      []uuid.UUID
-	ClaimTokens    []string
-	Errors         []string
-	RetryInSeconds []float64
-}
-
-// Hands claimed rows back with the attempt not counted: rows a stopping
-// relay never got to publish, and rows whose publish the infrastructure
-// cut short (a lost connection, a confirm that never came). Trouble that is
-// not the message's own never spends its attempts. Due after retry_in,
-// with the reason in last_error when there is one.
-func (q *Queries) ReleaseOutboxClaims(ctx context.Context, db DBTX, arg ReleaseOutboxClaimsParams) (int64, error) {
-	result, err := db.Exec(ctx, releaseOutboxClaims,
-		arg.OutboxIds,
-		arg.ClaimTokens,
-		arg.Errors,
-		arg.RetryInSeconds,
-	)
 	if err != nil {
 		return 0, err
 	}

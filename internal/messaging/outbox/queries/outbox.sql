@@ -39,45 +39,56 @@ WHERE outbox_id = ANY (ARRAY(
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
           routing_key, payload, headers, attempt_count, claimed_by, created_at;
 
--- name: MarkOutboxPublished :execrows
--- The rows the broker confirmed, in one statement. Each row is matched on
--- the claim that took it (claimed_by holds a token unique to each claim): a
--- relay whose lease ran out, and whose row was claimed again, cannot touch
--- the newer claim, however often it retries.
-UPDATE message_outbox m
-SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
-    last_error = NULL, updated_at = now()
-FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@claim_tokens::text[]) AS token) AS c
-WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING';
-
--- name: MarkOutboxFailed :many
--- The rows the broker refused (returned as unroutable, or nacked): a cause
--- that belongs to the message. Back to PENDING after their backoff, or
--- FAILED once max_attempts is spent.
-UPDATE message_outbox m
-SET status = CASE WHEN m.attempt_count >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
-    next_attempt_at = now() + make_interval(secs => c.retry_in),
-    last_error = c.error,
-    claimed_by = NULL, claimed_until = NULL, updated_at = now()
-FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@claim_tokens::text[]) AS token,
-             unnest(@errors::text[]) AS error, unnest(@retry_in_seconds::float8[]) AS retry_in) AS c
-WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
-RETURNING m.outbox_id, m.status;
-
--- name: ReleaseOutboxClaims :execrows
--- Hands claimed rows back with the attempt not counted: rows a stopping
--- relay never got to publish, and rows whose publish the infrastructure
--- cut short (a lost connection, a confirm that never came). Trouble that is
--- not the message's own never spends its attempts. Due after retry_in,
--- with the reason in last_error when there is one.
-UPDATE message_outbox m
-SET status = 'PENDING', attempt_count = m.attempt_count - 1,
-    next_attempt_at = now() + make_interval(secs => c.retry_in),
-    last_error = coalesce(nullif(c.error, ''), m.last_error),
-    claimed_by = NULL, claimed_until = NULL, updated_at = now()
-FROM (SELECT unnest(@outbox_ids::uuid[]) AS outbox_id, unnest(@claim_tokens::text[]) AS token,
-             unnest(@errors::text[]) AS error, unnest(@retry_in_seconds::float8[]) AS retry_in) AS c
-WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING';
+-- name: MarkOutbox :one
+-- What became of the rows of one batch, in one statement (one round trip,
+-- one commit), each row in exactly one of three lists:
+--   - published: the broker confirmed them: PUBLISHED;
+--   - refused: returned as unroutable, or nacked, a cause that belongs to
+--     the message: back to PENDING after their backoff, or FAILED once
+--     max_attempts is spent;
+--   - released: handed back with the attempt not counted: rows a stopping
+--     relay never got to publish, and rows whose publish the infrastructure
+--     cut short (a lost connection, a confirm that never came). Trouble
+--     that is not the message's own never spends its attempts. Due after
+--     retry_in, with the reason in last_error when there is one.
+-- Each row is matched on the claim that took it (claimed_by holds a token
+-- unique to each claim): a relay whose lease ran out, and whose row was
+-- claimed again, cannot touch the newer claim, however often it retries;
+-- and a retry of a statement that took effect finds its rows no longer
+-- PUBLISHING under its token, and changes nothing. The lists are disjoint,
+-- so no row is changed twice by the statement.
+WITH published AS (
+    UPDATE message_outbox m
+    SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
+        last_error = NULL, updated_at = now()
+    FROM (SELECT unnest(@published_ids::uuid[]) AS outbox_id, unnest(@published_tokens::text[]) AS token) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    RETURNING m.outbox_id
+), refused AS (
+    UPDATE message_outbox m
+    SET status = CASE WHEN m.attempt_count >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
+        next_attempt_at = now() + make_interval(secs => c.retry_in),
+        last_error = c.error,
+        claimed_by = NULL, claimed_until = NULL, updated_at = now()
+    FROM (SELECT unnest(@refused_ids::uuid[]) AS outbox_id, unnest(@refused_tokens::text[]) AS token,
+                 unnest(@refused_errors::text[]) AS error, unnest(@refused_retry_in_seconds::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    RETURNING m.outbox_id, m.status
+), released AS (
+    UPDATE message_outbox m
+    SET status = 'PENDING', attempt_count = m.attempt_count - 1,
+        next_attempt_at = now() + make_interval(secs => c.retry_in),
+        last_error = coalesce(nullif(c.error, ''), m.last_error),
+        claimed_by = NULL, claimed_until = NULL, updated_at = now()
+    FROM (SELECT unnest(@released_ids::uuid[]) AS outbox_id, unnest(@released_tokens::text[]) AS token,
+                 unnest(@released_errors::text[]) AS error, unnest(@released_retry_in_seconds::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    RETURNING m.outbox_id
+)
+SELECT (SELECT count(*) FROM published)::bigint AS published,
+       (SELECT count(*) FROM refused)::bigint AS refused,
+       (SELECT count(*) FROM released)::bigint AS released,
+       coalesce((SELECT array_agg(outbox_id) FROM refused WHERE status = 'FAILED'), '{}')::uuid[] AS failed_ids;
 
 -- name: RecoverExpiredOutboxClaims :execrows
 -- Rows whose relay went away (killed, partitioned) while PUBLISHING: once
