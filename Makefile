@@ -38,7 +38,7 @@ WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SE
 # make bench/flow: its rates and the duration of each run;
 # make soak: how long it runs.
 RATE          ?= 20
-RATES         ?= 25,50,100
+RATES         ?= 50,100,150
 DURATION      ?= 20s
 SOAK_DURATION ?= 10m
 

@@ -8,7 +8,7 @@
 // seconds per 1,000 finished orders of each process, of PostgreSQL and of
 // RabbitMQ.
 //
-//	go run ./cmd/bench-flow -rates 25,50,100 -duration 20s   # or: make bench/flow
+//	go run ./cmd/bench-flow -rates 50,100,150 -duration 20s   # or: make bench/flow
 //
 // The servers are those of DATABASE_URL and AMQP_URL (by default the local
 // ones); the vhost is made through RabbitMQ's management API, or
@@ -90,7 +90,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	fs := flag.NewFlagSet("bench-flow", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	rates := fs.String("rates", "25,50,100", "orders per second, comma-separated: one run each, on a fresh system")
+	rates := fs.String("rates", "50,100,150", "orders per second, comma-separated: one run each, on a fresh system")
 	fs.DurationVar(&cfg.duration, "duration", 20*time.Second, "how long each run sends orders")
 	fs.IntVar(&cfg.relays, "relays", 2, "outbox-relays to start")
 	fs.DurationVar(&cfg.wait, "wait", 2*time.Minute, "how long each run waits, after sending, for every order to reach a final status")
