@@ -72,30 +72,17 @@ func TestServeAndShutDown(t *testing.T) {
 	t.Parallel()
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
-	addr := testenv.FreeAddr(t)
 	secret := "hunter2-" + rand.Text() // never in the logs
-	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr, "API_JWT_SECRET": secret}
-
-	ctx, cancel := context.WithCancel(t.Context())
-	var (
-		wg     sync.WaitGroup
-		runErr error
-		logs   syncBuffer
-	)
-	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, &logs, &logs) })
-
-	base := "http://" + addr
-	testenv.WaitOK(t, 20*time.Second, base+"/readyz")
+	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "API_JWT_SECRET": secret}
+	base, stop, logs := serve(t, environ)
 	if code := postOrder(t, base, ""); code != http.StatusUnauthorized {
 		t.Fatalf("POST /v1/orders without a token: %d, want 401", code)
 	}
 	if code := postOrder(t, base, mint(t, secret, "c")); code != http.StatusCreated {
 		t.Fatalf("POST /v1/orders: %d", code)
 	}
-	cancel()
-	wg.Wait()
-	if runErr != nil {
-		t.Fatalf("run: %v\n%s", runErr, logs.String())
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v\n%s", err, logs.String())
 	}
 	conn, err := pgx.Connect(t.Context(), environ["DATABASE_URL"])
 	if err != nil {
@@ -244,17 +231,7 @@ func TestAuthOffWarnsAndLetsEveryoneIn(t *testing.T) {
 	t.Parallel()
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
-	addr := testenv.FreeAddr(t)
-	environ := map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "HTTP_ADDR": addr, "API_AUTH": "off"}
-	ctx, cancel := context.WithCancel(t.Context())
-	var (
-		wg     sync.WaitGroup
-		runErr error
-		logs   syncBuffer
-	)
-	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, &logs, &logs) })
-	base := "http://" + addr
-	testenv.WaitOK(t, 20*time.Second, base+"/readyz")
+	base, stop, logs := serve(t, map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "API_AUTH": "off"})
 	if code := postOrder(t, base, ""); code != http.StatusCreated {
 		t.Errorf("POST /v1/orders without a token, auth off: %d", code)
 	}
@@ -267,10 +244,8 @@ func TestAuthOffWarnsAndLetsEveryoneIn(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"customer_id":"c"`) {
 		t.Errorf("GET /v1/orders without a token, auth off: %d %s", resp.StatusCode, body)
 	}
-	cancel()
-	wg.Wait()
-	if runErr != nil {
-		t.Fatalf("run: %v", runErr)
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
 	}
 	var warned bool
 	for line := range strings.Lines(logs.String()) {
@@ -286,6 +261,26 @@ func TestAuthOffWarnsAndLetsEveryoneIn(t *testing.T) {
 func TestREADMEDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
 	testenv.READMEDocuments(t, config.Variables(&Config{}))
+}
+
+// serve runs order-api with -migrate and environ on a free address until
+// stop (a SIGTERM: it drains and returns run's error); it returns when
+// /readyz answers.
+func serve(t *testing.T, environ map[string]string) (base string, stop func() error, logs *syncBuffer) {
+	t.Helper()
+	addr := testenv.FreeAddr(t)
+	environ["HTTP_ADDR"] = addr
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		wg     sync.WaitGroup
+		runErr error
+	)
+	logs = &syncBuffer{}
+	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, logs, logs) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	base = "http://" + addr
+	testenv.WaitOK(t, 20*time.Second, base+"/readyz")
+	return base, func() error { cancel(); wg.Wait(); return runErr }, logs
 }
 
 type syncBuffer struct {
