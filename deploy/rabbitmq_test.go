@@ -11,7 +11,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 
-	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
+	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 

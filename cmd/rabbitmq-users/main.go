@@ -27,7 +27,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
+	"github.com/yourorg/orders/internal/rabbitadmin"
 )
 
 func main() {

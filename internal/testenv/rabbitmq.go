@@ -15,7 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	tcrabbitmq "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
 
-	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
+	"github.com/yourorg/orders/internal/rabbitadmin"
 )
 
 const (

@@ -19,7 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
+	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
+	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
-	"github.com/yourorg/orders/internal/messaging/rabbitadmin"
+	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
