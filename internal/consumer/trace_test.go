@@ -46,14 +46,19 @@ func TestOneOrderIsOneTrace(t *testing.T) {
 			}
 		}
 	}
-	testenv.WaitFor(t, 20*time.Second, "every process span", func() bool {
-		n := 0
+	// A publish span ends when the broker's confirm is in, which can be
+	// after a consumer has processed the message: wait for both kinds.
+	testenv.WaitFor(t, 20*time.Second, "every process and publish span", func() bool {
+		process, publish := 0, 0
 		for _, s := range recorder.Ended() {
-			if strings.HasPrefix(s.Name(), "process ") {
-				n++
+			switch {
+			case strings.HasPrefix(s.Name(), "process "):
+				process++
+			case strings.HasPrefix(s.Name(), "publish orders.events"):
+				publish++
 			}
 		}
-		return n >= wantProcess
+		return process >= wantProcess && publish >= len(published)
 	})
 
 	spans := recorder.Ended()
