@@ -1,8 +1,11 @@
 package inbox_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -274,5 +277,75 @@ func TestBatchFollowUpWriteFails(t *testing.T) {
 	err = b.pool.QueryRow(b.ctx, "SELECT count(*), count(*) FILTER (WHERE aggregate_id = $1) FROM message_outbox", badOrder.ID).Scan(&followUps, &badFollowUps)
 	if err != nil || followUps != len(msgs)-1 || badFollowUps != 0 {
 		t.Fatalf("%d follow-up messages, %d of the refused one (%v); want one per applied message", followUps, badFollowUps, err)
+	}
+}
+
+// The processing lease counts from the hold, not from the commit: in a
+// batch, a delivery's row is held PROCESSING, then the later deliveries
+// run in the same transaction. An external call after such a commit gets
+// only what is left of 9/10 of the lease, so that it never runs past the
+// lease, when another delivery may take the message over.
+func TestBatchExternalCallEndsWithinTheLease(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	cfg := testConsumerConfig()
+	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 8, 8
+	cfg.BatchWait = 50 * time.Millisecond
+	cfg.ProcessingLease = 3 * time.Second
+	slow := 1500 * time.Millisecond // the second delivery's handler, after the first's hold
+	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	if err := topo.Declare(b.ch); err != nil {
+		t.Fatal(err)
+	}
+	first, second := message(), message()
+	var (
+		heldAt   atomic.Int64 // unix nanoseconds: when the first's handler returned its call
+		timeLeft atomic.Int64 // what the call's context had left when it started
+		txids    sync.Map     // message id -> the transaction of its first step
+	)
+	c := testerConsumer(func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery) (inbox.Outcome, error) {
+		var txid int64
+		if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&txid); err != nil {
+			return inbox.Outcome{}, err
+		}
+		txids.Store(d.MessageID, txid)
+		if d.MessageID == second.MessageId {
+			time.Sleep(slow)
+			return inbox.Applied(), nil
+		}
+		heldAt.Store(time.Now().UnixNano())
+		return inbox.Outcome{External: &inbox.External{
+			Call: func(ctx context.Context) error {
+				deadline, ok := ctx.Deadline()
+				if !ok {
+					return errors.New("the call has no deadline")
+				}
+				timeLeft.Store(int64(time.Until(deadline)))
+				return nil
+			},
+			Record: func(ctx context.Context, tx pgx.Tx, _ error) error {
+				_, err := tx.Exec(ctx, "INSERT INTO test_effect (message_id) VALUES ($1)", d.MessageID)
+				return err
+			},
+		}}, nil
+	})
+	b.publish(first)
+	b.publish(second)
+	b.start(cfg, b.amqpURL, nil, c)
+	b.waitInbox(first.MessageId, inbox.StatusProcessed)
+	b.waitInbox(second.MessageId, inbox.StatusProcessed)
+	t1, _ := txids.Load(first.MessageId)
+	t2, _ := txids.Load(second.MessageId)
+	if t1 != t2 {
+		t.Fatalf("the two deliveries ran in transactions %v and %v: no batch, nothing to check", t1, t2)
+	}
+	// The call started at least `slow` after the hold; from the hold, the
+	// call may run until 9/10 of the lease.
+	if left, most := time.Duration(timeLeft.Load()), cfg.ProcessingLease*9/10-slow; left > most {
+		t.Fatalf("the external call had %s left, more than the %s that remain of 9/10 of the %s lease %s after its hold",
+			left, most, cfg.ProcessingLease, slow)
+	}
+	if heldAt.Load() == 0 || b.effects(first.MessageId) != 1 {
+		t.Fatalf("the call was not made and recorded once (effects %d)", b.effects(first.MessageId))
 	}
 }

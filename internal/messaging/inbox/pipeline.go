@@ -209,6 +209,7 @@ type effect struct {
 	res         result
 	attempt     int
 	external    *External             // a call to make, and its second step
+	heldAt      time.Time             // when the row was held PROCESSING: the lease counts from there
 	afterCommit func(context.Context) // the handler's, run once committed
 }
 
@@ -222,7 +223,7 @@ func (c *loop) afterFirstStep(ctx context.Context, d *Delivery, e effect) (resul
 	if e.external == nil {
 		return e.res, nil
 	}
-	return c.secondStep(ctx, d, e.external, e.attempt)
+	return c.secondStep(ctx, d, e.external, e.attempt, e.heldAt)
 }
 
 // secondStep makes the call of an external side effect and records its
@@ -232,8 +233,14 @@ func (c *loop) afterFirstStep(ctx context.Context, d *Delivery, e effect) (resul
 // result, fenced by this attempt: after a takeover it records nothing, so a
 // late original can neither run twice nor undo what the takeover recorded.
 // While the database is away it waits, with the call's result in hand.
-func (c *loop) secondStep(ctx context.Context, d *Delivery, external *External, attempt int) (result, error) {
-	callCtx, cancel := context.WithTimeout(ctx, c.cfg.ProcessingLease*9/10)
+//
+// The lease counts from heldAt, not from the commit: in a batch, the
+// deliveries after this one ran in the same transaction first. So the call
+// ends by 9/10 of the lease after heldAt, however long the commit took; a
+// transaction that took longer than that leaves the call no time at all,
+// and the row PROCESSING for a retry.
+func (c *loop) secondStep(ctx context.Context, d *Delivery, external *External, attempt int, heldAt time.Time) (result, error) {
+	callCtx, cancel := context.WithDeadline(ctx, heldAt.Add(c.cfg.ProcessingLease*9/10))
 	callErr := external.Call(callCtx)
 	cancel()
 	err := c.untilWritable(ctx, func() error {
@@ -319,6 +326,7 @@ func (c *loop) firstStep(ctx context.Context, tx pgx.Tx, d *Delivery, h handler,
 	case out.External != nil:
 		e.external = out.External
 		e.res = result{outcome: "processed"}
+		e.heldAt = time.Now() // no later than the row's processing_started_at
 		return e, Hold(ctx, tx, c.def.name, d.MessageID) // PROCESSING until the second step
 	case out.Ignored != "":
 		e.res = result{outcome: "ignored", reason: out.Ignored}
