@@ -326,8 +326,10 @@ func (c *loop) firstStep(ctx context.Context, tx pgx.Tx, d *Delivery, h handler,
 	case out.External != nil:
 		e.external = out.External
 		e.res = result{outcome: "processed"}
-		e.heldAt = time.Now() // no later than the row's processing_started_at
-		return e, Hold(ctx, tx, c.def.name, d.MessageID) // PROCESSING until the second step
+		// PROCESSING until the second step; the lease counts from here
+		// (time.Now() is no later than the row's processing_started_at).
+		e.heldAt = time.Now()
+		return e, Hold(ctx, tx, c.def.name, d.MessageID)
 	case out.Ignored != "":
 		e.res = result{outcome: "ignored", reason: out.Ignored}
 		return e, MarkProcessed(ctx, tx, c.def.name, d.MessageID, OutcomeIgnored, out.Ignored)
