@@ -162,6 +162,11 @@ func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 	ids := b.enqueue(20, domain.Cause{})
 	slowCfg := testRelayConfig()
 	slowCfg.Lease, slowCfg.ConfirmTimeout = 2*time.Second, time.Second
+	// Its window holds exactly the rows it claims first, and they stay in
+	// flight while its marks wait: it claims nothing more. Otherwise it
+	// could win the rows back after each lease, faster than the second
+	// relay, until their attempts ran out and they were FAILED.
+	slowCfg.BatchSize, slowCfg.MaxInFlight = len(ids), len(ids)
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
