@@ -21,6 +21,7 @@ import (
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
@@ -120,7 +121,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	}
 
 	// Database.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
+	pool, err := app.OpenDatabase(ctx, database.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
 	if err != nil {
 		return err
 	}

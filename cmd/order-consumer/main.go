@@ -29,9 +29,9 @@ import (
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/notification"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 )
 
@@ -171,7 +171,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
 
 	// Database.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
+	pool, err := app.OpenDatabase(ctx, database.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ import (
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
-	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/telemetry"
 )
 
@@ -168,7 +168,7 @@ func run(ctx context.Context, argv []string, environ map[string]string, stdout, 
 			return err
 		}
 	}
-	c.pool, err = store.NewPool(ctx, store.PoolConfig{
+	c.pool, err = database.NewPool(ctx, database.PoolConfig{
 		URL: cfg.URL, MaxConns: min(cfg.MaxConns, 4), AppName: service, ConnectTimeout: cfg.ConnectTimeout,
 		StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
 	})

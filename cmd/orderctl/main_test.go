@@ -21,6 +21,7 @@ import (
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
@@ -406,7 +407,7 @@ func TestREADMEDocumentsEveryVariable(t *testing.T) {
 
 func startRelay(t *testing.T, dbURL, amqpURL string) {
 	t.Helper()
-	pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: dbURL, AppName: "relay-under-test"})
+	pool, err := database.NewPool(t.Context(), database.PoolConfig{URL: dbURL, AppName: "relay-under-test"})
 	if err != nil {
 		t.Fatal(err)
 	}

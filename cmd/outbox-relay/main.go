@@ -19,8 +19,8 @@ import (
 
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/outbox"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 )
 
@@ -137,7 +137,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	// Database. The relay's own writes (claims, marks) commit asynchronously:
 	// losing the last of them in a database crash only means publishing a
 	// message again, which the consumers' inbox absorbs.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, AsyncCommit: true}, cfg.Database, cli.Migrate, tel)
+	pool, err := app.OpenDatabase(ctx, database.PoolConfig{AppName: service, AsyncCommit: true}, cfg.Database, cli.Migrate, tel)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
@@ -142,7 +143,7 @@ func (f *benchFlow) createOrders(b *testing.B, n int) []domain.Message {
 func (f *benchFlow) consumeQueue(b *testing.B, msgs []domain.Message, batchSize int) float64 {
 	b.Helper()
 	f.fillQueue(b, msgs)
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, MaxConns: benchWorkers + 2})
+	pool, err := database.NewPool(f.ctx, database.PoolConfig{URL: f.dbURL, MaxConns: benchWorkers + 2})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func (f *benchFlow) fillQueue(b *testing.B, msgs []domain.Message) {
 // plain pgx and 8 goroutines, one transaction per message.
 func (f *benchFlow) rawLoop(b *testing.B, msgs []domain.Message) float64 {
 	b.Helper()
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, MaxConns: benchWorkers + 2})
+	pool, err := database.NewPool(f.ctx, database.PoolConfig{URL: f.dbURL, MaxConns: benchWorkers + 2})
 	if err != nil {
 		b.Fatal(err)
 	}

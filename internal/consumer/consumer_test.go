@@ -32,6 +32,7 @@ import (
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/consumer/warehouse"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/messaging/inbox"
@@ -121,7 +122,7 @@ func setup(t testing.TB, o options) *flow {
 		})
 	}
 	if o.api {
-		apiPool, err := store.NewPool(f.ctx, store.PoolConfig{URL: testenv.AsRole(f.dbURL, migrations.RoleAPI), Tracer: f.dbTracer()})
+		apiPool, err := database.NewPool(f.ctx, database.PoolConfig{URL: testenv.AsRole(f.dbURL, migrations.RoleAPI), Tracer: f.dbTracer()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +173,7 @@ func (f *flow) dbTracer() pgx.QueryTracer {
 func (f *flow) run(role string, build func(context.Context, *pgxpool.Pool) (run, ready func(context.Context) error)) {
 	f.t.Helper()
 	// Short timeouts, so that a test can make a statement wait out its lock.
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: testenv.AsRole(f.dbURL, role), Tracer: f.dbTracer(), LockTimeout: 300 * time.Millisecond, StatementTimeout: 5 * time.Second})
+	pool, err := database.NewPool(f.ctx, database.PoolConfig{URL: testenv.AsRole(f.dbURL, role), Tracer: f.dbTracer(), LockTimeout: 300 * time.Millisecond, StatementTimeout: 5 * time.Second})
 	if err != nil {
 		f.t.Fatal(err)
 	}

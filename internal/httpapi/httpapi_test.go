@@ -26,8 +26,8 @@ import (
 
 	"github.com/yourorg/orders/api"
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -60,7 +60,7 @@ func setup(t *testing.T) *testBundle {
 func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testBundle {
 	t.Helper()
 	db := testenv.NewDatabase(t)
-	apiPool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
+	apiPool, err := database.NewPool(t.Context(), database.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,10 +30,10 @@ import (
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/notification"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -119,7 +119,7 @@ func startFlow(t *testing.T) *flowBundle {
 
 	// Each component connects as its process's role.
 	connect := func(role string) *pgxpool.Pool {
-		pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URLAs(role)})
+		pool, err := database.NewPool(t.Context(), database.PoolConfig{URL: db.URLAs(role)})
 		if err != nil {
 			t.Fatal(err)
 		}

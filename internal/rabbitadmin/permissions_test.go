@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/rabbitadmin"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -318,7 +318,7 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 		}
 		return inbox.Outcome{}, inbox.Retryable("test_transient", errors.New("retried on purpose"))
 	})
-	pool, err := store.NewPool(ctx, store.PoolConfig{URL: h.DBURL, AppName: "consumer-as-its-user"})
+	pool, err := database.NewPool(ctx, database.PoolConfig{URL: h.DBURL, AppName: "consumer-as-its-user"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 	testenv.WaitFor(t, 15*time.Second, "the consumer to be consuming as "+rabbitadmin.ConsumerUser, func() bool { return consumers.Ready(ctx) == nil })
 
 	// The relay connects as its own PostgreSQL role, as outbox-relay does.
-	relayPool, err := store.NewPool(ctx, store.PoolConfig{URL: testenv.AsRole(h.DBURL, migrations.RoleRelay), AppName: "relay-as-its-user"})
+	relayPool, err := database.NewPool(ctx, database.PoolConfig{URL: testenv.AsRole(h.DBURL, migrations.RoleRelay), AppName: "relay-as-its-user"})
 	if err != nil {
 		t.Fatal(err)
 	}

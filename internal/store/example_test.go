@@ -17,7 +17,7 @@ import (
 // package, so the package documentation that quotes it cannot go stale.
 func ExampleCreateOrder() {
 	ctx := context.Background()
-	var pool *pgxpool.Pool // from store.NewPool
+	var pool *pgxpool.Pool // from database.NewPool
 	writer := outbox.Writer{Producer: "order-api"}
 	order, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 2, UnitPriceCents: 1250}})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
@@ -43,7 +44,7 @@ func newOrder(t *testing.T) *domain.Order {
 	return o
 }
 
-func count(t *testing.T, db store.DBTX, table string) int {
+func count(t *testing.T, db database.DBTX, table string) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store"
 )
@@ -74,7 +75,7 @@ type Notification struct {
 // Read reads the timeline of order id; a missing order is
 // domain.ErrNotFound. Run it in one read-only transaction (see the package
 // comment), so that the tables agree.
-func Read(ctx context.Context, db store.DBTX, id uuid.UUID) (*Timeline, error) {
+func Read(ctx context.Context, db database.DBTX, id uuid.UUID) (*Timeline, error) {
 	order, err := store.GetOrder(ctx, db, id)
 	if err != nil {
 		return nil, err
@@ -100,7 +101,7 @@ func Read(ctx context.Context, db store.DBTX, id uuid.UUID) (*Timeline, error) {
 // (migrations/00008_roles.sql): order-api's role may not read the table.
 // The function returns the four headers the timeline shows, each NULL when
 // missing or not a string.
-func outboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]OutboxRow, error) {
+func outboxRows(ctx context.Context, db database.DBTX, id uuid.UUID) ([]OutboxRow, error) {
 	rows, err := db.Query(ctx, `
 		SELECT outbox_id, message_type, status, attempt_count, coalesce(producer, ''), coalesce(correlation_id, ''),
 		       coalesce(causation_id, ''), coalesce(traceparent, ''), created_at, updated_at,
@@ -129,7 +130,7 @@ func outboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]OutboxRow, 
 
 // inboxRows reads the consumers' inbox rows of the order through
 // order_timeline_inbox: order-api's role may not read the table.
-func inboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]InboxRow, error) {
+func inboxRows(ctx context.Context, db database.DBTX, id uuid.UUID) ([]InboxRow, error) {
 	rows, err := db.Query(ctx, `
 		SELECT consumer_name, message_id, message_type, status, coalesce(outcome, ''), coalesce(outcome_reason, ''),
 		       attempt_count, first_received_at, last_received_at, processed_at,
@@ -152,7 +153,7 @@ func inboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]InboxRow, er
 	return out, nil
 }
 
-func notifications(ctx context.Context, db store.DBTX, id uuid.UUID) ([]Notification, error) {
+func notifications(ctx context.Context, db database.DBTX, id uuid.UUID) ([]Notification, error) {
 	rows, err := db.Query(ctx, `
 		SELECT notification_id, kind, status, message_id, attempt_count, coalesce(last_error, ''), created_at, sent_at
 		FROM customer_notification WHERE order_id = $1

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
@@ -43,7 +44,7 @@ var requestTrace = trace.NewSpanContext(trace.SpanContextConfig{
 // outbox and the inbox only through the timeline's functions.
 func apiPool(t *testing.T, db *testenv.Database) *pgxpool.Pool {
 	t.Helper()
-	pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
+	pool, err := database.NewPool(t.Context(), database.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,10 +22,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -181,7 +181,7 @@ type runningConsumers struct {
 // start runs the test consumer (and any other specs) until the test ends.
 func (b *consumerBundle) start(cfg inbox.Config, amqpURL string, hook func(*inbox.Consumers), consumers ...*inbox.Consumer) *runningConsumers {
 	b.t.Helper()
-	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test", Tracer: b.dbTracer})
+	pool, err := database.NewPool(b.ctx, database.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test", Tracer: b.dbTracer})
 	if err != nil {
 		b.t.Fatal(err)
 	}

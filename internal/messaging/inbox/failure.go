@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/store"
 )
 
 // failure is a classified processing error.
@@ -57,8 +57,8 @@ func Classify(err error) (code string, permanent bool) {
 		return "invalid_transition", true
 	case errors.Is(err, domain.ErrNotFound):
 		return "not_found", true
-	case store.IsTransient(err):
-		return store.TransientCode(err), false
+	case database.IsTransient(err):
+		return database.TransientCode(err), false
 	case errors.Is(err, domain.ErrConflict):
 		return "conflict", false
 	}
@@ -86,7 +86,7 @@ func (c *loop) fail(ctx context.Context, pub *confirmPublisher, raw amqp.Deliver
 	switch {
 	case permanent:
 		status = StatusPermanentFailed
-	case d.Attempt >= c.cfg.MaxAttempts && !store.IsTransient(cause):
+	case d.Attempt >= c.cfg.MaxAttempts && !database.IsTransient(cause):
 		// Only failures of the message's own handling spend its retry
 		// budget. Database contention (a lock or statement timeout, a
 		// deadlock that outlived its in-place retries) is the

@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 )
 
@@ -138,7 +138,7 @@ func (c *loop) applyHolding(ctx context.Context, d *Delivery, h handler) (res re
 
 // untilWritable runs f, and while it fails because the database is
 // unavailable (down, unreachable, a read-only standby, out of disk:
-// store.IsUnavailable) holds the delivery and runs f again, with growing
+// database.IsUnavailable) holds the delivery and runs f again, with growing
 // waits, until a real write succeeds, f fails otherwise, or the process
 // stops. The delivery stays unacknowledged and the worker takes no other,
 // so the consumer pauses with its prefetched deliveries in hand instead of
@@ -154,7 +154,7 @@ func (c *loop) untilWritable(ctx context.Context, f func() error) error {
 	}()
 	for try := 1; ; try++ {
 		err := f()
-		if err == nil || !store.IsUnavailable(err) || ctx.Err() != nil {
+		if err == nil || !database.IsUnavailable(err) || ctx.Err() != nil {
 			if held && err == nil {
 				c.log.InfoContext(ctx, "database available again: the held delivery went on", slog.Int("tries", try))
 			}
@@ -165,7 +165,7 @@ func (c *loop) untilWritable(ctx context.Context, f func() error) error {
 			c.held.Add(1)
 			c.metrics.held.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name)))
 			c.log.WarnContext(ctx, "database unavailable: holding the delivery until a write succeeds",
-				slog.String("reason_code", store.TransientCode(err)), slog.String("error", err.Error()))
+				slog.String("reason_code", database.TransientCode(err)), slog.String("error", err.Error()))
 		}
 		if !background.Sleep(ctx, background.Backoff(try, 200*time.Millisecond, 5*time.Second)) {
 			return err // stopping: the delivery stays unacknowledged

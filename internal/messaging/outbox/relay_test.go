@@ -17,10 +17,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -93,7 +93,7 @@ func (b *relayBundle) startRelay(cfg outbox.Config, amqpURL string, hook func(*o
 	b.t.Helper()
 	// Each relay has a pool of its own, as in production, named so that a
 	// test can find (and kill) its sessions.
-	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: b.dbURL, AppName: relayAppName, AsyncCommit: true})
+	pool, err := database.NewPool(b.ctx, database.PoolConfig{URL: b.dbURL, AppName: relayAppName, AsyncCommit: true})
 	if err != nil {
 		b.t.Fatal(err)
 	}

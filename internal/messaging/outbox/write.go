@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
@@ -32,7 +33,7 @@ type Writer struct {
 // a message caused the change) and the trace context of ctx (W3C
 // traceparent, tracestate and baggage), so that the relay and the
 // consumers continue the trace that wrote the row.
-func (w Writer) Write(ctx context.Context, db store.DBTX, cause domain.Cause, msgs ...domain.Message) ([]uuid.UUID, error) {
+func (w Writer) Write(ctx context.Context, db database.DBTX, cause domain.Cause, msgs ...domain.Message) ([]uuid.UUID, error) {
 	b := Buffer{Writer: w}
 	ids, err := b.Add(ctx, cause, msgs...)
 	if err != nil {
@@ -115,7 +116,7 @@ func (b *Buffer) Len() int { return len(b.p.OutboxIds) }
 
 // Flush writes the rows added since the last Flush in db (the transaction
 // of their changes), in one statement, and empties the buffer.
-func (b *Buffer) Flush(ctx context.Context, db store.DBTX) error {
+func (b *Buffer) Flush(ctx context.Context, db database.DBTX) error {
 	n := b.Len()
 	if n == 0 {
 		return nil

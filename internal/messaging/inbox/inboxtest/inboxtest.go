@@ -21,10 +21,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -75,7 +75,7 @@ func Start(t testing.TB, consumers ...*inbox.Consumer) *Harness {
 // test ends; Run returns when they are consuming.
 func (h *Harness) Run(cfg inbox.Config, dbURL string, metrics *testenv.Metrics, consumers ...*inbox.Consumer) *inbox.Consumers {
 	h.T.Helper()
-	pool, err := store.NewPool(h.Ctx, store.PoolConfig{URL: dbURL, AppName: "consumers-under-test"})
+	pool, err := database.NewPool(h.Ctx, database.PoolConfig{URL: dbURL, AppName: "consumers-under-test"})
 	if err != nil {
 		h.T.Fatal(err)
 	}
