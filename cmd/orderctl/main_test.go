@@ -20,12 +20,12 @@ import (
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/consumer/consumertest"
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
@@ -92,7 +92,7 @@ func (e *ctlEnv) audit() []Audit {
 // change is in the audit with who and why.
 func TestParkedMessages(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
+	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
 	ctl := newCtl(t, h.Pool.Config().ConnString(), h.AMQPURL)
 	poison := []string{ // their orders do not exist: order_not_found, parked at once
 		h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()}),
@@ -114,7 +114,7 @@ func TestParkedMessages(t *testing.T) {
 		return byID
 	}
 	got := parked(0, 0)
-	if m := got[poison[0]]; m.ReasonCode != "order_not_found" || m.Type != domain.TypeOrderSubmitted || m.OrderID == "" {
+	if m := got[poison[0]]; m.ReasonCode != "order_not_found" || m.Type != domain.TypeOrderSubmitted || m.AggregateID == "" {
 		t.Fatalf("parked message: %+v", m)
 	}
 
@@ -266,7 +266,7 @@ func TestOutboxRetry(t *testing.T) {
 // every consumer), with a parked message about it and its trace id.
 func TestOrderTimeline(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, consumer.All(consumer.Deps{MeterProvider: metricnoop.NewMeterProvider()})...)
+	h := consumertest.Start(t, consumer.All(consumer.Deps{MeterProvider: metricnoop.NewMeterProvider()})...)
 	dbURL := h.Pool.Config().ConnString()
 	ctl := newCtl(t, dbURL, h.AMQPURL)
 
@@ -281,7 +281,7 @@ func TestOrderTimeline(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = (outbox.Writer{Producer: "test"}).Write(t.Context(), tx, domain.Cause{CorrelationID: "corr-ctl"}, domain.SubmittedMessage(created))
+		_, err = store.OutboxWriter("test").Write(t.Context(), tx, messaging.Cause{CorrelationID: "corr-ctl"}, domain.SubmittedMessage(created))
 		return err
 	})
 	if err != nil {
@@ -412,7 +412,7 @@ func startRelay(t *testing.T, dbURL, amqpURL string) {
 		t.Fatal(err)
 	}
 	r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-		outbox.Deps{Pool: pool, AMQPURL: amqpURL, Logger: testenv.Logger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()})
+		messaging.Deps{Pool: pool, AMQPURL: amqpURL, Logger: testenv.Logger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()})
 	if err != nil {
 		t.Fatal(err)
 	}

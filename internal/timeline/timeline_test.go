@@ -17,6 +17,7 @@ import (
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
@@ -82,7 +83,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := outbox.Writer{Producer: "order-api"}
+	api := store.OutboxWriter("order-api")
 	var submitted uuid.UUID
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		cause := domain.Cause{CorrelationID: "corr-1"}
@@ -91,7 +92,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 			return err
 		}
 		traced := trace.ContextWithSpanContext(ctx, requestTrace)
-		ids, err := api.Write(traced, tx, cause, domain.SubmittedMessage(created))
+		ids, err := api.Write(traced, tx, messaging.Cause(cause), domain.SubmittedMessage(created))
 		if err != nil {
 			return err
 		}
@@ -148,7 +149,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 		if _, _, err := store.MoveOrder(ctx, tx, order.ID(), domain.TriggerCancel, cause); err != nil {
 			return err
 		}
-		_, err := api.Write(ctx, tx, cause, domain.OrderCancelledV1{ID: order.ID()})
+		_, err := api.Write(ctx, tx, messaging.Cause(cause), domain.OrderCancelledV1{ID: order.ID()})
 		return err
 	})
 	if err != nil {
