@@ -75,8 +75,8 @@ func TestComposeHostPortsAreUnique(t *testing.T) {
 }
 
 // Every published host port moves with a variable, and each variable is
-// documented where a user looks for it: README.md and .env.example, the
-// file compose reads them from once copied to .env.
+// documented where a user looks for it: the configuration page and
+// .env.example, the file compose reads them from once copied to .env.
 func TestComposeHostPortsAreSettable(t *testing.T) {
 	t.Parallel()
 	for _, files := range stacks {
@@ -91,7 +91,7 @@ func TestComposeHostPortsAreSettable(t *testing.T) {
 		if len(lookup.values) == 0 {
 			t.Errorf("%s: no variable ending in _PORT is read", strings.Join(files, " + "))
 		}
-		for _, doc := range []string{"README.md", ".env.example"} {
+		for _, doc := range []string{testenv.ConfigurationPage, ".env.example"} {
 			text := readRepoFile(t, doc)
 			for _, name := range slices.Sorted(maps.Keys(lookup.values)) {
 				if !strings.Contains(text, name) {

@@ -399,10 +399,10 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// Every variable orderctl reads is documented in the README.
-func TestREADMEDocumentsEveryVariable(t *testing.T) {
+// Every variable orderctl reads is documented on the configuration page.
+func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	testenv.READMEDocuments(t, config.Variables(&Config{}))
+	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
 }
 
 func startRelay(t *testing.T, dbURL, amqpURL string) {

@@ -134,10 +134,10 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 	}
 }
 
-// Every variable outbox-relay reads is documented in the README.
-func TestREADMEDocumentsEveryVariable(t *testing.T) {
+// Every variable outbox-relay reads is documented on the configuration page.
+func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	testenv.READMEDocuments(t, config.Variables(&Config{}))
+	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
 }
 
 func get(t *testing.T, url string) string {
