@@ -398,6 +398,30 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// orderctl pointed at a role the server does not have (a login the
+// server refuses for good, like a wrong password) stops at once and says
+// why, although DB_CONNECT_TIMEOUT would let it wait an hour for a server
+// that is starting.
+func TestRefusedLoginFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	role := "no_such_operator_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	ctl := newCtl(t, "postgres://nobody@127.0.0.1:1/none", "amqp://127.0.0.1:1/")
+	ctl.environ["DATABASE_URL"] = testenv.AsRole(testenv.ServerURL(t, "postgres"), role) // not newCtl's orders_operator
+	ctl.environ["DB_CONNECT_TIMEOUT"] = "1h"
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"status"}, ctl.environ, io.Discard, io.Discard)
+	if err == nil {
+		t.Fatal("orderctl status connected as a role that does not exist")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "not retried") || !strings.Contains(msg, "28000") || !strings.Contains(msg, role) {
+		t.Errorf("orderctl status: %v; want the refusal, its SQLSTATE and the role named", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("orderctl status waited until the test's deadline: %v", err)
+	}
+}
+
 // Every variable orderctl reads is documented in the README.
 func TestREADMEDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()

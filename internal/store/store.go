@@ -86,6 +86,12 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// waitForDatabase pings the database until it answers, for at most
+// timeout: a server that is still starting, or not listening yet, is
+// waited for. A refusal that no wait can change is returned at once, with
+// its cause: a wrong password (SQLSTATE 28P01), a role that does not
+// exist or may not log in from here (28000), a database that does not
+// exist (3D000).
 func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -94,6 +100,17 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, timeout time.Durat
 		err := pool.Ping(ctx)
 		if err == nil {
 			return nil
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			cause := map[string]string{
+				"28P01": "the password is wrong",
+				"28000": "the role does not exist or may not log in from here (pg_hba.conf)",
+				"3D000": "the database does not exist (migrate creates it)",
+			}[pgErr.Code]
+			if cause != "" {
+				return fmt.Errorf("database refused the connection, not retried: %s (SQLSTATE %s): %w", cause, pgErr.Code, err)
+			}
 		}
 		select {
 		case <-ctx.Done():
