@@ -18,7 +18,9 @@ PKGS    := ./...
 ENV     := ./scripts/env.sh
 # orderctl (make ctl, make replay) and the walkthrough connect as the
 # operators' role, DATABASE_URL's user replaced (scripts/db-role.sh,
-# docs/security.md); OPERATOR_ROLE= keeps DATABASE_URL's user.
+# docs/security.md), with DB_PASSWORD_ORDERS_OPERATOR's password if set (a
+# DATABASE_URL of orders_operator itself is kept whole); OPERATOR_ROLE=
+# keeps DATABASE_URL's user.
 # They log in to RabbitMQ as their own users too, AMQP_URL's user replaced
 # (scripts/amqp-user.sh, docs/messaging.md): orderctl as orders-operator, the
 # walkthrough as orders-walkthrough; OPERATOR_AMQP_USER= and

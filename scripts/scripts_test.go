@@ -181,10 +181,16 @@ func TestOperatorLogins(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"DATABASE_URL", []string{db}, []string{"./db-role.sh", "orders_operator"},
+		{"DATABASE_URL", []string{db, "DB_PASSWORD_ORDERS_OPERATOR="}, []string{"./db-role.sh", "orders_operator"},
 			"postgres://orders_operator@db.example:6432/orders?sslmode=disable"},
 		{"DATABASE_URL", []string{db}, []string{"./db-role.sh", ""},
 			"postgres://owner:secret@db.example:6432/orders?sslmode=disable"},
+		// The role's own URL is kept whole, its password with it.
+		{"DATABASE_URL", []string{"DATABASE_URL=postgres://orders_operator:operator-dev@127.0.0.1:5432/orders", "DB_PASSWORD_ORDERS_OPERATOR="},
+			[]string{"./db-role.sh", "orders_operator"}, "postgres://orders_operator:operator-dev@127.0.0.1:5432/orders"},
+		// A password for the role.
+		{"DATABASE_URL", []string{db, "DB_PASSWORD_ORDERS_OPERATOR=op-s3cret"}, []string{"./db-role.sh", "orders_operator"},
+			"postgres://orders_operator:op-s3cret@db.example:6432/orders?sslmode=disable"},
 		{"AMQP_URL", []string{amqpURL}, []string{"./amqp-user.sh", "orders-operator"},
 			"amqp://orders-operator:orders-operator@mq.example:5673/orders"},
 		{"AMQP_URL", []string{amqpURL, "RABBITMQ_PASSWORD_ORDERS_WALKTHROUGH=s3cret"}, []string{"./amqp-user.sh", "orders-walkthrough"},
@@ -195,6 +201,35 @@ func TestOperatorLogins(t *testing.T) {
 		if got := passedOn(t, c.name, c.env, c.args...); got != c.want {
 			t.Errorf("%v with %v: %s = %q, want %q", c.args, c.env, c.name, got, c.want)
 		}
+	}
+}
+
+// db-role.sh drops the password of another user's URL, since it is not
+// the role's, and says so on stderr with what to do; with nothing to drop
+// it says nothing.
+func TestDBRoleSaysWhenItDropsAPassword(t *testing.T) {
+	t.Parallel()
+	run := func(env ...string) (stdout, stderr string) {
+		cmd := exec.Command("./db-role.sh", "orders_operator", "sh", "-c", `printf %s "$DATABASE_URL"`)
+		cmd.Env = append(os.Environ(), append(env, "DB_PASSWORD_ORDERS_OPERATOR=")...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("db-role.sh: %v\n%s", err, errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	url, said := run("DATABASE_URL=postgres://postgres:postgres@127.0.0.1:5432/orders")
+	if url != "postgres://orders_operator@127.0.0.1:5432/orders" {
+		t.Errorf("DATABASE_URL = %q", url)
+	}
+	for _, want := range []string{"orders_operator without a password", "postgres's, not orders_operator's", "DB_PASSWORD_ORDERS_OPERATOR"} {
+		if !strings.Contains(said, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, said)
+		}
+	}
+	if _, said := run("DATABASE_URL=postgres://postgres@127.0.0.1:5432/orders"); said != "" {
+		t.Errorf("no password to drop, and db-role.sh said:\n%s", said)
 	}
 }
 
