@@ -428,6 +428,13 @@ func TestREADMEDocumentsEveryVariable(t *testing.T) {
 	testenv.READMEDocuments(t, config.Variables(&Config{}))
 }
 
+// The compose files' orderctl service (docker compose run --rm orderctl
+// ...) sets only variables orderctl reads.
+func TestComposeSetsOnlyWhatOrderctlReads(t *testing.T) {
+	t.Parallel()
+	testenv.ComposeSetsOnly(t, "orderctl", config.Variables(&Config{}))
+}
+
 func startRelay(t *testing.T, dbURL, amqpURL string) {
 	t.Helper()
 	pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: dbURL, AppName: "relay-under-test"})
