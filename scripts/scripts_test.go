@@ -108,6 +108,88 @@ func listed(m map[string]string, name string) bool {
 	return ok
 }
 
+// When .env sets DATABASE_URL or AMQP_URL, env.sh says where they lead,
+// the password masked: docker compose reads the same file, and a make ctl
+// that reaches another server than the one meant must not pass unnoticed.
+func TestEnvFileSaysWhereTheURLsLead(t *testing.T) {
+	t.Parallel()
+	said := func(body string) string {
+		file := filepath.Join(t.TempDir(), ".env")
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("./env.sh", "true")
+		for _, kv := range os.Environ() {
+			if name, _, _ := strings.Cut(kv, "="); name != "DATABASE_URL" && name != "AMQP_URL" {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "DOTENV="+file)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("env.sh: %v\n%s", err, stderr.String())
+		}
+		return stderr.String()
+	}
+	out := said("DATABASE_URL=postgres://postgres:s3cret@127.0.0.1:5432/orders\nAMQP_URL=amqp://guest:guest@127.0.0.1:5672/\n")
+	for _, want := range []string{
+		"DATABASE_URL=postgres://postgres:***@127.0.0.1:5432/orders (from ",
+		"AMQP_URL=amqp://guest:***@127.0.0.1:5672/ (from ",
+		"docker compose does not read it",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("env.sh does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("env.sh printed a password:\n%s", out)
+	}
+	if out := said("LOG_LEVEL=debug\n"); strings.Contains(out, "connect there") {
+		t.Errorf("no URL in the file, and env.sh named one:\n%s", out)
+	}
+}
+
+// .env.example has a section for each of its readers: docker compose's,
+// whose settings are all ORDERS_* (the only variables the compose files
+// read: deploy/env_test.go), then the host tools', where none is.
+func TestEnvExampleSeparatesComposeFromTheHostTools(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const composeHeading, hostHeading = "# ---- docker compose", "# ---- the host tools"
+	section := ""
+	names := map[string][]string{}
+	for line := range strings.Lines(string(raw)) {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, composeHeading):
+			section = "compose"
+		case strings.HasPrefix(line, hostHeading):
+			section = "host"
+		case line == "" || strings.HasPrefix(line, "#"):
+		default:
+			name, _, _ := strings.Cut(line, "=")
+			names[section] = append(names[section], name)
+		}
+	}
+	if len(names[""]) > 0 || len(names["compose"]) == 0 || len(names["host"]) == 0 {
+		t.Fatalf("want settings under %q, then under %q, and none before: %v", composeHeading, hostHeading, names)
+	}
+	for _, name := range names["compose"] {
+		if !strings.HasPrefix(name, "ORDERS_") {
+			t.Errorf("%s is in docker compose's section, which reads only ORDERS_*", name)
+		}
+	}
+	for _, name := range names["host"] {
+		if strings.HasPrefix(name, "ORDERS_") {
+			t.Errorf("%s is in the host tools' section: ORDERS_* are docker compose's", name)
+		}
+	}
+}
+
 // make stop stops a running make dev (found by its pid file) and says so
 // when there is none; a second make dev refuses to start beside the first.
 func TestDevStop(t *testing.T) {
