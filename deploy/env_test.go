@@ -144,3 +144,99 @@ func TestComposeVariableChecks(t *testing.T) {
 		})
 	}
 }
+
+// exporterVariables are the OpenTelemetry exporter settings a reader of
+// .env must be able to change for the whole stack: without Jaeger, an
+// exporter left on logs an export error every few seconds in every process.
+var exporterVariables = []string{"OTEL_TRACES_EXPORTER", "OTEL_LOGS_EXPORTER"}
+
+// The exporters are settable from .env (ORDERS_OTEL_TRACES_EXPORTER=none),
+// and by default the services export their traces to Jaeger as before.
+func TestComposeExportersAreSettable(t *testing.T) {
+	t.Parallel()
+	for _, files := range stacks {
+		fixed := testenv.Compose(t, files...)
+		moved, err := testenv.LoadCompose(t, []cli.ProjectOptionsFn{sentinelOption()}, files...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, problem := range fixedExporters(fixed, moved) {
+			t.Errorf("%s: %s", strings.Join(files, " + "), problem)
+		}
+		for _, binary := range schemaBinaries {
+			for _, svc := range servers(fixed, binary) {
+				if got := envValue(svc, "OTEL_TRACES_EXPORTER"); got != "otlp" {
+					t.Errorf("%s: service %s: OTEL_TRACES_EXPORTER is %q by default, want otlp (to Jaeger)", strings.Join(files, " + "), svc.Name, got)
+				}
+			}
+		}
+	}
+}
+
+// sentinel is the value sentinelOption gives a variable.
+func sentinel(name string) string { return "from-" + name }
+
+// sentinelOption makes the loader interpolate ORDERS_<v> as
+// sentinel(ORDERS_<v>) for each v of exporterVariables, and leave every
+// other variable unset.
+func sentinelOption() cli.ProjectOptionsFn {
+	return cli.WithLoadOptions(func(o *loader.Options) {
+		if o.Interpolate != nil {
+			o.Interpolate.LookupValue = func(name string) (string, bool) {
+				if v, ok := strings.CutPrefix(name, composePrefix); ok && slices.Contains(exporterVariables, v) {
+					return sentinel(name), true
+				}
+				return "", false
+			}
+		}
+	})
+}
+
+// fixedExporters compares the project loaded with no variable set (fixed)
+// and with sentinelOption (moved): each service that sets an exporter
+// variable must take it from ORDERS_<variable>.
+func fixedExporters(fixed, moved *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(fixed) {
+		for _, v := range exporterVariables {
+			if fixed.Services[name].Environment[v] == nil {
+				continue
+			}
+			if got := envValue(moved.Services[name], v); got != sentinel(composePrefix+v) {
+				problems = append(problems, fmt.Sprintf("service %s sets %s to %q whatever .env says: take it from ${%s%s:-...} (and document that in .env.example)",
+					name, v, envValue(fixed.Services[name], v), composePrefix, v))
+			}
+		}
+	}
+	return problems
+}
+
+func TestFixedExporters(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, env string
+		want      []string
+	}{
+		{"settable", "{OTEL_TRACES_EXPORTER: \"${ORDERS_OTEL_TRACES_EXPORTER:-otlp}\"}", nil},
+		{"not set", "{OTEL_EXPORTER_OTLP_ENDPOINT: \"http://jaeger:4318\"}", nil},
+		{"fixed", "{OTEL_TRACES_EXPORTER: otlp}", []string{"service a sets OTEL_TRACES_EXPORTER to \"otlp\" whatever .env says"}},
+		{"another variable", "{OTEL_LOGS_EXPORTER: \"${LOGS:-otlp}\"}", []string{"service a sets OTEL_LOGS_EXPORTER"}},
+		{"one of two", "{OTEL_TRACES_EXPORTER: \"${ORDERS_OTEL_TRACES_EXPORTER:-otlp}\", OTEL_LOGS_EXPORTER: \"${ORDERS_OTEL_TRACES_EXPORTER:-otlp}\"}",
+			[]string{"service a sets OTEL_LOGS_EXPORTER"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			doc := "services:\n  a:\n    image: a:1\n    environment: " + tt.env + "\n"
+			fixed, err := loadComposeDoc(t, doc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			moved, err := loadComposeDoc(t, doc, nil, sentinelOption())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantProblems(t, fixedExporters(fixed, moved), tt.want)
+		})
+	}
+}
