@@ -492,7 +492,9 @@ func TestToken(t *testing.T) {
 		want auth.Principal
 	}{
 		{[]string{"token", "-customer", "c-1"}, auth.Principal{Subject: "c-1", Role: auth.RoleCustomer}},
-		{[]string{"token", "-operator", "-ttl", "5m"}, auth.Principal{Subject: "tester", Role: auth.RoleOperator}},
+		// An operator's sub says it is a development operator token, and
+		// whose (ORDERCTL_USER).
+		{[]string{"token", "-operator", "-ttl", "5m"}, auth.Principal{Subject: "dev-operator:tester", Role: auth.RoleOperator}},
 	} {
 		out := ctl.ok(tc.args...)
 		if strings.Count(out, "\n") != 1 {
