@@ -399,10 +399,41 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// orderctl pointed at a role the server does not have (a login the
+// server refuses for good, like a wrong password) stops at once and says
+// why, although DB_CONNECT_TIMEOUT would let it wait an hour for a server
+// that is starting.
+func TestRefusedLoginFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	role := "no_such_operator_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	ctl := newCtl(t, "postgres://nobody@127.0.0.1:1/none", "amqp://127.0.0.1:1/")
+	ctl.environ["DATABASE_URL"] = testenv.AsRole(testenv.ServerURL(t, "postgres"), role) // not newCtl's orders_operator
+	ctl.environ["DB_CONNECT_TIMEOUT"] = "1h"
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"status"}, ctl.environ, io.Discard, io.Discard)
+	if err == nil {
+		t.Fatal("orderctl status connected as a role that does not exist")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "not retried") || !strings.Contains(msg, "28000") || !strings.Contains(msg, role) {
+		t.Errorf("orderctl status: %v; want the refusal, its SQLSTATE and the role named", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("orderctl status waited until the test's deadline: %v", err)
+	}
+}
+
 // Every variable orderctl reads is documented on the configuration page.
 func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
 	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
+}
+
+// The compose files' orderctl service (docker compose run --rm orderctl
+// ...) sets only variables orderctl reads.
+func TestComposeSetsOnlyWhatOrderctlReads(t *testing.T) {
+	t.Parallel()
+	testenv.ComposeSetsOnly(t, "orderctl", config.Variables(&Config{}))
 }
 
 func startRelay(t *testing.T, dbURL, amqpURL string) {
@@ -462,7 +493,9 @@ func TestToken(t *testing.T) {
 		want auth.Principal
 	}{
 		{[]string{"token", "-customer", "c-1"}, auth.Principal{Subject: "c-1", Role: auth.RoleCustomer}},
-		{[]string{"token", "-operator", "-ttl", "5m"}, auth.Principal{Subject: "tester", Role: auth.RoleOperator}},
+		// An operator's sub says it is a development operator token, and
+		// whose (ORDERCTL_USER).
+		{[]string{"token", "-operator", "-ttl", "5m"}, auth.Principal{Subject: "dev-operator:tester", Role: auth.RoleOperator}},
 	} {
 		out := ctl.ok(tc.args...)
 		if strings.Count(out, "\n") != 1 {
