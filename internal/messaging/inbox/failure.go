@@ -51,7 +51,7 @@ func Classify(err error) (code string, permanent bool) {
 		return f.code, f.permanent
 	case errors.Is(err, database.ErrNotFound):
 		return "not_found", true
-	case database.IsTransient(err):
+	case dbTransient(err):
 		return database.TransientCode(err), false
 	case errors.Is(err, database.ErrUniqueViolation):
 		return "conflict", false
@@ -81,7 +81,7 @@ func (w *worker) fail(d *delivery, cause error) {
 	switch {
 	case permanent:
 		status = StatusPermanentFailed
-	case d.Attempt >= w.cfg.MaxAttempts && !database.IsTransient(cause):
+	case d.Attempt >= w.cfg.MaxAttempts && !dbTransient(cause):
 		// Only failures of the message's own handling spend its retry
 		// budget. Database contention (a lock or statement timeout, a
 		// deadlock that outlived its in-place retries) is the
@@ -97,14 +97,24 @@ func (w *worker) fail(d *delivery, cause error) {
 		err := w.untilWritable(ctx, 1, func() error {
 			recordCtx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 			defer cancel()
-			_, err := RecordFailure(recordCtx, w.pool, d.inboxEntry(w.consumer.name), Failure{Status: status, Code: code, Message: reason})
-			return err
+			_, err := RecordFailure(recordCtx, w.pool, d.inboxEntry(w.consumer.name), Failure{
+				Status: status, Code: code, Message: reason, HeldAttempt: d.heldAttempt, Lease: w.cfg.ProcessingLease,
+			})
+			if errors.Is(err, ErrProcessed) || errors.Is(err, ErrTakenOver) {
+				return err
+			}
+			return fromDatabase(err)
 		})
-		if errors.Is(err, ErrProcessed) {
-			// PROCESSED meanwhile (a concurrent delivery finished it).
+		if errors.Is(err, ErrProcessed) || errors.Is(err, ErrTakenOver) {
+			// PROCESSED meanwhile, or held by another delivery that took the
+			// message over: that one settles it.
+			why := "processed by another delivery"
+			if errors.Is(err, ErrTakenOver) {
+				why = "taken over by another delivery after the processing lease; this attempt's failure is not recorded"
+			}
 			_ = d.raw.Ack(false)
 			w.metrics.duplicates.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), messaging.AttrMessageType.String(d.Type)))
-			w.log.InfoContext(ctx, "duplicate acknowledged", slog.String("outcome", "duplicate"), slog.String("reason", "processed by another delivery"))
+			w.log.InfoContext(ctx, "duplicate acknowledged", slog.String("outcome", "duplicate"), slog.String("reason", why))
 			return
 		}
 		if err != nil {

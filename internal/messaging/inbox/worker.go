@@ -49,6 +49,9 @@ type delivery struct {
 	h     handler
 	err   error // the envelope is invalid, or no handler reads it: fail at once
 	start time.Time
+	// heldAttempt is the attempt that committed the message's row
+	// PROCESSING before an external call; 0 when none did.
+	heldAttempt int
 }
 
 // result is what became of one delivery.
@@ -63,6 +66,7 @@ type effect struct {
 	res         result
 	attempt     int
 	external    *External             // a call to make, and its second step
+	followUps   []messaging.Message   // with an external call: written by its second step
 	heldAt      time.Time             // when the row was held PROCESSING: the lease counts from there
 	afterCommit func(context.Context) // the handler's, run once committed
 }
@@ -240,7 +244,12 @@ func (w *worker) step(ctx context.Context, tx pgx.Tx, d *delivery, inserted bool
 		return e, err
 	}
 	e.afterCommit = out.AfterCommit
-	if _, err := followUps.Add(ctx, d.Cause(), out.Publish...); err != nil {
+	if out.External != nil {
+		// The follow-ups of a call are written with its second step, once
+		// the call succeeded: a failed call is retried, and each retry's
+		// handler returns them again, under new ids.
+		e.followUps = out.Publish
+	} else if _, err := followUps.Add(ctx, d.Cause(), out.Publish...); err != nil {
 		return e, err
 	}
 	switch {
@@ -311,8 +320,9 @@ func (w *worker) settle(d *delivery, res result, err error) {
 }
 
 // untilWritable runs f, and while it fails because the database is
-// unavailable (down, unreachable, a read-only standby, out of disk:
-// database.IsUnavailable) holds the deliveries it works on and runs f
+// unavailable (down, unreachable, a read-only standby, out of disk: an
+// error of the database's that database.IsUnavailable says so of; never
+// an external call's) holds the deliveries it works on and runs f
 // again, with growing waits, until a real write succeeds, f fails
 // otherwise, or the process stops. The deliveries stay unacknowledged and
 // the worker takes no others, so the consumer pauses with its prefetched
@@ -329,7 +339,7 @@ func (w *worker) untilWritable(ctx context.Context, deliveries int, f func() err
 	}()
 	for try := 1; ; try++ {
 		err := f()
-		if err == nil || !database.IsUnavailable(err) || ctx.Err() != nil {
+		if err == nil || !dbUnavailable(err) || ctx.Err() != nil {
 			if held && err == nil {
 				w.log.InfoContext(ctx, "database available again: the held deliveries went on", slog.Int("tries", try))
 			}
@@ -349,13 +359,23 @@ func (w *worker) untilWritable(ctx context.Context, deliveries int, f func() err
 }
 
 // inTx runs f in a transaction bounded by CONSUMER_TX_TIMEOUT, so that a
-// connection that stopped answering cannot hang a worker.
+// connection that stopped answering cannot hang a worker. Its errors say
+// whether they are the database's (dbError): a failed begin or commit
+// always is; an error of f is when the database gave it or the
+// transaction died under it (classifyTxError).
 func (w *worker) inTx(ctx context.Context, f func(context.Context, pgx.Tx) error) error {
 	start := time.Now()
 	txCtx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(txCtx, w.pool, func(tx pgx.Tx) error { return f(txCtx, tx) })
+	var fErr error
+	err := pgx.BeginFunc(txCtx, w.pool, func(tx pgx.Tx) error {
+		fErr = classifyTxError(txCtx, tx, f(txCtx, tx))
+		return fErr
+	})
 	w.metrics.txDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
+	if err != nil && fErr == nil { // begin, commit or rollback failed
+		return fromDatabase(err)
+	}
 	return err
 }
 
