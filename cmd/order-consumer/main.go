@@ -136,6 +136,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	var cfg Config
 	commands := []string{
 		"replay <consumer> [limit]    move parked messages back to the work queue",
+		"declare                      declare every consumer's queues and bindings, and exit",
 		"catalog                      print the message types, the consumers and their queues (docs/catalog.md)",
 	}
 	return app.Start(ctx, service, &cfg, args, environ, stdout, stderr, commands, func(ctx context.Context, p *app.Process) error {
@@ -143,6 +144,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 			switch p.Args.Command[0] {
 			case "catalog":
 				return consumer.WriteCatalog(stdout, consumer.All(consumer.Deps{}))
+			case "declare":
+				return inbox.Declare(ctx, cfg.AMQPURL, cfg.consumerConfig(), consumer.All(consumer.Deps{})...)
 			default: // replay
 				return replay(ctx, cfg, p.Args.Command[1:], p.Log)
 			}
@@ -165,6 +168,10 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 			return err
 		}
 		inboxCfg := cfg.consumerConfig()
+		// Every consumer's queues exist whichever of them this process runs:
+		// a message published while another consumer's process is down
+		// still reaches its queue.
+		inboxCfg.AlsoDeclare = others(consumer.All(consumer.Deps{}), selected)
 		var crash *crashAfterCommit
 		if cfg.FaultsEndpoint {
 			crash = &crashAfterCommit{log: p.Log, exit: os.Exit}
@@ -187,6 +194,17 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		// redelivery.
 		return p.RunWithAdmin(ctx, cfg.AdminAddr, admin, consumers.Run)
 	})
+}
+
+// others returns the consumers of all that selected does not hold.
+func others(all, selected []*inbox.Consumer) []*inbox.Consumer {
+	var out []*inbox.Consumer
+	for _, c := range all {
+		if !slices.ContainsFunc(selected, func(s *inbox.Consumer) bool { return s.Name() == c.Name() }) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // replay is the replay sub-command: replay <consumer> [limit].

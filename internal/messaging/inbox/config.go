@@ -62,6 +62,11 @@ type Config struct {
 	// as long as a message may be delivered or replayed again. 0 keeps them
 	// forever.
 	InboxRetention time.Duration
+	// AlsoDeclare lists consumers this process does not run whose queues
+	// and bindings it declares too, at every connect: so that the whole
+	// topology exists whichever consumer processes run, and a message
+	// published while one of them is down still reaches its queue.
+	AlsoDeclare []*Consumer
 	// Faults, when set, injects failures (tests, drills). Nil in production.
 	Faults Faults
 }

@@ -24,6 +24,7 @@ import (
 type Consumers struct {
 	cfg           Config
 	pool          *pgxpool.Pool
+	log           *slog.Logger
 	subscriptions []*subscription
 }
 
@@ -32,6 +33,7 @@ type Consumers struct {
 type subscription struct {
 	consumer *Consumer
 	topology Topology
+	others   []Topology // of Config.AlsoDeclare: declared, not consumed
 	cfg      Config
 	pool     *pgxpool.Pool
 	amqpURL  string
@@ -50,17 +52,22 @@ func NewConsumers(cfg Config, deps messaging.Deps, consumers ...*Consumer) (*Con
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer config: %w", err)
 	}
-	cs := &Consumers{cfg: cfg, pool: deps.Pool}
+	cs := &Consumers{cfg: cfg, pool: deps.Pool, log: deps.Logger}
 	m, err := newConsumerMetrics(deps.MeterProvider.Meter(scope), cs)
 	if err != nil {
 		return nil, err
 	}
 	tracer := messaging.Tracer(deps.TracerProvider, scope)
+	var others []Topology
+	for _, c := range cfg.AlsoDeclare {
+		others = append(others, cfg.topology(c))
+	}
 	for _, c := range consumers {
 		m.zero(c)
 		cs.subscriptions = append(cs.subscriptions, &subscription{
 			consumer: c,
-			topology: Topology{Consumer: c.name, Exchange: cfg.Exchange, Types: c.Types(), RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit},
+			topology: cfg.topology(c),
+			others:   others,
 			cfg:      cfg,
 			pool:     deps.Pool,
 			amqpURL:  deps.AMQPURL,
@@ -99,7 +106,7 @@ func (cs *Consumers) Run(ctx context.Context) error {
 	}
 	if cs.cfg.InboxRetention > 0 {
 		retention := background.Retention{
-			What: "processed inbox rows", Logger: cs.subscriptions[0].log,
+			What: "processed inbox rows", Logger: cs.log,
 			Delete: func(ctx context.Context, limit int) (int64, error) {
 				return DeleteProcessed(ctx, cs.pool, cs.cfg.InboxRetention, limit)
 			},
@@ -128,8 +135,10 @@ func (s *subscription) session(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
-	if err := s.topology.Declare(ch); err != nil {
-		return err
+	for _, t := range append([]Topology{s.topology}, s.others...) {
+		if err := t.Declare(ch); err != nil {
+			return err
+		}
 	}
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("set prefetch: %w", err)
@@ -276,4 +285,25 @@ func (s *subscription) collect(batch []amqp.Delivery, deliveries <-chan amqp.Del
 		}
 	}
 	return batch
+}
+
+// Declare declares the queues and bindings of consumers (and the exchange)
+// once, and returns: for a deployment step that must create the whole
+// topology before any relay publishes (order-consumer declare).
+func Declare(ctx context.Context, amqpURL string, cfg Config, consumers ...*Consumer) error {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("consumer config: %w", err)
+	}
+	conn, ch, err := messaging.Open(ctx, amqpURL, "declare topology")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
+	for _, c := range consumers {
+		if err := cfg.topology(c).Declare(ch); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -797,3 +797,29 @@ func TestReusedMessageIDWithAnotherBodyIsCounted(t *testing.T) {
 		t.Fatalf("%d effects", n)
 	}
 }
+
+// A process declares the queues of the consumers it does not run too
+// (Config.AlsoDeclare), so that a message published while another
+// consumer's process is down, or not started yet, still reaches that
+// consumer's queue: mandatory would not notice it missing while any other
+// reader's queue took the message.
+func TestConsumersDeclareTheQueuesOfOthers(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	late := inbox.NewConsumer("late")
+	inbox.Handle(late, func(context.Context, pgx.Tx, *inbox.Delivery, cancelledV1) (inbox.Outcome, error) {
+		return inbox.Applied(), nil
+	})
+	cfg := testConsumerConfig()
+	cfg.AlsoDeclare = []*inbox.Consumer{late}
+	b.start(cfg, b.amqpURL, nil)
+	msg := message()
+	b.publish(msg)
+	b.waitInbox(msg.MessageId, inbox.StatusProcessed)
+	if n := b.ready(inbox.QueueName("late")); n != 1 {
+		t.Fatalf("the late consumer's queue holds %d messages, want the one published before it started", n)
+	}
+	if n := b.ready(inbox.ParkingLotName(inbox.QueueName("late"))); n != 0 {
+		t.Fatalf("its parking lot holds %d", n)
+	}
+}

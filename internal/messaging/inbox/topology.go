@@ -104,3 +104,8 @@ func (t Topology) retryQueue(attempt int) string {
 	i := min(max(attempt, 1), len(t.RetryDelays)) - 1
 	return RetryQueueName(QueueName(t.Consumer), t.RetryDelays[i])
 }
+
+// topology is the topology of consumer c under cfg.
+func (c Config) topology(consumer *Consumer) Topology {
+	return Topology{Consumer: consumer.name, Exchange: c.Exchange, Types: consumer.Types(), RetryDelays: c.RetryDelays, DeliveryLimit: c.DeliveryLimit}
+}

@@ -55,6 +55,16 @@ type Config struct {
 	// publish, so that their metric series exist at zero before the first
 	// message. Optional.
 	MessageTypes []string
+	// Readers lists, by message type, the queues of every consumer that
+	// reads that type. mandatory has the broker return a message only when
+	// no queue at all matches it; a message that reaches one of its readers
+	// and not another, whose queue is missing (not declared yet, deleted
+	// and declared again), is confirmed, and lost for that reader. So the
+	// relay checks these queues when it connects and at every poll, and
+	// claims no row of a type while any of its readers' queues is missing:
+	// it is not ready then, and says which. Optional: a type not listed is
+	// published whatever queues exist.
+	Readers map[string][]string
 	// Faults, when set, injects failures (tests, drills). Nil in production.
 	Faults Faults
 }

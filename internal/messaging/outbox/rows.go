@@ -52,9 +52,15 @@ func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt, Token: r
 // a token no other claim has. A row that is not marked before its lease
 // ends is recovered by RecoverExpiredClaims.
 func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
+	return claimRows(ctx, db, claimer, limit, lease, nil)
+}
+
+// claimRows is ClaimRows, leaving the rows of the held message types alone.
+func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, held []string) ([]Row, error) {
 	token := claimer + "/" + claimSuffix()
 	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
 		Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
+		HeldTypes: append([]string{}, held...), // never NULL: <> ALL (NULL) matches no row
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", database.Translate(err))
@@ -105,9 +111,9 @@ type PublishFailure struct {
 	RetryIn time.Duration // the wait before the next attempt
 }
 
-// MarkFailed sends rows the broker refused (returned, nacked) back to
-// PENDING after their backoff, or to FAILED once maxAttempts is spent, in
-// one statement. It returns the ids that became FAILED.
+// MarkFailed sends rows the broker returned as unroutable back to PENDING
+// after their backoff, or to FAILED once maxAttempts is spent, in one
+// statement. It returns the ids that became FAILED.
 func MarkFailed(ctx context.Context, db database.DBTX, failures []PublishFailure, maxAttempts int) ([]uuid.UUID, error) {
 	m, err := Mark(ctx, db, Marks{Refused: failures}, maxAttempts)
 	return m.Failed, err
@@ -115,9 +121,9 @@ func MarkFailed(ctx context.Context, db database.DBTX, failures []PublishFailure
 
 // ReleaseClaims hands claimed rows back with the attempt not counted, due
 // after each one's RetryIn and with its Reason (if any) in last_error: rows
-// a stopping relay never got to publish, and rows whose publish the
-// infrastructure cut short (a lost connection, a confirm that never came).
-// Only a cause that belongs to the message spends its attempts (MarkFailed).
+// a stopping relay never got to publish, and rows the broker could not take
+// (a nack, a lost connection, a confirm that never came). Only a cause that
+// belongs to the message spends its attempts (MarkFailed).
 // It returns how many rows it released.
 func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFailure) (int64, error) {
 	m, err := Mark(ctx, db, Marks{Released: releases}, 0)
@@ -127,8 +133,8 @@ func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFail
 // Marks are the outcomes of the rows of one batch: each row in one list.
 type Marks struct {
 	Published []Claim          // confirmed: PUBLISHED
-	Refused   []PublishFailure // returned or nacked: MarkFailed
-	Released  []PublishFailure // never published, or cut short: ReleaseClaims
+	Refused   []PublishFailure // returned as unroutable: MarkFailed
+	Released  []PublishFailure // never published, nacked, or cut short: ReleaseClaims
 }
 
 // Marked is what Mark changed: how many rows of each list it marked (fewer
@@ -173,14 +179,15 @@ func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Mark
 	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
 
-// RecoverExpiredClaims returns rows whose lease has run out to
-// PENDING (or FAILED after the last attempt), and says how many.
-func RecoverExpiredClaims(ctx context.Context, db database.DBTX, maxAttempts int) (int64, error) {
-	n, err := queries.RecoverExpiredOutboxClaims(ctx, db, int32(maxAttempts))
+// RecoverExpiredClaims returns rows whose lease has run out to PENDING,
+// with the attempt their claim counted given back (a relay's death is not
+// the message's fault), and returns their ids.
+func RecoverExpiredClaims(ctx context.Context, db database.DBTX) ([]uuid.UUID, error) {
+	ids, err := queries.RecoverExpiredOutboxClaims(ctx, db)
 	if err != nil {
-		return 0, fmt.Errorf("recover expired outbox claims: %w", database.Translate(err))
+		return nil, fmt.Errorf("recover expired outbox claims: %w", database.Translate(err))
 	}
-	return n, nil
+	return ids, nil
 }
 
 // DeletePublished deletes up to limit rows published longer than

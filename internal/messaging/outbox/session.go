@@ -80,6 +80,11 @@ func (s *session) run(ctx context.Context) error {
 	go s.watchChannel(ch.NotifyClose(make(chan *amqp.Error, 1)))
 	go s.watchBlocked(ctx, conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
 
+	// Before anything is published, and at every poll: are all the
+	// readers' queues there? A type one of whose readers has none is held.
+	r.lookForReaders(ctx, conn)
+	go s.watchReaders(sessCtx, conn)
+
 	r.connected.Store(true)
 	defer r.connected.Store(false)
 	r.log.InfoContext(ctx, "connected to RabbitMQ")
@@ -127,6 +132,25 @@ func (s *session) watchChannel(closed <-chan *amqp.Error) {
 	}
 }
 
+// watchReaders looks for the readers' queues at every poll, until ctx
+// ends.
+func (s *session) watchReaders(ctx context.Context, conn *amqp.Connection) {
+	r := s.relay
+	if len(r.cfg.Readers) == 0 {
+		return
+	}
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			r.lookForReaders(ctx, conn)
+		}
+	}
+}
+
 // watchBlocked pauses claiming while the broker blocks publishers (a
 // memory or disk alarm).
 func (s *session) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
@@ -162,7 +186,7 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			return
 		}
 		claimCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
-		rows, err := ClaimRows(claimCtx, r.pool, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease)
+		rows, err := claimRows(claimCtx, r.pool, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, r.readers.Load().held())
 		cancel()
 		if err != nil {
 			s.window.Release(size)
