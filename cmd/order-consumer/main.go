@@ -9,6 +9,7 @@
 //	order-consumer migrate [up|down|status|reset]    manage the schema and exit
 //	order-consumer replay <consumer> [limit]         move parked messages back to the work queue
 //	order-consumer catalog                           print docs/catalog.md: the message types, the consumers, their queues
+//	order-consumer asyncapi                          print api/asyncapi.yaml: the same as an AsyncAPI document, with the payload schemas
 package main
 
 import (
@@ -144,13 +145,17 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	}
 	cli, err := app.ParseArgs(service, args, stderr,
 		"replay <consumer> [limit]    move parked messages back to the work queue",
-		"catalog                      print the message types, the consumers and their queues (docs/catalog.md)")
+		"catalog                      print the message types, the consumers and their queues (docs/catalog.md)",
+		"asyncapi                     print the AsyncAPI document of the messages and queues (api/asyncapi.yaml)")
 	if err != nil {
 		return err
 	}
 
 	if len(cli.Command) > 0 && cli.Command[0] == "catalog" {
 		return consumer.WriteCatalog(stdout, consumer.All(consumer.Deps{}))
+	}
+	if len(cli.Command) > 0 && cli.Command[0] == "asyncapi" {
+		return writeAsyncAPI(stdout)
 	}
 
 	// Telemetry: logs, traces and metrics.

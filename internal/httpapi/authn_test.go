@@ -134,11 +134,11 @@ func TestRequestsWithoutAValidTokenAre401(t *testing.T) {
 	}
 }
 
-// The probes, the metrics and the OpenAPI document need no token.
+// The probes, the metrics and the API and message documents need no token.
 func TestOpenRoutesNeedNoToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml", "/ui/login"} {
+	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml", "/asyncapi.yaml", "/ui/login"} {
 		if r := b.do(http.MethodGet, path, nil, header{"Authorization": ""}); r.status != http.StatusOK {
 			t.Errorf("GET %s without a token: %d", path, r.status)
 		}

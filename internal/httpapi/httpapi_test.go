@@ -799,6 +799,10 @@ func TestOpenAPIDocument(t *testing.T) {
 	if r.status != http.StatusOK || !bytes.Equal(r.body, api.OpenAPI) {
 		t.Fatalf("GET /openapi.yaml: %d", r.status)
 	}
+	r = b.do(http.MethodGet, "/asyncapi.yaml", nil, nil)
+	if r.status != http.StatusOK || !bytes.Equal(r.body, api.AsyncAPI) || r.header.Get("Content-Type") != "application/yaml" {
+		t.Fatalf("GET /asyncapi.yaml: %d %s", r.status, r.header.Get("Content-Type"))
+	}
 }
 
 // Every route the server has is in the OpenAPI document, and every path

@@ -42,6 +42,7 @@ func TestAPIProcessAnswersAsTheDocumentSays(t *testing.T) {
 		{"readiness", http.MethodGet, "/readyz", "", nil, 200},
 		{"metrics", http.MethodGet, "/metrics", "", nil, 200},
 		{"the document", http.MethodGet, "/openapi.yaml", "", nil, 200},
+		{"the messages' document", http.MethodGet, "/asyncapi.yaml", "", nil, 200},
 		{"list", http.MethodGet, "/v1/orders?limit=1&status=SUBMITTED", "", map[string]string{"Authorization": operator}, 200},
 		{"read", http.MethodGet, "/v1/orders/" + id, "", map[string]string{"Authorization": operator}, 200},
 		{"create, with a key", http.MethodPost, "/v1/orders", order, map[string]string{"Authorization": operator, "Idempotency-Key": "k-1"}, 201},
