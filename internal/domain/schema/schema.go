@@ -8,9 +8,17 @@
 // producers always write it, so a reader may count on it); a uuid.UUID is
 // a string of format uuid; unknown fields are allowed, because readers
 // ignore them and a producer may add optional ones (docs/messaging.md).
-// api/asyncapi.yaml publishes the same schemas for other teams, and the
-// consumers' decoder checks every payload against them before it decodes
-// it, so that a message that breaks its schema is parked with the reason.
+// api/asyncapi.yaml publishes the same schemas for other teams; the
+// consumers' decoder is to check every payload against them (Validate)
+// before it decodes it, so that a message that breaks its schema is
+// parked with the reason.
+//
+// domain.DecodeMessage refuses two kinds of payload that the schemas let
+// through, where encoding/json would read them otherwise than JSON Schema
+// does: an integer spelled as a fraction or with an exponent (2.0, 2e0:
+// an integer to JSON Schema, which no schema can tell from 2), and a key
+// that names a field only when case is ignored ("Order_Id": an unknown
+// field to JSON Schema, order_id to encoding/json).
 package schema
 
 import (
