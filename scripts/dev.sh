@@ -29,7 +29,7 @@
 #
 # Each relay and the consumer log in to RabbitMQ as their own user
 # (orders-relay, orders-consumer), with the permissions of
-# deploy/rabbitmq/definitions.json: cmd/rabbitmq-users creates them, and
+# deploy/rabbitmq/definitions.json: lab/rabbitmq-users creates them, and
 # orders-operator and orders-walkthrough, in AMQP_URL's vhost, logged in as
 # AMQP_URL's user (an administrator: guest on a local broker), through the
 # management API if the broker has one, else rabbitmqctl. Their passwords:
@@ -89,7 +89,7 @@ fi
 
 echo "[dev] building into $bin/"
 mkdir -p "$bin"
-go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cmd/webhook-receiver ./cmd/rabbitmq-users
+go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./lab/webhook-receiver ./lab/rabbitmq-users
 echo "[dev] migrating ${DATABASE_URL%%\?*}"
 "$bin/order-api" migrate up 2>&1 | sed -u 's/^/[migrate] /'
 echo "[dev] creating the RabbitMQ users of deploy/rabbitmq/definitions.json"

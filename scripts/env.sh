@@ -13,10 +13,24 @@
 # run` overrides the file. DOTENV names another file; DOTENV=none reads
 # none (the end-to-end tests set their own environment). With no .env,
 # nothing changes.
+#
+# docker compose reads the same .env for its own ORDERS_* variables only
+# (.env.example): when the file sets DATABASE_URL or AMQP_URL, env.sh says
+# on stderr where they lead (password masked), so that a make ctl against
+# another server than the one meant does not go unnoticed.
+
+# masked URL: URL with its password, if any, replaced by ***.
+masked() {
+	if [[ $1 =~ ^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/]*):[^@/]*@(.*)$ ]]; then
+		echo "${BASH_REMATCH[1]}:***@${BASH_REMATCH[2]}"
+	else
+		echo "$1"
+	fi
+}
 
 # load_dotenv FILE: export every NAME=value of FILE not already set.
 load_dotenv() {
-	local file=$1 line name value n=0
+	local file=$1 line name value n=0 urls=()
 	while IFS= read -r line || [[ -n $line ]]; do
 		line=${line%$'\r'}
 		[[ $line =~ ^[[:space:]]*(#|$) ]] && continue
@@ -33,8 +47,14 @@ load_dotenv() {
 		[[ -n ${!name+set} ]] && continue
 		export "$name=$value"
 		n=$((n + 1))
+		if [[ $name == DATABASE_URL || $name == AMQP_URL ]]; then
+			urls+=("$name=$(masked "$value")")
+		fi
 	done <"$file"
 	echo "[env] $n settings from $file" >&2
+	for value in "${urls[@]}"; do
+		echo "[env] $value (from $file): the host tools connect there; docker compose does not read it" >&2
+	done
 }
 
 dotenv_file="${DOTENV:-$(dirname "${BASH_SOURCE[0]}")/../.env}"

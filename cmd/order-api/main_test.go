@@ -257,10 +257,10 @@ func TestAuthOffWarnsAndLetsEveryoneIn(t *testing.T) {
 	}
 }
 
-// Every variable order-api reads is documented in the README.
-func TestREADMEDocumentsEveryVariable(t *testing.T) {
+// Every variable order-api reads is documented on the configuration page.
+func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	testenv.READMEDocuments(t, config.Variables(&Config{}))
+	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
 }
 
 // serve runs order-api with -migrate and environ on a free address until

@@ -97,10 +97,10 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 	}
 }
 
-// Every variable order-consumer reads is documented in the README.
-func TestREADMEDocumentsEveryVariable(t *testing.T) {
+// Every variable order-consumer reads is documented on the configuration page.
+func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	testenv.READMEDocuments(t, config.Variables(&Config{}))
+	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
 }
 
 func publish(t *testing.T, url string, msg amqp.Publishing) {

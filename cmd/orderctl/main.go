@@ -221,7 +221,7 @@ func parse(argv []string, stderr io.Writer) (command, args, error) {
 	fs.StringVar(&a.typ, "type", "", "a message type")
 	fs.IntVar(&a.limit, "limit", 0, "at most this many")
 	fs.StringVar(&a.customer, "customer", "", "token: for this customer id (its sub)")
-	fs.BoolVar(&a.operator, "operator", false, "token: for an operator (sub: ORDERCTL_USER, else the OS user)")
+	fs.BoolVar(&a.operator, "operator", false, "token: for an operator (sub: dev-operator:<ORDERCTL_USER, else the OS user>)")
 	fs.DurationVar(&a.ttl, "ttl", time.Hour, "token: how long it is valid")
 	fs.Usage = func() { usage(stderr, fs) }
 	for rest := argv; ; {

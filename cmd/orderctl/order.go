@@ -125,7 +125,7 @@ func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 			break
 		}
 		for _, m := range msgs {
-			if m.OrderID == id.String() {
+			if orderOf(m) == id.String() {
 				t.Parked = append(t.Parked, ParkedOf{Consumer: name, Parked: m})
 			}
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -38,7 +38,7 @@ func TestRelayProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := messaging.DeclareExchange(ch); err != nil {
+	if err := messaging.DeclareExchange(ch, domain.EventsExchange); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ch.QueueDeclare("observer", true, false, false, false, nil); err != nil {
@@ -67,7 +67,7 @@ func TestRelayProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(t.Context())
-	ids, err := (outbox.Writer{Producer: "order-api"}).Write(t.Context(), db, domain.Cause{CorrelationID: "c-1"}, domain.OrderCancelledV1{ID: uuid.New()})
+	ids, err := store.OutboxWriter("order-api").Write(t.Context(), db, messaging.Cause{CorrelationID: "c-1"}, domain.OrderCancelledV1{ID: uuid.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +134,10 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 	}
 }
 
-// Every variable outbox-relay reads is documented in the README.
-func TestREADMEDocumentsEveryVariable(t *testing.T) {
+// Every variable outbox-relay reads is documented on the configuration page.
+func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	testenv.READMEDocuments(t, config.Variables(&Config{}))
+	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
 }
 
 func get(t *testing.T, url string) string {

@@ -69,6 +69,22 @@ func nameVariables(cfg any, err error) error {
 	return errors.Join(errs...)
 }
 
+// Service is the configuration of a service binary: it embeds the
+// Database, Log and Telemetry blocks (which give it the three methods
+// below) and validates itself.
+type Service interface {
+	Validator
+	DatabaseBlock() Database
+	LogBlock() Log
+	TelemetryBlock() Telemetry
+}
+
+// DatabaseBlock, LogBlock and TelemetryBlock return the blocks a service's
+// configuration embeds (Service).
+func (d Database) DatabaseBlock() Database    { return d }
+func (l Log) LogBlock() Log                   { return l }
+func (t Telemetry) TelemetryBlock() Telemetry { return t }
+
 // Database is the PostgreSQL block every binary has.
 type Database struct {
 	// URL of the database; migrate creates the database if it is missing.

@@ -10,7 +10,9 @@ import (
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/consumer/shipping"
 	"github.com/yourorg/orders/internal/consumer/warehouse"
+	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/store"
 )
 
 // Deps is what the consumers take from the process that runs them.
@@ -73,4 +75,16 @@ func Select(all []*inbox.Consumer, names []string) ([]*inbox.Consumer, error) {
 		}
 	}
 	return out, nil
+}
+
+// Producer is the app_id of the follow-up messages the consumers write.
+const Producer = "order-consumer"
+
+// Inbox completes cfg with what every consumer of the order service
+// shares: the exchange their queues are bound to (domain.EventsExchange)
+// and the writer of their follow-up messages.
+func Inbox(cfg inbox.Config) inbox.Config {
+	cfg.Exchange = domain.EventsExchange
+	cfg.FollowUps = store.OutboxWriter(Producer)
+	return cfg
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
@@ -149,7 +150,7 @@ func (f *benchFlow) consumeQueue(b *testing.B, msgs []domain.Message, batchSize 
 	}
 	defer pool.Close()
 	cs, err := inbox.NewConsumers(inbox.Config{Workers: benchWorkers, Prefetch: 256, BatchSize: batchSize},
-		inbox.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()}, fulfillmentConsumer())
+		messaging.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()}, fulfillmentConsumer())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func (f *benchFlow) fillQueue(b *testing.B, msgs []domain.Message) {
 		b.Fatal(err)
 	}
 	c := fulfillmentConsumer()
-	topo := inbox.Topology{Consumer: c.Name(), Types: c.Types(), RetryDelays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, DeliveryLimit: 20}
+	topo := inbox.Topology{Consumer: c.Name(), Exchange: domain.EventsExchange, Types: c.Types(), RetryDelays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, DeliveryLimit: 20}
 	if err := topo.Declare(ch); err != nil {
 		b.Fatal(err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/httpapi"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
@@ -100,11 +101,11 @@ func setup(t testing.TB, o options) *flow {
 			Notifier:      notification.Config{URL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
 			MeterProvider: metricnoop.NewMeterProvider(),
 		})
-		cs, err := inbox.NewConsumers(inbox.Config{
+		cs, err := inbox.NewConsumers(consumer.Inbox(inbox.Config{
 			Prefetch: 16, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-		}, inbox.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
+		}), messaging.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
 			all...)
 		if err != nil {
 			t.Fatal(err)
@@ -114,7 +115,7 @@ func setup(t testing.TB, o options) *flow {
 	if o.relay {
 		f.run(migrations.RoleRelay, func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 			r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-				outbox.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
+				messaging.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +205,7 @@ func (f *flow) createOrder(correlationID string, skus ...string) *domain.Order {
 		if err != nil {
 			return err
 		}
-		_, err = (outbox.Writer{Producer: "test"}).Write(f.ctx, tx, domain.Cause{CorrelationID: correlationID}, domain.SubmittedMessage(created))
+		_, err = store.OutboxWriter("test").Write(f.ctx, tx, messaging.Cause{CorrelationID: correlationID}, domain.SubmittedMessage(created))
 		return err
 	})
 	if err != nil {

@@ -94,8 +94,8 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, timeout time.Durat
 		if err == nil {
 			return nil
 		}
-		if IsRefused(err) {
-			return fmt.Errorf("database refused the connection (not retried): %w", err)
+		if cause := refusal(err); cause != "" {
+			return fmt.Errorf("database refused the connection, not retried: %s: %w", cause, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -106,20 +106,22 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, timeout time.Durat
 	}
 }
 
-// IsRefused reports whether the server refused a connection for a reason
-// that waiting does not mend: a wrong password (28P01), a role that does
-// not exist or may not log in (28000), or a database that does not exist
-// (3D000).
-func IsRefused(err error) bool {
+// refusal names the cause when the server refused a connection for a
+// reason that waiting does not mend, and is "" otherwise.
+func refusal(err error) string {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
-		return false
+		return ""
 	}
 	switch pgErr.Code {
-	case "28P01", "28000", "3D000":
-		return true
+	case "28P01":
+		return "the password is wrong (SQLSTATE 28P01)"
+	case "28000":
+		return "the role does not exist or may not log in from here, see pg_hba.conf (SQLSTATE 28000)"
+	case "3D000":
+		return "the database does not exist, migrate creates it (SQLSTATE 3D000)"
 	}
-	return false
+	return ""
 }
 
 // NilIfEmpty turns "" into SQL NULL for a nullable text column.

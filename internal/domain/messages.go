@@ -3,6 +3,7 @@ package domain
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -39,6 +40,10 @@ type Message interface {
 	MessageVersion() int
 	// OrderID is the aggregate the message is about: every payload has one.
 	OrderID() uuid.UUID
+	// AggregateID is OrderID as text: the outbox row's aggregate_id.
+	AggregateID() string
+	// Validate reports what a decoded payload lacks (order_id, at least).
+	Validate() error
 }
 
 // ItemLine is an order line in a message.
@@ -115,6 +120,30 @@ func (m FulfillmentRejectedV1) OrderID() uuid.UUID  { return m.ID }
 func (m OrderCancelledV1) OrderID() uuid.UUID       { return m.ID }
 func (m OrderFulfilledV1) OrderID() uuid.UUID       { return m.ID }
 func (m OrderRejectedV1) OrderID() uuid.UUID        { return m.ID }
+
+func (m OrderSubmittedV1) AggregateID() string       { return m.ID.String() }
+func (m FulfillmentRequestedV1) AggregateID() string { return m.ID.String() }
+func (m FulfillmentCompletedV1) AggregateID() string { return m.ID.String() }
+func (m FulfillmentRejectedV1) AggregateID() string  { return m.ID.String() }
+func (m OrderCancelledV1) AggregateID() string       { return m.ID.String() }
+func (m OrderFulfilledV1) AggregateID() string       { return m.ID.String() }
+func (m OrderRejectedV1) AggregateID() string        { return m.ID.String() }
+
+func (m OrderSubmittedV1) Validate() error       { return requireOrder(m.ID) }
+func (m FulfillmentRequestedV1) Validate() error { return requireOrder(m.ID) }
+func (m FulfillmentCompletedV1) Validate() error { return requireOrder(m.ID) }
+func (m FulfillmentRejectedV1) Validate() error  { return requireOrder(m.ID) }
+func (m OrderCancelledV1) Validate() error       { return requireOrder(m.ID) }
+func (m OrderFulfilledV1) Validate() error       { return requireOrder(m.ID) }
+func (m OrderRejectedV1) Validate() error        { return requireOrder(m.ID) }
+
+// requireOrder is the rule every payload keeps: it names its order.
+func requireOrder(id uuid.UUID) error {
+	if id == uuid.Nil {
+		return errors.New("order_id is missing")
+	}
+	return nil
+}
 
 // messageKey names one version of one message type.
 type messageKey struct {
@@ -208,8 +237,8 @@ func DecodeMessage(typ string, version int, body []byte) (Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformedMessage, typ, err)
 	}
-	if msg.OrderID() == uuid.Nil {
-		return nil, fmt.Errorf("%w: %s: order_id is missing", ErrMalformedMessage, typ)
+	if err := msg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformedMessage, typ, err)
 	}
 	return msg, nil
 }

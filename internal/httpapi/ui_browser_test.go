@@ -32,6 +32,7 @@ import (
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
@@ -136,11 +137,11 @@ func startFlow(t *testing.T) *flowBundle {
 		testenv.WaitFor(t, 15*time.Second, "a component to be ready", func() bool { return ready(t.Context()) == nil })
 	}
 	run(migrations.RoleConsumer, func(pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
-		cs, err := inbox.NewConsumers(inbox.Config{
+		cs, err := inbox.NewConsumers(consumer.Inbox(inbox.Config{
 			Prefetch: 8, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-		}, inbox.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp},
+		}), messaging.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp},
 			consumer.All(consumer.Deps{
 				Notifier:      notification.Config{URL: webhook.URL, Timeout: 5 * time.Second, TracerProvider: tp},
 				MeterProvider: metricnoop.NewMeterProvider(),
@@ -152,7 +153,7 @@ func startFlow(t *testing.T) *flowBundle {
 	})
 	run(migrations.RoleRelay, func(pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 		r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-			outbox.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp})
+			messaging.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp})
 		if err != nil {
 			t.Fatal(err)
 		}

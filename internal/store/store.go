@@ -6,6 +6,7 @@ import (
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store/dbsqlc"
 )
 
@@ -23,4 +24,11 @@ func Translate(err error) error {
 		return fmt.Errorf("%w: %w", domain.ErrConflict, err)
 	}
 	return err
+}
+
+// OutboxWriter is the writer of the order service's messages: published
+// to domain.EventsExchange, routed by their type, about orders. producer
+// names the process (the messages' app_id).
+func OutboxWriter(producer string) outbox.Writer {
+	return outbox.Writer{Producer: producer, Exchange: domain.EventsExchange, AggregateType: domain.AggregateOrder}
 }

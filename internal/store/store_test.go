@@ -17,7 +17,7 @@ import (
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -60,7 +60,7 @@ func createWithOutbox(ctx context.Context, db *pgxpool.Pool, o *domain.Order, ca
 		if err != nil {
 			return err
 		}
-		if _, err := (outbox.Writer{Producer: "order-api"}).Write(ctx, tx, cause, domain.SubmittedMessage(created)); err != nil {
+		if _, err := store.OutboxWriter("order-api").Write(ctx, tx, messaging.Cause(cause), domain.SubmittedMessage(created)); err != nil {
 			return err
 		}
 		if after != nil {

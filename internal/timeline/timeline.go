@@ -199,11 +199,14 @@ func (t *Timeline) TraceID() string {
 	return ""
 }
 
-// Actor names who did a hop.
+// Actor names who did a hop; a consumer's hops carry its name.
 const (
 	ActorAPI     = "order-api"
 	ActorRelay   = "outbox-relay"
 	ActorWebhook = "webhook"
+	// ActorConsumer is the actor of a transition made on a message whose
+	// inbox rows retention has deleted: no consumer's name is left.
+	ActorConsumer = "a consumer"
 )
 
 // Kind tells the hops apart.
@@ -230,7 +233,7 @@ const (
 // Hop is one step of the order's flow.
 type Hop struct {
 	At      time.Time
-	Actor   string // order-api, outbox-relay, a consumer's name, webhook
+	Actor   string // order-api, outbox-relay, a consumer's name (transitionActor), webhook
 	Kind    Kind
 	Summary string   // one line: what happened
 	Details []Detail // the facts behind it, in a fixed order
@@ -262,11 +265,11 @@ func (t *Timeline) Hops() []Hop {
 	for _, r := range t.Outbox {
 		types[r.ID.String()] = r.Type
 	}
-	applied := map[string][]string{}    // message id -> the consumers that applied it
+	applied := map[string][]InboxRow{}  // message id -> the consumers' rows that applied it
 	delivered := map[string]time.Time{} // message id -> its first delivery to any consumer
 	for _, r := range t.Inbox {
 		if r.Outcome == "APPLIED" {
-			applied[r.MessageID] = append(applied[r.MessageID], r.Consumer)
+			applied[r.MessageID] = append(applied[r.MessageID], r)
 		}
 		if first, ok := delivered[r.MessageID]; !ok || r.FirstReceivedAt.Before(first) {
 			delivered[r.MessageID] = r.FirstReceivedAt
@@ -297,10 +300,9 @@ func (t *Timeline) Hops() []Hop {
 	return hops
 }
 
-// transitionHop is a change of status. One caused by a message names the
-// consumer that applied the message when only one did; the history itself
-// does not record which consumer it was.
-func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]string) Hop {
+// transitionHop is a change of status. One caused by a message is a
+// consumer's hop, named as its delivery is (transitionActor).
+func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]InboxRow) Hop {
 	hop := Hop{At: h.CreatedAt, Kind: KindTransition, Health: HealthOK}
 	switch {
 	case h.MessageID == nil && h.From == "":
@@ -308,10 +310,7 @@ func transitionHop(h store.HistoryEntry, types map[string]string, applied map[st
 	case h.MessageID == nil:
 		hop.Actor, hop.Summary = ActorAPI, fmt.Sprintf("%s → %s (HTTP request)", h.From, h.To)
 	default:
-		hop.Actor = "a consumer"
-		if by := applied[*h.MessageID]; len(by) == 1 {
-			hop.Actor = by[0]
-		}
+		hop.Actor = transitionActor(h, applied[*h.MessageID])
 		hop.Summary = fmt.Sprintf("%s → %s on %s", h.From, h.To, cmp.Or(types[*h.MessageID], "a message"))
 		hop.Details = append(hop.Details, Detail{"message id", *h.MessageID})
 	}
@@ -319,6 +318,32 @@ func transitionHop(h store.HistoryEntry, types map[string]string, applied map[st
 		hop.Details = append(hop.Details, Detail{"correlation id", h.CorrelationID})
 	}
 	return hop
+}
+
+// transitionActor names the consumer whose transaction made a transition
+// on a message, of those whose rows applied it. The history does not
+// record the consumer, but its transaction had started by the time of the
+// transition (a transition's time is the clock's, taken in the
+// transaction; an inbox row's processed_at is the start of the transaction
+// that applied it): a consumer that applied the message later, such as the
+// notifier after its webhook call, did not make it. When more than one
+// remains, each may have, and all are named ("fulfillment or
+// notification"); when no row is left (inbox retention), ActorConsumer.
+func transitionActor(h store.HistoryEntry, applied []InboxRow) string {
+	var before, all []string
+	for _, r := range applied {
+		all = append(all, r.Consumer)
+		if r.ProcessedAt != nil && !r.ProcessedAt.After(h.CreatedAt) {
+			before = append(before, r.Consumer)
+		}
+	}
+	switch {
+	case len(before) > 0:
+		return strings.Join(before, " or ")
+	case len(all) > 0:
+		return strings.Join(all, " or ")
+	}
+	return ActorConsumer
 }
 
 // publishHop is an outbox row and its publish. published_at is when the

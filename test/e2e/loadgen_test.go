@@ -43,7 +43,7 @@ func TestLoadgenAgainstTheProcesses(t *testing.T) {
 	s.startRelay("relay-1")
 
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/loadgen")
+	build := exec.Command("go", "build", "-o", dir+"/", "../../lab/loadgen")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -56,7 +56,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 
 	root := testenv.RepoRoot(t)
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/walkthrough", "./cmd/orderctl")
+	build := exec.Command("go", "build", "-o", bin+"/", "./lab/walkthrough", "./cmd/orderctl")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -76,9 +76,11 @@ type withMap struct {
 	Extra map[string]string `json:"extra"`
 }
 
-func (withMap) MessageType() string  { return "test.with_map" }
-func (withMap) MessageVersion() int  { return 1 }
-func (m withMap) OrderID() uuid.UUID { return m.ID }
+func (withMap) MessageType() string   { return "test.with_map" }
+func (withMap) MessageVersion() int   { return 1 }
+func (m withMap) OrderID() uuid.UUID  { return m.ID }
+func (m withMap) AggregateID() string { return m.ID.String() }
+func (withMap) Validate() error       { return nil }
 
 // Each way a payload can break its schema is an ErrMalformedMessage that
 // says where and how; an unknown type or version is what DecodeMessage

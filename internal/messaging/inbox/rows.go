@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/yourorg/orders/internal/database"
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
-	"github.com/yourorg/orders/internal/store"
 )
 
 var queries = dbsqlc.New()
@@ -81,7 +81,7 @@ func Begin(ctx context.Context, tx database.DBTX, e Entry, lease time.Duration) 
 	if err == nil {
 		return Decision{Process: true, Attempt: int(attempt)}, nil
 	}
-	if err = store.Translate(err); !errors.Is(err, domain.ErrNotFound) {
+	if !errors.Is(err, pgx.ErrNoRows) { // no row back: the row exists
 		return Decision{}, fmt.Errorf("insert inbox row: %w", err)
 	}
 	return beginSeen(ctx, tx, e, lease)
@@ -94,18 +94,18 @@ func beginSeen(ctx context.Context, tx database.DBTX, e Entry, lease time.Durati
 	if err == nil { // the common case of a row seen before: a duplicate, in one statement
 		return Decision{Duplicate: true, PayloadMismatch: hash != e.PayloadHash}, nil
 	}
-	if err = store.Translate(err); !errors.Is(err, domain.ErrNotFound) {
+	if !errors.Is(err, pgx.ErrNoRows) { // no row back: not PROCESSED
 		return Decision{}, fmt.Errorf("touch processed inbox row: %w", err)
 	}
 
 	row, err := queries.LockInbox(ctx, tx, dbsqlc.LockInboxParams{LeaseSeconds: lease.Seconds(), ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err != nil {
-		return Decision{}, fmt.Errorf("lock inbox row: %w", store.Translate(err))
+		return Decision{}, fmt.Errorf("lock inbox row: %w", database.Translate(err))
 	}
 	switch {
 	case row.Status == StatusProcessed:
 		if err := queries.TouchInbox(ctx, tx, dbsqlc.TouchInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID}); err != nil {
-			return Decision{}, fmt.Errorf("touch inbox row: %w", store.Translate(err))
+			return Decision{}, fmt.Errorf("touch inbox row: %w", database.Translate(err))
 		}
 		return Decision{Duplicate: true, PayloadMismatch: row.PayloadHash != e.PayloadHash}, nil
 	case row.Status == StatusProcessing && !row.Stale:
@@ -113,7 +113,7 @@ func beginSeen(ctx context.Context, tx database.DBTX, e Entry, lease time.Durati
 	}
 	attempt, err := queries.RestartInbox(ctx, tx, dbsqlc.RestartInboxParams{TraceID: database.NilIfEmpty(e.TraceID), ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err != nil {
-		return Decision{}, fmt.Errorf("restart inbox row: %w", store.Translate(err))
+		return Decision{}, fmt.Errorf("restart inbox row: %w", database.Translate(err))
 	}
 	return Decision{Process: true, Attempt: int(attempt)}, nil
 }
@@ -138,7 +138,7 @@ func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries 
 	}
 	ids, err := queries.InsertInboxRows(ctx, tx, p)
 	if err != nil {
-		return nil, fmt.Errorf("insert %d inbox rows: %w", len(entries), store.Translate(err))
+		return nil, fmt.Errorf("insert %d inbox rows: %w", len(entries), database.Translate(err))
 	}
 	fresh := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -159,7 +159,7 @@ func MarkProcessed(ctx context.Context, tx database.DBTX, consumer, messageID, o
 		Outcome: &outcome, OutcomeReason: database.NilIfEmpty(reason), ConsumerName: consumer, MessageID: messageID,
 	})
 	if err != nil {
-		return fmt.Errorf("mark inbox row processed: %w", store.Translate(err))
+		return fmt.Errorf("mark inbox row processed: %w", database.Translate(err))
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func MarkProcessed(ctx context.Context, tx database.DBTX, consumer, messageID, o
 // first step of a two-step side effect. MarkProcessed ends it.
 func Hold(ctx context.Context, tx database.DBTX, consumer, messageID string) error {
 	if err := queries.HoldInbox(ctx, tx, dbsqlc.HoldInboxParams{ConsumerName: consumer, MessageID: messageID}); err != nil {
-		return fmt.Errorf("hold inbox row: %w", store.Translate(err))
+		return fmt.Errorf("hold inbox row: %w", database.Translate(err))
 	}
 	return nil
 }
@@ -183,7 +183,7 @@ var ErrTakenOver = errors.New("another delivery took the message over after the 
 // ErrTakenOver when the row is no longer that attempt's.
 func Fence(ctx context.Context, tx database.DBTX, consumer, messageID string, attempt int) error {
 	_, err := queries.FenceInbox(ctx, tx, dbsqlc.FenceInboxParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
-	if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrTakenOver
 	} else if err != nil {
 		return fmt.Errorf("fence inbox row: %w", err)
@@ -195,7 +195,7 @@ func Fence(ctx context.Context, tx database.DBTX, consumer, messageID string, at
 // the second step of a call that succeeded.
 func fenceProcessed(ctx context.Context, tx database.DBTX, consumer, messageID string, attempt int) error {
 	_, err := queries.FenceInboxProcessed(ctx, tx, dbsqlc.FenceInboxProcessedParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
-	if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrTakenOver
 	} else if err != nil {
 		return fmt.Errorf("fence and mark inbox row processed: %w", err)
@@ -210,9 +210,13 @@ type Failure struct {
 	Message string // what went wrong, without payload data
 }
 
+// ErrProcessed says that a message's row is PROCESSED: a failure of
+// another delivery of it is not recorded, since what committed stays.
+var ErrProcessed = errors.New("the message is PROCESSED already")
+
 // RecordFailure writes a failed attempt of e, after the transaction of
 // the attempt rolled back, and returns the row's attempt count. A PROCESSED
-// row is never touched (domain.ErrConflict): what committed stays.
+// row is never touched (ErrProcessed): what committed stays.
 func RecordFailure(ctx context.Context, db database.DBTX, e Entry, f Failure) (int, error) {
 	row, err := queries.RecordInboxFailure(ctx, db, dbsqlc.RecordInboxFailureParams{
 		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
@@ -221,8 +225,8 @@ func RecordFailure(ctx context.Context, db database.DBTX, e Entry, f Failure) (i
 		CorrelationID: database.NilIfEmpty(e.CorrelationID), CausationID: database.NilIfEmpty(e.CausationID), TraceID: database.NilIfEmpty(e.TraceID),
 	})
 	if err != nil {
-		if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
-			return 0, fmt.Errorf("%w: message %s is already PROCESSED by %s", domain.ErrConflict, e.MessageID, e.Consumer)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, fmt.Errorf("%w: message %s, consumer %s", ErrProcessed, e.MessageID, e.Consumer)
 		}
 		return 0, fmt.Errorf("record inbox failure: %w", err)
 	}
@@ -239,7 +243,7 @@ type Row struct {
 func Get(ctx context.Context, db database.DBTX, consumer, messageID string) (Row, error) {
 	row, err := queries.GetInbox(ctx, db, dbsqlc.GetInboxParams{ConsumerName: consumer, MessageID: messageID})
 	if err != nil {
-		return Row{}, fmt.Errorf("get inbox row: %w", store.Translate(err))
+		return Row{}, fmt.Errorf("get inbox row: %w", database.Translate(err))
 	}
 	return Row{
 		Status: row.Status, Outcome: database.Deref(row.Outcome), OutcomeReason: database.Deref(row.OutcomeReason),
@@ -252,7 +256,7 @@ func Get(ctx context.Context, db database.DBTX, consumer, messageID string) (Row
 func DeleteProcessed(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
 	n, err := queries.DeleteProcessedInbox(ctx, db, dbsqlc.DeleteProcessedInboxParams{RetentionSeconds: retention.Seconds(), MaxRows: int32(limit)})
 	if err != nil {
-		return 0, fmt.Errorf("delete processed inbox rows: %w", store.Translate(err))
+		return 0, fmt.Errorf("delete processed inbox rows: %w", database.Translate(err))
 	}
 	return n, nil
 }
@@ -268,7 +272,7 @@ type Stat struct {
 func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 	rows, err := queries.InboxStats(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("inbox stats: %w", store.Translate(err))
+		return nil, fmt.Errorf("inbox stats: %w", database.Translate(err))
 	}
 	out := make([]Stat, len(rows))
 	for i, r := range rows {

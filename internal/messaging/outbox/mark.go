@@ -56,8 +56,8 @@ func (r *Relay) mark(outcomes []outcome) error {
 			r.metrics.published.Add(ctx, n, metric.WithAttributes(typ))
 		}
 	}
-	if r.beforeMark != nil {
-		if err := r.beforeMark(m.Published); err != nil {
+	if r.cfg.Faults != nil {
+		if err := r.cfg.Faults.BeforeMark(m.Published); err != nil {
 			return fmt.Errorf("%w: %w", errStopped, err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
@@ -42,7 +41,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	// Counters start at zero for every label value known in advance, so
 	// that rate() and alerts see a series before the first event.
 	ctx := context.Background()
-	for _, typ := range domain.MessageTypes() {
+	for _, typ := range r.cfg.MessageTypes {
 		attrs := metric.WithAttributes(messaging.AttrMessageType.String(typ))
 		m.published.Add(ctx, 0, attrs)
 		m.unroutable.Add(ctx, 0, attrs)
@@ -112,7 +111,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		}
 		// Every known type is reported, at zero when it has no rows.
 		counts := map[string]map[string]int64{"PENDING": {}, "PUBLISHING": {}, "FAILED": {}}
-		for _, typ := range domain.MessageTypes() {
+		for _, typ := range r.cfg.MessageTypes {
 			for status := range counts {
 				counts[status][typ] = 0
 			}

@@ -10,21 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
 )
-
-// Deps is what a relay runs on.
-type Deps struct {
-	Pool           *pgxpool.Pool
-	AMQPURL        string
-	Logger         *slog.Logger
-	MeterProvider  metric.MeterProvider
-	TracerProvider trace.TracerProvider // default: the global one
-}
 
 // Relay publishes committed outbox rows. Run several at once if you like:
 // claims never overlap (SKIP LOCKED) and a dead relay's rows come back
@@ -39,19 +29,15 @@ type Relay struct {
 
 	wake      chan struct{} // a rows-may-be-due signal; holds at most one
 	connected atomic.Bool   // a confirm channel is open
-	inFlight  atomic.Int64
-
-	// beforeMark, when set (tests only), runs after the broker confirmed a
-	// batch and before its rows are marked. An error stops the relay right
-	// there, as a crash would.
-	beforeMark func([]Claim) error
+	inFlight  atomic.Int64  // published, not yet confirmed
 }
 
-// errStopped ends Run on a beforeMark error: the test's stand-in for a crash.
+// errStopped ends Run when Faults.BeforeMark fails: a test's stand-in for a
+// crash.
 var errStopped = errors.New("relay stopped before marking confirmed rows")
 
 // NewRelay returns a relay; Run starts it.
-func NewRelay(cfg Config, deps Deps) (*Relay, error) {
+func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
@@ -90,8 +76,12 @@ func (r *Relay) Ready(ctx context.Context) error {
 // Run publishes until ctx ends, then stops claiming, waits up to
 // ShutdownTimeout for the confirms of what it published, marks those rows,
 // and hands the rest back. Lost broker connections are re-established with
-// backoff; nothing claimed is lost meanwhile (its rows are marked failed
-// and retried, or recovered when their lease ends).
+// backoff; nothing claimed is lost meanwhile (its rows are handed back, or
+// recovered when their lease ends).
+//
+// Its goroutines: listen (LISTEN/NOTIFY wakes the claim loop), maintain
+// (the poll tick, lease recovery, retention), and one session per broker
+// connection (session.go), which runs the publishing pipeline.
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -104,11 +94,11 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.InfoContext(ctx, "relay starting", slog.Int("batch_size", r.cfg.BatchSize),
 		slog.Int("max_in_flight", r.cfg.MaxInFlight), slog.Bool("notify", !r.cfg.NotifyOff))
-	var crashed error // a test's stand-in for a crash (beforeMark) ends the relay
+	var crashed error // Faults.BeforeMark stands in for a crash: it ends the relay
 	background.Reconnect{
 		What: "broker session", Base: 500 * time.Millisecond, MaxDelay: 30 * time.Second, Logger: r.log,
 		Session: func(ctx context.Context) error {
-			err := r.session(ctx)
+			err := newSession(r).run(ctx)
 			if errors.Is(err, errStopped) {
 				crashed = err
 				cancel()

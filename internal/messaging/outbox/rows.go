@@ -13,7 +13,6 @@ import (
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
-	"github.com/yourorg/orders/internal/store"
 )
 
 // The relay's side of the outbox table: claim rows, then mark each one by
@@ -58,7 +57,7 @@ func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int,
 		Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim outbox rows: %w", store.Translate(err))
+		return nil, fmt.Errorf("claim outbox rows: %w", database.Translate(err))
 	}
 	out := make([]Row, len(rows))
 	for i, r := range rows {
@@ -169,7 +168,7 @@ func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Mark
 	row, err := queries.MarkOutbox(ctx, db, p)
 	if err != nil {
 		return Marked{}, fmt.Errorf("mark %d outbox rows (%d published, %d refused, %d released): %w",
-			n, len(m.Published), len(m.Refused), len(m.Released), store.Translate(err))
+			n, len(m.Published), len(m.Refused), len(m.Released), database.Translate(err))
 	}
 	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
@@ -179,7 +178,7 @@ func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Mark
 func RecoverExpiredClaims(ctx context.Context, db database.DBTX, maxAttempts int) (int64, error) {
 	n, err := queries.RecoverExpiredOutboxClaims(ctx, db, int32(maxAttempts))
 	if err != nil {
-		return 0, fmt.Errorf("recover expired outbox claims: %w", store.Translate(err))
+		return 0, fmt.Errorf("recover expired outbox claims: %w", database.Translate(err))
 	}
 	return n, nil
 }
@@ -191,7 +190,7 @@ func DeletePublished(ctx context.Context, db database.DBTX, retention time.Durat
 		RetentionSeconds: retention.Seconds(), MaxRows: int32(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("delete published outbox rows: %w", store.Translate(err))
+		return 0, fmt.Errorf("delete published outbox rows: %w", database.Translate(err))
 	}
 	return n, nil
 }
@@ -209,7 +208,7 @@ type Stat struct {
 func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 	rows, err := queries.OutboxStats(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("outbox stats: %w", store.Translate(err))
+		return nil, fmt.Errorf("outbox stats: %w", database.Translate(err))
 	}
 	out := make([]Stat, len(rows))
 	for i, r := range rows {
@@ -236,7 +235,7 @@ func RetryFailed(ctx context.Context, db database.DBTX, ids []uuid.UUID, message
 		OutboxIds: ids, MessageType: database.NilIfEmpty(messageType),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("retry failed outbox rows: %w", store.Translate(err))
+		return nil, fmt.Errorf("retry failed outbox rows: %w", database.Translate(err))
 	}
 	out := make([]Retried, len(rows))
 	for i, r := range rows {

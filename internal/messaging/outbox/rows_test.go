@@ -6,17 +6,17 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 func enqueue(t *testing.T, b *relayBundle, n int) []uuid.UUID {
 	t.Helper()
-	msgs := make([]domain.Message, n)
+	msgs := make([]messaging.Message, n)
 	for i := range msgs {
-		msgs[i] = domain.OrderCancelledV1{ID: uuid.New()}
+		msgs[i] = testMessage{Type: typeCancelled, ID: uuid.New()}
 	}
-	ids, err := writer.Write(b.ctx, b.pool, domain.Cause{}, msgs...)
+	ids, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, msgs...)
 	if err != nil {
 		t.Fatal(err)
 	}

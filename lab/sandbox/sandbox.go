@@ -1,9 +1,9 @@
 // Package sandbox runs the whole flow as processes on a database and a
-// RabbitMQ vhost of its own, for the commands that drive the real binaries
-// against the local servers: cmd/bench-flow (what an order costs) and
-// cmd/soak (what failures do to the promise). It builds the binaries from
-// this checkout, names and removes the database and the vhost, and starts
-// and stops the processes.
+// RabbitMQ vhost of its own, for the lab's commands that drive the real
+// binaries against the local servers: lab/bench-flow (what an order costs)
+// and lab/soak (what failures do to the promise). It builds the binaries
+// from this checkout, names and removes the database and the vhost, and
+// starts and stops the processes.
 package sandbox
 
 import (
@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,16 +27,17 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Build compiles the commands named (folders of cmd/) into dir, from the
-// module of the working directory.
-func Build(ctx context.Context, dir string, binaries ...string) error {
+// Build compiles the commands in the folders named (relative to the
+// module's root: "cmd/order-api", "lab/loadgen") into dir, each binary
+// named after its folder, from the module of the working directory.
+func Build(ctx context.Context, dir string, folders ...string) error {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
 		return fmt.Errorf("run inside the repository (go env GOMOD: %q): %w", gomod, err)
 	}
 	args := []string{"build", "-o", dir + "/"}
-	for _, b := range binaries {
-		args = append(args, "./cmd/"+b)
+	for _, f := range folders {
+		args = append(args, "./"+path.Clean(f))
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))

@@ -1,12 +1,12 @@
-// Package inboxtest runs consumers in a test, against the real PostgreSQL
+// Package consumertest runs consumers in a test, against the real PostgreSQL
 // and RabbitMQ, on a database and a vhost of the test's own: the kit for a
 // consumer's tests (docs/extending.md).
 //
-//	h := inboxtest.Start(t, shipping.New())
+//	h := consumertest.Start(t, shipping.New())
 //	id := h.Deliver(domain.OrderFulfilledV1{ID: orderID})
 //	row := h.WaitDone(shipping.Name, id) // PROCESSED, or parked
 //	h.Redeliver(id)                     // the same message again: a duplicate
-package inboxtest
+package consumertest
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -46,7 +47,9 @@ type Harness struct {
 // processing lease.
 func Config() inbox.Config {
 	return inbox.Config{
-		Prefetch: 8, Workers: 4, MaxAttempts: 3,
+		Exchange:  domain.EventsExchange,
+		FollowUps: outbox.Writer{Producer: "order-consumer", AggregateType: domain.AggregateOrder},
+		Prefetch:  8, Workers: 4, MaxAttempts: 3,
 		RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 		DeliveryLimit:   5,
 		ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
@@ -75,13 +78,20 @@ func Start(t testing.TB, consumers ...*inbox.Consumer) *Harness {
 // test ends; Run returns when they are consuming.
 func (h *Harness) Run(cfg inbox.Config, dbURL string, metrics *testenv.Metrics, consumers ...*inbox.Consumer) *inbox.Consumers {
 	h.T.Helper()
+	return h.RunOn(cfg, dbURL, h.AMQPURL, metrics, consumers...)
+}
+
+// RunOn is Run with the consumers connecting to amqpURL (the harness's
+// vhost, or a proxy in front of it).
+func (h *Harness) RunOn(cfg inbox.Config, dbURL, amqpURL string, metrics *testenv.Metrics, consumers ...*inbox.Consumer) *inbox.Consumers {
+	h.T.Helper()
 	pool, err := database.NewPool(h.Ctx, database.PoolConfig{URL: dbURL, AppName: "consumers-under-test"})
 	if err != nil {
 		h.T.Fatal(err)
 	}
 	h.T.Cleanup(pool.Close)
-	cs, err := inbox.NewConsumers(cfg, inbox.Deps{
-		Pool: pool, AMQPURL: h.AMQPURL, Logger: testenv.Logger(), MeterProvider: metrics.Provider,
+	cs, err := inbox.NewConsumers(cfg, messaging.Deps{
+		Pool: pool, AMQPURL: amqpURL, Logger: testenv.Logger(), MeterProvider: metrics.Provider,
 	}, consumers...)
 	if err != nil {
 		h.T.Fatal(err)
@@ -158,7 +168,7 @@ func (h *Harness) WaitDone(consumer, id string) inbox.Row {
 	testenv.WaitFor(h.T, 15*time.Second, fmt.Sprintf("%s to be done with %s", consumer, id), func() bool {
 		var err error
 		row, err = inbox.Get(h.Ctx, h.Pool, consumer, id)
-		if err != nil && !errors.Is(err, domain.ErrNotFound) {
+		if err != nil && !errors.Is(err, database.ErrNotFound) {
 			h.T.Fatal(err)
 		}
 		return row.Status == inbox.StatusProcessed || row.Status == inbox.StatusPermanentFailed || row.Status == inbox.StatusPoisoned

@@ -8,7 +8,7 @@
 // seconds per 1,000 finished orders of each process, of PostgreSQL and of
 // RabbitMQ.
 //
-//	go run ./cmd/bench-flow -rates 50,100,150 -duration 20s   # or: make bench/flow
+//	go run ./lab/bench-flow -rates 50,100,150 -duration 20s   # or: make bench/flow
 //
 // The servers are those of DATABASE_URL and AMQP_URL (by default the local
 // ones); the vhost is made through RabbitMQ's management API, or
@@ -52,7 +52,7 @@ import (
 	"time"
 
 	"github.com/yourorg/orders/internal/auth"
-	"github.com/yourorg/orders/internal/sandbox"
+	"github.com/yourorg/orders/lab/sandbox"
 )
 
 func main() {
@@ -67,8 +67,9 @@ func main() {
 	}
 }
 
-// binaries are the commands bench-flow builds from this checkout.
-var binaries = []string{"order-api", "outbox-relay", "order-consumer", "loadgen"}
+// binaries are the commands bench-flow builds from this checkout: the
+// service's, and the lab's load generator.
+var binaries = []string{"cmd/order-api", "cmd/outbox-relay", "cmd/order-consumer", "lab/loadgen"}
 
 // config is what the flags and the environment set.
 type config struct {

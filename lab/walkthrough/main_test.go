@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -166,6 +167,112 @@ func TestSendsItsTokenAndSaysWhenRefused(t *testing.T) {
 		}
 		if got := strings.Contains(err.Error(), "answers 401: it needs an operator's token (API_TOKEN"); got != refused {
 			t.Errorf("API_TOKEN=%q: refusal named %v, want %v:\n%v", token, got, refused, err)
+		}
+	}
+}
+
+// Under docker compose the walkthrough runs inside the network: it reaches
+// the web UIs by their service names, and the links it prints must be the
+// ports published on the reader's machine. It checks at the one address
+// and prints the other; without the browser addresses (make dev) both are
+// the same.
+func TestChecksInsideTheNetworkAndLinksForTheBrowser(t *testing.T) {
+	t.Parallel()
+	up := func() string {
+		srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	closed := "http://" + testenv.FreeAddr(t) // nothing listens there
+	inside := map[string]string{"API_URL": "http://order-api:8080", "JAEGER_URL": up(), "RABBITMQ_UI_URL": up(), "GRAFANA_URL": up()}
+	browser := map[string]string{"API_BROWSER_URL": "http://localhost:18080", "JAEGER_BROWSER_URL": closed + "/jaeger",
+		"RABBITMQ_UI_BROWSER_URL": closed + "/rabbitmq", "GRAFANA_BROWSER_URL": closed + "/grafana"}
+	env := func(vars ...map[string]string) func(name, def string) string {
+		return func(name, def string) string {
+			for _, m := range vars {
+				if v, ok := m[name]; ok {
+					return v
+				}
+			}
+			return def
+		}
+	}
+
+	s := &system{cfg: configFrom(env(inside, browser)), http: http.DefaultClient}
+	s.lookForUIs(t.Context())
+	if !s.jaeger || !s.rabbitUI || !s.grafana {
+		t.Fatalf("UIs answering at JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL found: jaeger %v, RabbitMQ %v, Grafana %v (absent: %s)",
+			s.jaeger, s.rabbitUI, s.grafana, s.absentUIs())
+	}
+	hints := strings.Join([]string{s.timelineHint("o-1"), s.traceHint("t-1", "x"), s.queuesHint("x"), s.grafanaHint("p", "m")}, "\n")
+	for _, want := range []string{"http://localhost:18080/ui/orders/o-1", closed + "/jaeger/trace/t-1", closed + "/rabbitmq/#/queues", closed + "/grafana"} {
+		if !strings.Contains(hints, want) {
+			t.Errorf("the hints do not link %s:\n%s", want, hints)
+		}
+	}
+	for _, name := range []string{"API_URL", "JAEGER_URL", "RABBITMQ_UI_URL", "GRAFANA_URL"} {
+		if strings.Contains(hints, inside[name]) {
+			t.Errorf("the hints link %s's %s, an address inside the network:\n%s", name, inside[name], hints)
+		}
+	}
+
+	// The browser's addresses answering is not the walkthrough reaching
+	// the UIs: it checks where it reaches them.
+	swapped := map[string]string{"JAEGER_URL": closed, "RABBITMQ_UI_URL": closed, "GRAFANA_URL": closed,
+		"JAEGER_BROWSER_URL": up(), "RABBITMQ_UI_BROWSER_URL": up(), "GRAFANA_BROWSER_URL": up()}
+	s = &system{cfg: configFrom(env(swapped)), http: http.DefaultClient}
+	s.lookForUIs(t.Context())
+	if s.jaeger || s.rabbitUI || s.grafana {
+		t.Errorf("UIs found at the browser's addresses, not the walkthrough's: jaeger %v, RabbitMQ %v, Grafana %v", s.jaeger, s.rabbitUI, s.grafana)
+	}
+
+	// make dev: one address for both.
+	cfg := configFrom(env(inside))
+	for name, got := range map[string]string{"API_URL": cfg.APIBrowserURL, "JAEGER_URL": cfg.JaegerBrowserURL,
+		"RABBITMQ_UI_URL": cfg.RabbitUIBrowserURL, "GRAFANA_URL": cfg.GrafanaBrowserURL} {
+		if got != inside[name] {
+			t.Errorf("without a browser address, the links use %q, want %s's %q", got, name, inside[name])
+		}
+	}
+}
+
+// The demo compose stack's walkthrough service sets both: the services'
+// names for the walkthrough, localhost for the browser
+// (deploy/compose_test.go checks the ports against those compose publishes).
+func TestComposeSeparatesTheWalkthroughsAddressesFromTheBrowsers(t *testing.T) {
+	t.Parallel()
+	p := testenv.Compose(t, testenv.ComposeFile, testenv.DemoComposeFile)
+	services := testenv.ComposeServicesOf(p, "walkthrough")
+	if len(services) == 0 {
+		t.Fatal("no walkthrough service in the demo stack")
+	}
+	for _, svc := range services {
+		cfg := configFrom(func(name, def string) string {
+			if v := svc.Environment[name]; v != nil {
+				return *v
+			}
+			return def
+		})
+		for _, pair := range []struct{ name, inside, browser string }{
+			{"API", cfg.APIURL, cfg.APIBrowserURL},
+			{"JAEGER", cfg.JaegerURL, cfg.JaegerBrowserURL},
+			{"RABBITMQ_UI", cfg.RabbitUIURL, cfg.RabbitUIBrowserURL},
+			{"GRAFANA", cfg.GrafanaURL, cfg.GrafanaBrowserURL},
+		} {
+			in, err := url.Parse(pair.inside)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := p.Services[in.Hostname()]; !ok {
+				t.Errorf("service %s: %s_URL %s is not a service of the compose network: the walkthrough would look in its own container", svc.Name, pair.name, pair.inside)
+			}
+			out, err := url.Parse(pair.browser)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := out.Hostname(); h != "localhost" && h != "127.0.0.1" {
+				t.Errorf("service %s: the links for %s go to %s, which a browser on this machine cannot reach (set %s_BROWSER_URL)", svc.Name, pair.name, pair.browser, pair.name)
+			}
 		}
 	}
 }

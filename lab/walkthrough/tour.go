@@ -204,12 +204,13 @@ func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 		trace = inbox[0][5]
 	}
 	n.look(
-		fmt.Sprintf("the order's timeline %s/ui/orders/%s : every hop above in time order, and the trace id", s.cfg.APIURL, o.ID),
+		s.timelineHint(o.ID),
 		s.traceHint(trace, "POST /v1/orders, each relay publish, each consumer process, the SQL, one trace"),
 		s.queuesHint("orders.fulfillment, orders.warehouse, orders.notification, their .retry.* and .dlq"),
 		s.grafanaHint("the dashboard \"Order service: outbox and inbox\"", "consumer_messages_processed_total"),
 		"psql (make psql): SELECT * FROM order_state_transition WHERE order_id = '"+o.ID+"';",
-		"orderctl order "+o.ID+" : all of the above in one timeline (from a checkout: make ctl ARGS='order "+o.ID+"')",
+		"orderctl order "+o.ID+" : all of the above in one timeline (from a checkout: make ctl ARGS='order "+o.ID+"';\n"+
+			"  with docker compose: docker compose run --rm orderctl order "+o.ID+")",
 	)
 	return nil
 }
@@ -645,14 +646,19 @@ func (s *system) absentUIs() string {
 	return strings.Join(absent, ", ")
 }
 
+// timelineHint points the browser to the order's timeline page.
+func (s *system) timelineHint(orderID string) string {
+	return fmt.Sprintf("the order's timeline %s/ui/orders/%s : every hop above in time order, and the trace id", s.cfg.APIBrowserURL, orderID)
+}
+
 // traceHint points to a trace in Jaeger, or, without Jaeger, to the
 // order timeline page and the console exporter.
 func (s *system) traceHint(traceID, what string) string {
 	if s.jaeger {
 		if traceID == "" {
-			return "Jaeger " + s.cfg.JaegerURL + " : " + what
+			return "Jaeger " + s.cfg.JaegerBrowserURL + " : " + what
 		}
-		return fmt.Sprintf("Jaeger %s/trace/%s : %s", s.cfg.JaegerURL, traceID, what)
+		return fmt.Sprintf("Jaeger %s/trace/%s : %s", s.cfg.JaegerBrowserURL, traceID, what)
 	}
 	return "no Jaeger: the timeline page names the trace id; OTEL_TRACES_EXPORTER=console make dev prints the spans in the logs"
 }
@@ -661,7 +667,7 @@ func (s *system) traceHint(traceID, what string) string {
 // it, to rabbitmqctl.
 func (s *system) queuesHint(what string) string {
 	if s.rabbitUI {
-		return fmt.Sprintf("RabbitMQ %s/#/queues : %s", s.cfg.RabbitUIURL, what)
+		return fmt.Sprintf("RabbitMQ %s/#/queues : %s", s.cfg.RabbitUIBrowserURL, what)
 	}
 	vhost := "/"
 	if uri, err := amqp.ParseURI(s.cfg.AMQPURL); err == nil {
@@ -675,7 +681,7 @@ func (s *system) queuesHint(what string) string {
 // metric on the consumer's /metrics.
 func (s *system) grafanaHint(panel, metric string) string {
 	if s.grafana {
-		return fmt.Sprintf("Grafana %s : %s", s.cfg.GrafanaURL, panel)
+		return fmt.Sprintf("Grafana %s : %s", s.cfg.GrafanaBrowserURL, panel)
 	}
 	return fmt.Sprintf("no Grafana: %s on %s/metrics", metric, s.cfg.ConsumerAdminURL)
 }

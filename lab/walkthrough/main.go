@@ -28,7 +28,13 @@
 //	WEBHOOK_RECEIVER_URL  webhook receiver; "" skips  (http://127.0.0.1:8090)
 //	DATABASE_URL          PostgreSQL, only read       (postgres://orders_operator:operator-dev@127.0.0.1:5432/orders)
 //	AMQP_URL              RabbitMQ                    (amqp://guest:guest@127.0.0.1:5672/)
-//	JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL          where the hints point
+//	JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL          the web UIs, checked to choose the hints
+//	                      (http://localhost:16686, :15672, :3000)
+//	API_BROWSER_URL, JAEGER_BROWSER_URL, RABBITMQ_UI_BROWSER_URL, GRAFANA_BROWSER_URL
+//	                      where the links it prints send your browser, when that is not where
+//	                      the walkthrough itself reaches them (default: API_URL, JAEGER_URL, ...);
+//	                      in the demo compose stack, the walkthrough reaches the services by
+//	                      their names inside the network and your browser their published ports
 //	API_TOKEN             order-api's bearer token    (an operator's: it creates, reads and cancels orders)
 //	API_JWT_SECRET        without API_TOKEN, mint an operator token with the API's development secret
 //	                      (make walkthrough and the demo stack pass the secret of make dev and compose)
@@ -57,7 +63,10 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox"
 )
 
-// Config is where the running system is.
+// Config is where the running system is. The walkthrough reaches each
+// part at its ...URL; the links it prints for the reader's browser use the
+// Browser ones, which differ when the walkthrough runs inside the compose
+// network (order-api:8080 there, localhost:8080 in the browser).
 type Config struct {
 	APIURL           string
 	APIToken         string // sent to order-api as a bearer token
@@ -68,8 +77,13 @@ type Config struct {
 	JaegerURL        string
 	RabbitUIURL      string
 	GrafanaURL       string
-	Timeout          time.Duration
-	Yes              bool
+	// The same for the reader's browser: the timeline page and the UIs.
+	APIBrowserURL      string
+	JaegerBrowserURL   string
+	RabbitUIBrowserURL string
+	GrafanaBrowserURL  string
+	Timeout            time.Duration
+	Yes                bool
 }
 
 func main() {
@@ -97,18 +111,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		}
 		return def
 	}
-	cfg := Config{
-		APIURL:           env("API_URL", "http://127.0.0.1:8080"),
-		ConsumerAdminURL: env("CONSUMER_ADMIN_URL", "http://127.0.0.1:9102"),
-		WebhookURL:       env("WEBHOOK_RECEIVER_URL", "http://127.0.0.1:8090"),
-		// The password is the one of docker compose; the local trust
-		// authentication of make dev ignores it.
-		DatabaseURL: env("DATABASE_URL", "postgres://orders_operator:operator-dev@127.0.0.1:5432/orders?sslmode=disable"),
-		AMQPURL:     env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-		JaegerURL:   env("JAEGER_URL", "http://localhost:16686"),
-		RabbitUIURL: env("RABBITMQ_UI_URL", "http://localhost:15672"),
-		GrafanaURL:  env("GRAFANA_URL", "http://localhost:3000"),
-	}
+	cfg := configFrom(env)
 	var err error
 	if cfg.APIToken, err = auth.ClientToken(func(name string) string { return env(name, "") }); err != nil {
 		return err
@@ -134,6 +137,29 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		n.in = bufio.NewReader(stdin)
 	}
 	return tour(ctx, sys, n)
+}
+
+// configFrom reads the addresses from env (a variable's value, else def):
+// by default those of make dev, where the walkthrough and the browser
+// reach everything at the same address.
+func configFrom(env func(name, def string) string) Config {
+	cfg := Config{
+		APIURL:           env("API_URL", "http://127.0.0.1:8080"),
+		ConsumerAdminURL: env("CONSUMER_ADMIN_URL", "http://127.0.0.1:9102"),
+		WebhookURL:       env("WEBHOOK_RECEIVER_URL", "http://127.0.0.1:8090"),
+		// The password is the one of docker compose; the local trust
+		// authentication of make dev ignores it.
+		DatabaseURL: env("DATABASE_URL", "postgres://orders_operator:operator-dev@127.0.0.1:5432/orders?sslmode=disable"),
+		AMQPURL:     env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		JaegerURL:   env("JAEGER_URL", "http://localhost:16686"),
+		RabbitUIURL: env("RABBITMQ_UI_URL", "http://localhost:15672"),
+		GrafanaURL:  env("GRAFANA_URL", "http://localhost:3000"),
+	}
+	cfg.APIBrowserURL = env("API_BROWSER_URL", cfg.APIURL)
+	cfg.JaegerBrowserURL = env("JAEGER_BROWSER_URL", cfg.JaegerURL)
+	cfg.RabbitUIBrowserURL = env("RABBITMQ_UI_BROWSER_URL", cfg.RabbitUIURL)
+	cfg.GrafanaBrowserURL = env("GRAFANA_BROWSER_URL", cfg.GrafanaURL)
+	return cfg
 }
 
 // connect checks, before step 1, that the walkthrough sees the whole
@@ -201,8 +227,15 @@ func connect(ctx context.Context, cfg Config) (*system, error) {
 			strings.Join(missing, "\n  - "), hint)
 	}
 	s.where = fmt.Sprintf("order-api %s, order-consumer %s,\nPostgreSQL %s, RabbitMQ %s", cfg.APIURL, cfg.ConsumerAdminURL, dbName, vhostName)
-	s.jaeger, s.rabbitUI, s.grafana = s.answers(ctx, cfg.JaegerURL), s.answers(ctx, cfg.RabbitUIURL), s.answers(ctx, cfg.GrafanaURL)
+	s.lookForUIs(ctx)
 	return s, nil
+}
+
+// lookForUIs finds out which of Jaeger, the RabbitMQ management UI and
+// Grafana answer where the walkthrough reaches them (JAEGER_URL, ...): the
+// hints then send the browser to them (JAEGER_BROWSER_URL, ...).
+func (s *system) lookForUIs(ctx context.Context) {
+	s.jaeger, s.rabbitUI, s.grafana = s.answers(ctx, s.cfg.JaegerURL), s.answers(ctx, s.cfg.RabbitUIURL), s.answers(ctx, s.cfg.GrafanaURL)
 }
 
 // checkDatabase says what is wrong with the database for the walkthrough,

@@ -21,7 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/yourorg/orders/internal/auth"
-	"github.com/yourorg/orders/internal/sandbox"
+	"github.com/yourorg/orders/lab/sandbox"
 )
 
 // system is the flow the soak runs: the processes, the proxies in front of

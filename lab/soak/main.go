@@ -2,7 +2,7 @@
 // then checks the promise of the project: no committed order change lost,
 // no effect applied twice, no order stuck.
 //
-//	go run ./cmd/soak -duration 10m     # or: make soak (SOAK_DURATION=10m)
+//	go run ./lab/soak -duration 10m     # or: make soak (SOAK_DURATION=10m)
 //
 // It builds order-api, outbox-relay and order-consumer from this checkout,
 // creates a fresh database and RabbitMQ vhost on the servers of
@@ -47,7 +47,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/yourorg/orders/internal/sandbox"
+	"github.com/yourorg/orders/lab/sandbox"
 )
 
 func main() {
@@ -129,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	// Build.
 	logf("building order-api, outbox-relay and order-consumer from this checkout")
-	if err := sandbox.Build(ctx, dir, "order-api", "outbox-relay", "order-consumer"); err != nil {
+	if err := sandbox.Build(ctx, dir, "cmd/order-api", "cmd/outbox-relay", "cmd/order-consumer"); err != nil {
 		return err
 	}
 	vhosts, err := sandbox.NewVhostAdmin(ctx, cfg.amqpURL, getenv("RABBITMQ_MANAGEMENT_URL"))

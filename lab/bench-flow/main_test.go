@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/sandbox"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/lab/sandbox"
 )
 
 // bench-flow end to end at a low rate: it builds, starts the flow on a

@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
@@ -66,7 +67,7 @@ func TestCreatesTheUsers(t *testing.T) {
 		}
 		ch, err := conn.Channel()
 		if err == nil {
-			err = messaging.DeclareExchange(ch)
+			err = messaging.DeclareExchange(ch, domain.EventsExchange)
 		}
 		if allowed := user == rabbitadmin.RelayUser || user == rabbitadmin.ConsumerUser; (err == nil) != allowed {
 			t.Errorf("%s declares orders.events: %v, want allowed %v", user, err, allowed)
