@@ -310,6 +310,7 @@ func headersSchema() omap {
 			{inbox.HeaderParkedAttempts, integer("In a parking lot: the attempts made.")},
 			{inbox.HeaderParkedAt, omap{{"type", "string"}, {"format", "date-time"}, {"description", "In a parking lot: when it was parked."}}},
 			{inbox.HeaderParkedFromQueue, str("In a parking lot: the work queue it came from.")},
+			{inbox.HeaderParkedAggregateID, str("In a parking lot: the order the message is about, when its payload could be read.")},
 			{inbox.HeaderOriginalKey, str("In a parking lot: the routing key it was first published with.")},
 			{inbox.HeaderReplayedAt, omap{{"type", "string"}, {"format", "date-time"}, {"description", "After a replay from the parking lot: when."}}},
 			{inbox.HeaderReplayCount, integer("After a replay from the parking lot: how many times it was replayed.")},

@@ -119,7 +119,7 @@ func TestAsyncAPIQueuesAreTheDeclaredOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range consumer.All(consumer.Deps{}) {
-		topology := inbox.Topology{Consumer: c.Name(), Types: c.Types(), RetryDelays: q.RetryDelays, DeliveryLimit: q.DeliveryLimit}
+		topology := inbox.Topology{Consumer: c.Name(), Exchange: domain.EventsExchange, Types: c.Types(), RetryDelays: q.RetryDelays, DeliveryLimit: q.DeliveryLimit}
 		if err := topology.Declare(ch); err != nil {
 			t.Fatal(err)
 		}
