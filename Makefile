@@ -81,9 +81,10 @@ lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minut
 	$(TOOL) golangci-lint run $(PKGS)
 
 .PHONY: generate
-generate: ## regenerate the sqlc code (store, outbox, inbox queries) and docs/catalog.md
+generate: ## regenerate the sqlc code (store, outbox, inbox queries), docs/catalog.md and api/asyncapi.yaml
 	$(TOOL) sqlc generate
 	$(GO) run ./cmd/order-consumer catalog > docs/catalog.md
+	$(GO) run ./cmd/order-consumer asyncapi > api/asyncapi.yaml
 
 .PHONY: migrate
 migrate: ## create the database if needed and apply the migrations (DATABASE_URL)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
@@ -22,8 +21,6 @@ import (
 )
 
 func init() {
-	// The pages of /ui/ are described in openapi.yaml as text/html strings.
-	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
 	// As telemetry.Setup does in each binary: a request's traceparent
 	// becomes the trace of the outbox rows it writes.
 	otel.SetTextMapPropagator(propagation.TraceContext{})
