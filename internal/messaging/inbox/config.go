@@ -67,6 +67,14 @@ type Config struct {
 	// topology exists whichever consumer processes run, and a message
 	// published while one of them is down still reaches its queue.
 	AlsoDeclare []*Consumer
+	// ValidateBody, when set, checks a delivery's body against the schema
+	// of its type and version before it is decoded (the service's message
+	// contract: the inbox knows no schemas). A body it refuses is parked at
+	// once with reason code schema_violation and its error as the reason,
+	// which should say where the body breaks the schema. It runs only for a
+	// (type, version) the consumer has a handler for. Nil checks nothing
+	// beyond the handler's own decoding.
+	ValidateBody func(typ string, version int, body []byte) error
 	// Faults, when set, injects failures (tests, drills). Nil in production.
 	Faults Faults
 }

@@ -76,7 +76,9 @@ func Wait[M messaging.Message](c *Consumer, d time.Duration) {
 // A body is decoded as one JSON value into M (unknown fields are ignored:
 // a newer producer may add optional ones); when M has a method Validate()
 // error, a body it refuses is malformed. Either way the message is parked
-// as malformed_message, with the reason.
+// as malformed_message, with the reason. Before that, Config.ValidateBody,
+// when set, checks the body against the schema of its type and version; a
+// body that breaks it is parked as schema_violation.
 //
 // Registering a type twice on one consumer is a programming error: Handle
 // panics, at start-up.

@@ -422,11 +422,15 @@ func TestAttemptsExhaustedPoisonsAndParks(t *testing.T) {
 }
 
 // Poison messages are parked with their reason at once, and the messages
-// around them flow.
+// around them flow. A body that breaks the schema of its type is parked as
+// schema_violation with the validator's words; the validator is asked
+// only about the (type, version)s the consumer has a handler for.
 func TestPoisonMessagesAreParkedAndTheQueueFlows(t *testing.T) {
 	t.Parallel()
 	b := setupConsumer(t)
-	b.start(testConsumerConfig(), b.amqpURL, nil)
+	cfg := testConsumerConfig()
+	cfg.ValidateBody = testSchema
+	b.start(cfg, b.amqpURL, nil)
 	queue := inbox.QueueName(testConsumer)
 
 	badJSON := message()
@@ -445,8 +449,12 @@ func TestPoisonMessagesAreParkedAndTheQueueFlows(t *testing.T) {
 	xml.ContentType = "application/xml"
 	permanent := message()
 	b.handler.set(func(h *effectHandler) { h.permanent = map[string]bool{permanent.MessageId: true} })
+	// An id the decoder reads (uuid.Parse takes the URN form) but the
+	// schema refuses.
+	urn := message()
+	urn.Body = []byte(fmt.Sprintf(`{"id":"urn:uuid:%s"}`, uuid.NewString()))
 
-	poison := []amqp.Publishing{badJSON, unknownType, badVersion, noVersion, noID, noOrder, xml, permanent}
+	poison := []amqp.Publishing{badJSON, unknownType, badVersion, noVersion, noID, noOrder, xml, permanent, urn}
 	var good []amqp.Publishing
 	for _, p := range poison {
 		g := message()
@@ -470,13 +478,17 @@ func TestPoisonMessagesAreParkedAndTheQueueFlows(t *testing.T) {
 				t.Errorf("inbox of parked %s: %+v", p.MessageId, row)
 			}
 		}
+		if reason, _ := p.Headers[inbox.HeaderParkedReason].(string); p.MessageId == urn.MessageId &&
+			reason != "schema_violation: at /id: not a UUID in canonical form" {
+			t.Errorf("parked %s (%s) with reason %q, want the validator's", p.MessageId, code, reason)
+		}
 		// A message whose payload was read names what it is about.
 		if p.MessageId == permanent.MessageId && !bytes.Contains(permanent.Body, []byte(fmt.Sprint(p.Headers[inbox.HeaderParkedAggregateID]))) {
 			t.Errorf("parked %s names aggregate %v, body %s", p.MessageId, p.Headers[inbox.HeaderParkedAggregateID], permanent.Body)
 		}
 	}
 	want := map[string]int{"malformed_message": 3, "unknown_type": 1, "unsupported_version": 1, "missing_version": 1,
-		"missing_message_id": 1, "test_permanent": 1}
+		"missing_message_id": 1, "test_permanent": 1, "schema_violation": 1}
 	if fmt.Sprint(codes) != fmt.Sprint(want) {
 		t.Fatalf("parked codes %v, want %v", codes, want)
 	}

@@ -128,8 +128,9 @@ func (w *worker) process(ctx context.Context, batch []*delivery) {
 	}
 }
 
-// open starts a delivery's span, parses its envelope, finds its handler
-// and decodes its payload.
+// open starts a delivery's span, parses its envelope, finds its handler,
+// checks its body against its schema (Config.ValidateBody) and decodes its
+// payload.
 func (w *worker) open(ctx context.Context, raw amqp.Delivery) *delivery {
 	d := &delivery{raw: raw, start: time.Now()}
 	ctx, d.span = processSpan(ctx, w.tracer, raw, w.topology.Queue(), w.consumer.name)
@@ -139,6 +140,11 @@ func (w *worker) open(ctx context.Context, raw amqp.Delivery) *delivery {
 	}
 	if d.err == nil {
 		d.h, d.err = w.consumer.handlerOf(d.Delivery)
+	}
+	if d.err == nil && w.cfg.ValidateBody != nil {
+		if err := w.cfg.ValidateBody(d.Type, d.Version, raw.Body); err != nil {
+			d.err = Permanent("schema_violation", err)
+		}
 	}
 	if d.err == nil {
 		d.Message, d.err = d.h.decode(raw.Body)
