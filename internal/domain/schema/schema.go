@@ -9,30 +9,40 @@
 // a string of format uuid; unknown fields are allowed, because readers
 // ignore them and a producer may add optional ones (docs/messaging.md).
 // api/asyncapi.yaml publishes the same schemas for other teams; the
-// consumers' decoder is to check every payload against them (Validate)
-// before it decodes it, so that a message that breaks its schema is
-// parked with the reason.
+// order service's consumers check every payload against them (Validate, as
+// inbox.Config.ValidateBody) before they decode it, so that a message that
+// breaks its schema is parked as schema_violation with the place and the
+// reason.
 //
-// domain.DecodeMessage refuses two kinds of payload that the schemas let
-// through, where encoding/json would read them otherwise than JSON Schema
-// does: an integer spelled as a fraction or with an exponent (2.0, 2e0:
-// an integer to JSON Schema, which no schema can tell from 2), and a key
-// that names a field only when case is ignored ("Order_Id": an unknown
-// field to JSON Schema, order_id to encoding/json).
+// The schema and the decoders read the same bytes the same way. Where
+// encoding/json would read a payload otherwise than JSON Schema does, the
+// schema or the decoder refuses it:
+//   - a key that names a field only when case is ignored ("ORDER_ID" beside
+//     order_id: encoding/json reads it into order_id, a case-sensitive
+//     reader ignores it) breaks the schema (exactNames), and
+//     domain.DecodeMessage refuses it too;
+//   - an integer spelled as a fraction or with an exponent (2.0, 2e0) is an
+//     integer to JSON Schema, which no schema can tell from 2; encoding/json
+//     refuses it for a Go integer, so the decoder parks it as
+//     malformed_message: the one payload the schema lets through and a
+//     consumer refuses.
 package schema
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -51,11 +61,18 @@ type Schema struct {
 	Format      string      `json:"format,omitempty"`
 	Minimum     json.Number `json:"minimum,omitempty"`
 	Maximum     json.Number `json:"maximum,omitempty"`
+	Pattern     string      `json:"pattern,omitempty"`
+	Enum        []string    `json:"enum,omitempty"`
 	Properties  Properties  `json:"properties,omitempty"`
 	Required    []string    `json:"required,omitempty"`
-	Items       *Schema     `json:"items,omitempty"`
-	Not         *Schema     `json:"not,omitempty"`
-	Const       any         `json:"const,omitempty"`
+	// PropertyNames, of an object, holds each key to a schema: here, that a
+	// key which names a property when case is ignored names it exactly.
+	PropertyNames *Schema `json:"propertyNames,omitempty"`
+	Items         *Schema `json:"items,omitempty"`
+	Not           *Schema `json:"not,omitempty"`
+	Const         any     `json:"const,omitempty"`
+	If            *Schema `json:"if,omitempty"`
+	Then          *Schema `json:"then,omitempty"`
 }
 
 // Properties are the properties of an object schema, in the order of the
@@ -177,7 +194,51 @@ func object(t reflect.Type, path string) (*Schema, error) {
 			s.Required = append(s.Required, name)
 		}
 	}
+	s.PropertyNames = exactNames(s.Properties)
 	return s, nil
+}
+
+// exactNames is the propertyNames schema of an object with properties ps:
+// a key that matches the name of one of them when case is ignored must be
+// that name. encoding/json matches keys to fields so ("ORDER_ID" fills
+// order_id), a case-sensitive reader takes such a key for an unknown one,
+// and the two would read different payloads from the same bytes; with
+// this, every reader refuses it. Case is ignored as encoding/json ignores
+// it, by Unicode simple folding (so "ſku", with a long s, is "sku"), and
+// the pattern spells each letter's foldings out ("[sSſ][kKK][uU]") rather
+// than use a flag, which JSON Schema's regular expressions do not have.
+func exactNames(ps Properties) *Schema {
+	if len(ps) == 0 {
+		return nil
+	}
+	var names, alternatives []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+		alternatives = append(alternatives, caseless(p.Name))
+	}
+	return &Schema{
+		If:   &Schema{Pattern: "^(?:" + strings.Join(alternatives, "|") + ")$"},
+		Then: &Schema{Enum: names},
+	}
+}
+
+// caseless is a regular expression that matches name in any case: each
+// letter as the class of its simple case foldings.
+func caseless(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		class := []rune{r}
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			class = append(class, f)
+		}
+		if len(class) == 1 {
+			b.WriteString(regexp.QuoteMeta(string(r)))
+			continue
+		}
+		slices.Sort(class)
+		b.WriteString("[" + string(class) + "]")
+	}
+	return b.String()
 }
 
 func hasOption(opts, want string) bool {
@@ -251,7 +312,7 @@ func Validate(typ string, version int, body []byte) error {
 	err = s.Validate(doc)
 	var ve *jsonschema.ValidationError
 	if errors.As(err, &ve) {
-		return fmt.Errorf("%w: %s v%d does not match its schema: %s", domain.ErrMalformedMessage, typ, version, violations(ve))
+		return fmt.Errorf("%w: %s v%d does not match its schema: %s", domain.ErrMalformedMessage, typ, version, violations(ve, doc))
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %s v%d: %w", domain.ErrMalformedMessage, typ, version, err)
@@ -260,8 +321,8 @@ func Validate(typ string, version int, body []byte) error {
 }
 
 // violations lists the innermost failures of ve, each with the place in
-// the payload where it is, on one line, sorted.
-func violations(ve *jsonschema.ValidationError) string {
+// the payload doc where it is, on one line, sorted.
+func violations(ve *jsonschema.ValidationError, doc any) string {
 	units := ve.BasicOutput().Errors
 	var out []string
 	for i, u := range units {
@@ -285,11 +346,89 @@ func violations(ve *jsonschema.ValidationError) string {
 			at = "/"
 		}
 		what := u.Error.String()
-		if _, ok := u.Error.Kind.(*kind.Not); ok {
+		switch k := u.Error.Kind.(type) {
+		case *kind.Not:
 			what = "the nil UUID is no id" // the only "not" of the schemas (of)
+		case *kind.PropertyNames:
+			// The only propertyNames of the schemas (exactNames): its
+			// enum names the property the key was meant for. The
+			// validator's instance location of a key is not to be
+			// trusted (it shares the slice it keeps appending to), so
+			// the key is looked for where the keyword says.
+			what = fmt.Sprintf("key %q is %q in another case: keys are case-sensitive", k.Property, meant(units[i+1:], k.Property))
+			for _, at := range holding(doc, u.KeywordLocation, k.Property) {
+				out = append(out, fmt.Sprintf("at %s: %s", at, what))
+			}
+			continue
+		default:
+			if strings.Contains(u.KeywordLocation, "/propertyNames/") {
+				continue // the failure of a key, which its parent unit says
+			}
 		}
 		out = append(out, fmt.Sprintf("at %s: %s", at, what))
 	}
 	slices.Sort(out) // the validator's order varies from run to run
-	return strings.Join(out, "; ")
+	return strings.Join(slices.Compact(out), "; ")
+}
+
+// holding lists the places in doc of the objects that have key and that
+// the propertyNames keyword at keywordLocation applies to
+// ("/properties/items/items/propertyNames/...": each element of items).
+func holding(doc any, keywordLocation, key string) []string {
+	type node struct {
+		at string
+		v  any
+	}
+	nodes := []node{{"", doc}}
+	tokens := strings.Split(strings.TrimPrefix(keywordLocation, "/"), "/")
+	for i := 0; i < len(tokens) && tokens[i] != "propertyNames"; i++ {
+		var next []node
+		for _, n := range nodes {
+			switch tokens[i] {
+			case "properties":
+				if obj, ok := n.v.(map[string]any); ok && i+1 < len(tokens) {
+					if v, ok := obj[tokens[i+1]]; ok {
+						next = append(next, node{n.at + "/" + tokens[i+1], v})
+					}
+				}
+			case "items":
+				if arr, ok := n.v.([]any); ok {
+					for j, v := range arr {
+						next = append(next, node{fmt.Sprintf("%s/%d", n.at, j), v})
+					}
+				}
+			}
+		}
+		if tokens[i] == "properties" {
+			i++ // the property's name
+		}
+		nodes = next
+	}
+	var out []string
+	for _, n := range nodes {
+		if obj, ok := n.v.(map[string]any); ok {
+			if _, ok := obj[key]; ok {
+				out = append(out, cmp.Or(n.at, "/"))
+			}
+		}
+	}
+	return out
+}
+
+// meant is the property name that key spells in another case, as the enum
+// of the propertyNames failure that follows it among units lists it.
+func meant(units []jsonschema.OutputUnit, key string) string {
+	for _, u := range units {
+		if u.Error == nil {
+			continue
+		}
+		if e, ok := u.Error.Kind.(*kind.Enum); ok {
+			for _, name := range e.Want {
+				if name, ok := name.(string); ok && strings.EqualFold(name, key) {
+					return name
+				}
+			}
+		}
+	}
+	return "a property"
 }

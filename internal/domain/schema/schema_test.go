@@ -28,7 +28,9 @@ func TestEveryExampleMatchesItsSchema(t *testing.T) {
 }
 
 // The schema is what encoding/json makes of the Go type: every field by
-// its json name, in order, required unless omitempty.
+// its json name, in order, required unless omitempty; a key that names a
+// field only when case is ignored, which encoding/json would read into
+// it, is refused (by Unicode simple folding: "ſ" is an s, "K" a k).
 func TestSchemaFollowsTheGoType(t *testing.T) {
 	t.Parallel()
 	s, err := schema.Of(domain.OrderSubmittedV1{})
@@ -46,8 +48,12 @@ func TestSchemaFollowsTheGoType(t *testing.T) {
 		`"total_cents":{"type":"integer",` + int64s + `},` +
 		`"items":{"type":"array","items":{"type":"object","properties":{"sku":{"type":"string"},` +
 		`"quantity":{"type":"integer",` + int64s + `},"unit_price_cents":{"type":"integer",` + int64s + `}},` +
-		`"required":["sku","quantity","unit_price_cents"]}}},` +
-		`"required":["order_id","customer_id","currency","total_cents","items"]}`
+		`"required":["sku","quantity","unit_price_cents"],` +
+		`"propertyNames":{"if":{"pattern":"^(?:[Ssſ][KkK][Uu]|[Qq][Uu][Aa][Nn][Tt][Ii][Tt][Yy]|[Uu][Nn][Ii][Tt]_[Pp][Rr][Ii][Cc][Ee]_[Cc][Ee][Nn][Tt][Ssſ])$"},` +
+		`"then":{"enum":["sku","quantity","unit_price_cents"]}}}}},` +
+		`"required":["order_id","customer_id","currency","total_cents","items"],` +
+		`"propertyNames":{"if":{"pattern":"^(?:[Oo][Rr][Dd][Ee][Rr]_[Ii][Dd]|[Cc][Uu][Ssſ][Tt][Oo][Mm][Ee][Rr]_[Ii][Dd]|[Cc][Uu][Rr][Rr][Ee][Nn][Cc][Yy]|[Tt][Oo][Tt][Aa][Ll]_[Cc][Ee][Nn][Tt][Ssſ]|[Ii][Tt][Ee][Mm][Ssſ])$"},` +
+		`"then":{"enum":["order_id","customer_id","currency","total_cents","items"]}}}`
 	if string(got) != want {
 		t.Errorf("schema of OrderSubmittedV1:\n got %s\nwant %s", got, want)
 	}
@@ -106,6 +112,12 @@ func TestViolationsAreNamed(t *testing.T) {
 			domain.ErrMalformedMessage, "at /items/0/quantity: got string, want integer"},
 		{domain.TypeOrderSubmitted, 1, `{"order_id":` + id + `,"customer_id":"c","currency":"EUR","total_cents":1e40,"items":null}`,
 			domain.ErrMalformedMessage, "at /items: got null, want array; at /total_cents: maximum: got 1×10⁴⁰, want 9.223372036854776×10¹⁸"},
+		{domain.TypeOrderCancelled, 1, `{"order_id":` + id + `,"ORDER_ID":"0193a3c4-2f6e-7d1a-9b3c-4d5e6f708191"}`,
+			domain.ErrMalformedMessage, `at /: key "ORDER_ID" is "order_id" in another case: keys are case-sensitive`},
+		{domain.TypeOrderSubmitted, 1, `{"order_id":` + id + `,"customer_id":"c","currency":"EUR","total_cents":1,"items":[{"sku":"A","quantity":2,"unit_price_cents":1,"ſKU":"B"}]}`,
+			domain.ErrMalformedMessage, `at /items/0: key "ſKU" is "sku" in another case: keys are case-sensitive`},
+		{domain.TypeFulfillmentRequested, 1, `{"order_id":` + id + `,"items":[{"sku":"A","quantity":2,"unit_price_cents":1},{"sku":"B","quantity":1,"unit_price_cents":1,"Sku":"C"}]}`,
+			domain.ErrMalformedMessage, `does not match its schema: at /items/1: key "Sku" is "sku" in another case: keys are case-sensitive`},
 		{"order.shipped", 1, `{}`, domain.ErrUnknownMessageType, `"order.shipped"`},
 		{domain.TypeOrderCancelled, 9, `{}`, domain.ErrUnsupportedVersion, "order.cancelled version 9"},
 	} {
