@@ -46,7 +46,8 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 
 	// A poison message (its order does not exist) is parked.
 	id := uuid.NewString()
-	body, _ := json.Marshal(domain.OrderSubmittedV1{ID: uuid.New()})
+	body, _ := json.Marshal(domain.OrderSubmittedV1{ID: uuid.New(), CustomerID: "c-1", Currency: "EUR", TotalCents: 100,
+		Items: []domain.ItemLine{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}}})
 	publish(t, amqpURL, amqp.Publishing{MessageId: id, Type: domain.TypeOrderSubmitted, ContentType: "application/json",
 		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(1)}, Body: body})
 	db, err := pgx.Connect(t.Context(), dbURL)

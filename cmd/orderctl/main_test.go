@@ -94,9 +94,13 @@ func TestParkedMessages(t *testing.T) {
 	t.Parallel()
 	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
 	ctl := newCtl(t, h.Pool.Config().ConnString(), h.AMQPURL)
+	noSuchOrder := func() domain.OrderSubmittedV1 {
+		return domain.OrderSubmittedV1{ID: uuid.New(), CustomerID: "c-1", Currency: "EUR", TotalCents: 100,
+			Items: []domain.ItemLine{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}}}
+	}
 	poison := []string{ // their orders do not exist: order_not_found, parked at once
-		h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()}),
-		h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()}),
+		h.Deliver(noSuchOrder()),
+		h.Deliver(noSuchOrder()),
 	}
 	// parked waits until the parking lot holds both messages, replayed
 	// these many times, and returns them by id.
@@ -339,7 +343,7 @@ func TestOrderTimeline(t *testing.T) {
 		t.Fatalf("trace ids %v, %d events", tl.TraceIDs, len(tl.Events))
 	}
 	out := ctl.ok("order", o.ID().String())
-	for _, want := range []string{"FULFILLED", "order.submitted published (attempt 1)", "fulfillment.requested processed: APPLIED", "trace id: " + traceID, badID, "malformed_message"} {
+	for _, want := range []string{"FULFILLED", "order.submitted published (attempt 1)", "fulfillment.requested processed: APPLIED", "trace id: " + traceID, badID, "schema_violation"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("order lacks %q:\n%s", want, out)
 		}

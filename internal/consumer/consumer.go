@@ -11,6 +11,7 @@ import (
 	"github.com/yourorg/orders/internal/consumer/shipping"
 	"github.com/yourorg/orders/internal/consumer/warehouse"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/domain/schema"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/store"
 )
@@ -94,10 +95,14 @@ func Select(all []*inbox.Consumer, names []string) ([]*inbox.Consumer, error) {
 const Producer = "order-consumer"
 
 // Inbox completes cfg with what every consumer of the order service
-// shares: the exchange their queues are bound to (domain.EventsExchange)
-// and the writer of their follow-up messages.
+// shares: the exchange their queues are bound to (domain.EventsExchange),
+// the writer of their follow-up messages, and the message contract: every
+// body is checked against the JSON Schema of its type and version
+// (internal/domain/schema, published in api/asyncapi.yaml) before it is
+// decoded, and one that breaks it is parked as schema_violation.
 func Inbox(cfg inbox.Config) inbox.Config {
 	cfg.Exchange = domain.EventsExchange
 	cfg.FollowUps = store.OutboxWriter(Producer)
+	cfg.ValidateBody = schema.Validate
 	return cfg
 }

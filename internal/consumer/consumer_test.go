@@ -381,7 +381,8 @@ func TestStaleAndImpossibleMessages(t *testing.T) {
 	if row := f.inboxRow(fulfillment.Name, impossible); row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != "invalid_transition" {
 		t.Errorf("completed for a submitted order: %+v", row)
 	}
-	missing := f.send(domain.OrderSubmittedV1{ID: uuid.New(), CustomerID: "c", Currency: "EUR"}, "c")
+	missing := f.send(domain.OrderSubmittedV1{ID: uuid.New(), CustomerID: "c", Currency: "EUR", TotalCents: 100,
+		Items: []domain.ItemLine{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}}}, "c")
 	if row := f.inboxRow(fulfillment.Name, missing); row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != "order_not_found" {
 		t.Errorf("submitted for no order: %+v", row)
 	}

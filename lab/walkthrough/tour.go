@@ -485,8 +485,8 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 		hdr = append(hdr, []string{k, fmt.Sprint(d.Headers[k])})
 	}
 	n.table([]string{"header", "value"}, hdr)
-	if d.Headers[inbox.HeaderParkedCode] != "malformed_message" {
-		return failf("want parked_reason_code malformed_message, got %v", d.Headers[inbox.HeaderParkedCode])
+	if d.Headers[inbox.HeaderParkedCode] != "schema_violation" {
+		return failf("want parked_reason_code schema_violation, got %v", d.Headers[inbox.HeaderParkedCode])
 	}
 	n.ok("parked with its reason; the body is kept as it came, for whoever fixes the producer")
 	n.look(

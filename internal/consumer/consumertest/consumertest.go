@@ -6,6 +6,9 @@
 //	id := h.Deliver(domain.OrderFulfilledV1{ID: orderID})
 //	row := h.WaitDone(shipping.Name, id) // PROCESSED, or parked
 //	h.Redeliver(id)                     // the same message again: a duplicate
+//
+// The consumers run with order-consumer's inbox settings (consumer.Inbox),
+// so every body is held to the schema of its type and version.
 package consumertest
 
 import (
@@ -21,11 +24,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -43,17 +46,16 @@ type Harness struct {
 	sent map[string]amqp.Publishing // by message id, for Redeliver
 }
 
-// Config is the consumers' configuration in tests: quick retries, a short
-// processing lease.
+// Config is the consumers' configuration in tests: what order-consumer
+// gives them (consumer.Inbox: the exchange, the follow-up writer, the
+// schema check), with quick retries and a short processing lease.
 func Config() inbox.Config {
-	return inbox.Config{
-		Exchange:  domain.EventsExchange,
-		FollowUps: outbox.Writer{Producer: "order-consumer", AggregateType: domain.AggregateOrder},
-		Prefetch:  8, Workers: 4, MaxAttempts: 3,
+	return consumer.Inbox(inbox.Config{
+		Prefetch: 8, Workers: 4, MaxAttempts: 3,
 		RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 		DeliveryLimit:   5,
 		ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-	}
+	})
 }
 
 // Start runs consumers on a fresh database and vhost until the test ends,
@@ -115,10 +117,18 @@ func (h *Harness) Deliver(m domain.Message) string {
 	if err != nil {
 		h.T.Fatal(err)
 	}
+	return h.DeliverBody(m.MessageType(), m.MessageVersion(), body)
+}
+
+// DeliverBody publishes body as a message of type typ and version, with
+// the envelope the relay would give it, and returns its message id: for a
+// body no Go type would encode (one that breaks its schema).
+func (h *Harness) DeliverBody(typ string, version int, body []byte) string {
+	h.T.Helper()
 	msg := amqp.Publishing{
-		MessageId: uuid.Must(uuid.NewV7()).String(), Type: m.MessageType(), ContentType: messaging.ContentTypeJSON,
+		MessageId: uuid.Must(uuid.NewV7()).String(), Type: typ, ContentType: messaging.ContentTypeJSON,
 		DeliveryMode: amqp.Persistent, Timestamp: time.Now(), CorrelationId: "test-" + uuid.NewString()[:8], AppId: "inboxtest",
-		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(m.MessageVersion())}, Body: body,
+		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(version)}, Body: body,
 	}
 	h.publish(msg)
 	h.mu.Lock()

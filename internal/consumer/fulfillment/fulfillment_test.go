@@ -43,7 +43,7 @@ func TestMovesTheOrder(t *testing.T) {
 		return got.Status()
 	}
 
-	early := h.Deliver(domain.FulfillmentCompletedV1{ID: o.ID()})
+	early := h.Deliver(domain.FulfillmentCompletedV1{ID: o.ID(), ReservationID: uuid.New()})
 	if row := h.WaitDone(fulfillment.Name, early); row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != "invalid_transition" {
 		t.Fatalf("completed before requested: %+v, want PERMANENT_FAILED invalid_transition", row)
 	}
@@ -53,7 +53,7 @@ func TestMovesTheOrder(t *testing.T) {
 	if got := status(); got != domain.StatusFulfillmentRequested {
 		t.Fatalf("status %s after order.submitted", got)
 	}
-	completed := h.Deliver(domain.FulfillmentCompletedV1{ID: o.ID()})
+	completed := h.Deliver(domain.FulfillmentCompletedV1{ID: o.ID(), ReservationID: uuid.New()})
 	h.WaitDone(fulfillment.Name, completed)
 	if got := status(); got != domain.StatusFulfilled {
 		t.Fatalf("status %s after fulfillment.completed", got)
@@ -64,7 +64,7 @@ func TestMovesTheOrder(t *testing.T) {
 		t.Fatalf("history %+v (%v): want creation, then the two moves with their message ids", history, err)
 	}
 
-	missing := h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()})
+	missing := h.Deliver(noSuchOrder())
 	if row := h.WaitDone(fulfillment.Name, missing); row.LastErrorCode != "order_not_found" {
 		t.Fatalf("an order that does not exist: %+v, want order_not_found", row)
 	}
@@ -114,4 +114,11 @@ func TestDelayLeavesTimeToCancel(t *testing.T) {
 		o.ID().String(), domain.TypeFulfillmentRequested); n != 0 {
 		t.Fatalf("%d fulfillment.requested rows for a cancelled order", n)
 	}
+}
+
+// noSuchOrder is an order.submitted, whole, about an order that does not
+// exist.
+func noSuchOrder() domain.OrderSubmittedV1 {
+	return domain.OrderSubmittedV1{ID: uuid.New(), CustomerID: "c-1", Currency: "EUR", TotalCents: 100,
+		Items: []domain.ItemLine{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}}}
 }
