@@ -58,7 +58,7 @@ func TestSchemaViolationsAreParked(t *testing.T) {
 		{submitted(other.ID().String(), `"2"`, ""),
 			"schema_violation", "at /items/0/quantity: got string, want integer"},
 		{submitted("urn:uuid:"+other.ID().String(), "2", ""),
-			"schema_violation", "at /order_id: 'urn:uuid:" + other.ID().String() + "' is not valid uuid"},
+			"schema_violation", "at /order_id: not a valid uuid"},
 		{submitted(uuid.Must(uuid.NewV7()).String(), "2", fmt.Sprintf(`,"ORDER_ID":%q`, other.ID())),
 			"schema_violation", `at /: key "ORDER_ID" is "order_id" in another case: keys are case-sensitive`},
 		{submitted(other.ID().String(), "2.0", ""),

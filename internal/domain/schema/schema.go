@@ -341,17 +341,34 @@ func violations(ve *jsonschema.ValidationError, doc any) string {
 		if parent {
 			continue
 		}
+		if _, ok := u.Error.Kind.(*kind.PropertyNames); !ok && strings.Contains(u.KeywordLocation, "/propertyNames/") {
+			continue // the failure of a key, which its parent unit says
+		}
 		at := u.InstanceLocation
 		if at == "" {
 			at = "/"
 		}
 		what := u.Error.String()
+		// The words name the place and the rule, never the value found
+		// there: they become a parked message's parked_reason and its inbox
+		// row's last_error_message, which carry no payload data.
 		switch k := u.Error.Kind.(type) {
+		case *kind.Format:
+			what = "not a valid " + k.Want
+		case *kind.Minimum:
+			what = "below the minimum " + k.Want.RatString()
+		case *kind.Maximum:
+			what = "above the maximum " + k.Want.RatString()
+		case *kind.Enum, *kind.Const:
+			what = "not an allowed value"
+		case *kind.Pattern:
+			what = "does not match the pattern"
 		case *kind.Not:
 			what = "the nil UUID is no id" // the only "not" of the schemas (of)
 		case *kind.PropertyNames:
 			// The only propertyNames of the schemas (exactNames): its
-			// enum names the property the key was meant for. The
+			// enum names the property the key was meant for. The key is a
+			// field's name in another case, not data. The
 			// validator's instance location of a key is not to be
 			// trusted (it shares the slice it keeps appending to), so
 			// the key is looked for where the keyword says.
@@ -360,10 +377,6 @@ func violations(ve *jsonschema.ValidationError, doc any) string {
 				out = append(out, fmt.Sprintf("at %s: %s", at, what))
 			}
 			continue
-		default:
-			if strings.Contains(u.KeywordLocation, "/propertyNames/") {
-				continue // the failure of a key, which its parent unit says
-			}
 		}
 		out = append(out, fmt.Sprintf("at %s: %s", at, what))
 	}
