@@ -72,7 +72,7 @@ var grants = map[string]map[string]string{
 		consumer: "SELECT, INSERT, UPDATE(status, attempt_count, last_error, sent_at)",
 		operator: "SELECT",
 	},
-	"shipment":       {api: "", relay: "", consumer: "SELECT(order_id), INSERT(shipment_id, order_id, status, message_id)", operator: "SELECT"},
+	"shipment":       {api: "", relay: "", consumer: "SELECT(order_id), INSERT(shipment_id, order_id, status, message_id, reservation_id)", operator: "SELECT"},
 	"operator_audit": {api: "", relay: "", consumer: "", operator: "SELECT, INSERT(actor, action, target, reason, details)"},
 }
 

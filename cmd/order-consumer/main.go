@@ -28,6 +28,7 @@ import (
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 )
@@ -66,6 +67,10 @@ type Config struct {
 	// transaction, before it requests the fulfillment of a submitted order:
 	// a demo knob that leaves time to cancel by hand. 0 in production.
 	FulfillmentDelay time.Duration `env:"FULFILLMENT_DELAY" envDefault:"0s"`
+	// OrderFulfilledVersion is the version of order.fulfilled fulfillment
+	// writes: 1 until every process that reads order.fulfilled reads
+	// version 2 too, then 2 (docs/extending.md, "Evolve a message").
+	OrderFulfilledVersion int `env:"ORDER_FULFILLED_VERSION" envDefault:"1"`
 }
 
 // Validate checks every setting and reports all the bad ones.
@@ -88,6 +93,9 @@ func (c *Config) Validate() error {
 		if !slices.Contains(consumer.Names(), name) {
 			errs = append(errs, fmt.Errorf("CONSUMERS: unknown consumer %q (want some of %v)", name, consumer.Names()))
 		}
+	}
+	if versions := domain.MessageVersions(domain.TypeOrderFulfilled); !slices.Contains(versions, c.OrderFulfilledVersion) {
+		errs = append(errs, fmt.Errorf("ORDER_FULFILLED_VERSION: order.fulfilled has no version %d (want one of %v)", c.OrderFulfilledVersion, versions))
 	}
 	if c.FulfillmentDelay < 0 {
 		errs = append(errs, fmt.Errorf("FULFILLMENT_DELAY must not be negative, got %v", c.FulfillmentDelay))
@@ -164,9 +172,10 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 
 		// The consumers, and the walkthrough's fault when asked for.
 		selected, err := consumer.Select(consumer.All(consumer.Deps{
-			MeterProvider:    p.Tel.MeterProvider,
-			Notifier:         notification.Config{URL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: p.Tel.TracerProvider},
-			FulfillmentDelay: cfg.FulfillmentDelay,
+			MeterProvider:         p.Tel.MeterProvider,
+			Notifier:              notification.Config{URL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: p.Tel.TracerProvider},
+			FulfillmentDelay:      cfg.FulfillmentDelay,
+			OrderFulfilledVersion: cfg.OrderFulfilledVersion,
 		}), cfg.Consumers)
 		if err != nil {
 			return err

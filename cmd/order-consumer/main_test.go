@@ -98,8 +98,9 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 
 func TestBadConfigurationFailsStartup(t *testing.T) {
 	t.Parallel()
-	err := run(t.Context(), nil, map[string]string{"CONSUMERS": "fulfillment,billing", "CONSUMER_RETRY_DELAYS": "5s,1s"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "billing") || !strings.Contains(err.Error(), "CONSUMER_RETRY_DELAYS") || !strings.Contains(err.Error(), "retry delays must grow") {
+	err := run(t.Context(), nil, map[string]string{"CONSUMERS": "fulfillment,billing", "CONSUMER_RETRY_DELAYS": "5s,1s", "ORDER_FULFILLED_VERSION": "3"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "billing") || !strings.Contains(err.Error(), "CONSUMER_RETRY_DELAYS") || !strings.Contains(err.Error(), "retry delays must grow") ||
+		!strings.Contains(err.Error(), "ORDER_FULFILLED_VERSION: order.fulfilled has no version 3 (want one of [1 2])") {
 		t.Fatalf("err = %v", err)
 	}
 }

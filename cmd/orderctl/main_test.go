@@ -92,7 +92,7 @@ func (e *ctlEnv) audit() []Audit {
 // change is in the audit with who and why.
 func TestParkedMessages(t *testing.T) {
 	t.Parallel()
-	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
+	h := consumertest.Start(t, fulfillment.New(fulfillment.Config{MeterProvider: metricnoop.NewMeterProvider()}))
 	ctl := newCtl(t, h.Pool.Config().ConnString(), h.AMQPURL)
 	noSuchOrder := func() domain.OrderSubmittedV1 {
 		return domain.OrderSubmittedV1{ID: uuid.New(), CustomerID: "c-1", Currency: "EUR", TotalCents: 100,

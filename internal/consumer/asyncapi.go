@@ -304,7 +304,7 @@ func headersSchema() omap {
 			{messaging.HeaderTraceparent, str("W3C trace context: the publish span, parent of the consumer's span.")},
 			{messaging.HeaderTracestate, str("W3C trace context, when the trace has vendor state.")},
 			{inbox.HeaderRetryAttempt, integer("On a retry: the attempt this delivery is (2 for the first retry).")},
-			{inbox.HeaderParkedCode, str("In a parking lot: why, as a short code (malformed_message, unknown_type, handler_error, ...).")},
+			{inbox.HeaderParkedCode, str("In a parking lot: why, as a short code (schema_violation, malformed_message, unsupported_version, handler_error, ...).")},
 			{inbox.HeaderParkedReason, str("In a parking lot: why, in words (the error).")},
 			{inbox.HeaderParkedConsumer, str("In a parking lot: the consumer that parked it.")},
 			{inbox.HeaderParkedAttempts, integer("In a parking lot: the attempts made.")},

@@ -27,13 +27,16 @@ type Deps struct {
 	// the fulfillment of a submitted order (FULFILLMENT_DELAY, a demo
 	// knob); 0: no wait.
 	FulfillmentDelay time.Duration
+	// OrderFulfilledVersion is the version of order.fulfilled fulfillment
+	// writes (ORDER_FULFILLED_VERSION); 0: version 1.
+	OrderFulfilledVersion int
 }
 
 // All returns every consumer of order-consumer, in the order of the flow.
 // Adding a consumer is one line here (docs/extending.md).
 func All(d Deps) []*inbox.Consumer {
 	return []*inbox.Consumer{
-		fulfillment.New(d.MeterProvider, d.FulfillmentDelay),
+		fulfillment.New(fulfillment.Config{MeterProvider: d.MeterProvider, Delay: d.FulfillmentDelay, FulfilledVersion: d.OrderFulfilledVersion}),
 		warehouse.New(),
 		notification.New(d.Notifier),
 		shipping.New(),

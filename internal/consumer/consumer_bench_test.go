@@ -314,5 +314,5 @@ func rates(xs []float64) []string {
 }
 
 func fulfillmentConsumer() *inbox.Consumer {
-	return fulfillment.New(metricnoop.NewMeterProvider(), 0)
+	return fulfillment.New(fulfillment.Config{MeterProvider: metricnoop.NewMeterProvider()})
 }

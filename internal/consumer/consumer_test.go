@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/consumer/consumertest"
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/consumer/warehouse"
@@ -85,6 +87,9 @@ type options struct {
 	// proxy puts a proxy between the relay and the consumers and RabbitMQ,
 	// so that a test can cut their connections (flow.proxy).
 	proxy bool
+	// fulfilledVersion is the version of order.fulfilled fulfillment
+	// writes (ORDER_FULFILLED_VERSION); 0: the default.
+	fulfilledVersion int
 }
 
 func setup(t testing.TB, o options) *flow {
@@ -98,8 +103,9 @@ func setup(t testing.TB, o options) *flow {
 	}
 	f.run(migrations.RoleConsumer, func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 		all := consumer.All(consumer.Deps{
-			Notifier:      notification.Config{URL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
-			MeterProvider: metricnoop.NewMeterProvider(),
+			Notifier:              notification.Config{URL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
+			MeterProvider:         metricnoop.NewMeterProvider(),
+			OrderFulfilledVersion: o.fulfilledVersion,
 		})
 		cs, err := inbox.NewConsumers(consumer.Inbox(inbox.Config{
 			Prefetch: 16, Workers: 4, MaxAttempts: 4,
@@ -338,6 +344,64 @@ func TestOrderTravelsToFulfilled(t *testing.T) {
 	}
 	if n := f.one("SELECT count(*)::text FROM message_inbox WHERE status <> 'PROCESSED'"); n != "0" {
 		t.Errorf("%s inbox rows not PROCESSED", n)
+	}
+}
+
+// The producer switch of order.fulfilled (ORDER_FULFILLED_VERSION), on the
+// whole flow: by default fulfillment writes version 1, and the shipment has
+// no reservation; switched to 2, it writes version 2 with the warehouse's
+// reservation, which the shipment keeps. Either way the order is FULFILLED
+// and notified once, and nothing is parked.
+func TestOrderFulfilledVersionSwitch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		setting, want int
+	}{{0, 1}, {2, 2}} {
+		t.Run(fmt.Sprintf("ORDER_FULFILLED_VERSION=%d", tc.setting), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, options{relay: true, fulfilledVersion: tc.setting})
+			o := f.createOrder("corr-v", "A-1")
+			f.waitStatus(o.ID(), domain.StatusFulfilled)
+			testenv.WaitFor(t, 20*time.Second, "the shipment and both notifications", func() bool {
+				return f.one("SELECT count(*)::text FROM shipment WHERE order_id = $1", o.ID()) == "1" &&
+					f.one("SELECT count(*)::text FROM customer_notification WHERE order_id = $1", o.ID()) == "2"
+			})
+			if v := f.one("SELECT message_version::text FROM message_outbox WHERE aggregate_id = $1 AND message_type = 'order.fulfilled'", o.ID().String()); v != fmt.Sprint(tc.want) {
+				t.Errorf("order.fulfilled written as version %s, want %d", v, tc.want)
+			}
+			reservation := f.one("SELECT reservation_id::text FROM stock_reservation WHERE order_id = $1", o.ID())
+			want := map[bool]string{true: reservation, false: ""}[tc.want == 2]
+			if got := f.one("SELECT reservation_id::text FROM shipment WHERE order_id = $1", o.ID()); reservation == "" || got != want {
+				t.Errorf("shipment reservation %q, want %q (the warehouse's is %q)", got, want, reservation)
+			}
+			if n := f.one("SELECT count(*)::text FROM message_inbox WHERE status <> 'PROCESSED'"); n != "0" {
+				t.Errorf("%s inbox rows not PROCESSED", n)
+			}
+		})
+	}
+}
+
+// Every consumer reads every version the catalogue has of each type it
+// reads: while producers may write either version, a consumer that knew
+// only one would park the other as unsupported_version. Each example of
+// the catalogue goes to every consumer; none is parked for its version or
+// its shape (the order of the examples does not exist, so some are parked
+// for that, which is the handlers' business).
+func TestEveryConsumerReadsEveryVersionOfItsTypes(t *testing.T) {
+	t.Parallel()
+	all := consumer.All(consumer.Deps{MeterProvider: metricnoop.NewMeterProvider()})
+	h := consumertest.Start(t, all...)
+	for _, m := range domain.Examples() {
+		id := h.Deliver(m)
+		for _, c := range all {
+			if !slices.Contains(c.Types(), m.MessageType()) {
+				continue
+			}
+			row := h.WaitDone(c.Name(), id)
+			if slices.Contains([]string{"unsupported_version", "schema_violation", "malformed_message"}, row.LastErrorCode) {
+				t.Errorf("%s parked %s version %d, the catalogue's example: %s", c.Name(), m.MessageType(), m.MessageVersion(), row.LastErrorMessage)
+			}
+		}
 	}
 }
 

@@ -30,7 +30,7 @@ import (
 // malformed_message (internal/domain/schema says why).
 func TestSchemaViolationsAreParked(t *testing.T) {
 	t.Parallel()
-	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
+	h := consumertest.Start(t, fulfillment.New(fulfillment.Config{MeterProvider: metricnoop.NewMeterProvider()}))
 	var orders []*domain.Order
 	for range 2 {
 		o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 2, UnitPriceCents: 100}})

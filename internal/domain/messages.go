@@ -91,6 +91,16 @@ type OrderFulfilledV1 struct {
 	ID uuid.UUID `json:"order_id"`
 }
 
+// OrderFulfilledV2: the order reached FULFILLED; it names the warehouse's
+// reservation of the order's stock (fulfillment.completed's), which
+// shipping picks the order from. Version 1 named the order only: a new
+// required field is a new version, because a version 1 message, still in
+// a queue or a parking lot, has none.
+type OrderFulfilledV2 struct {
+	ID            uuid.UUID `json:"order_id"`
+	ReservationID uuid.UUID `json:"reservation_id"`
+}
+
 // OrderRejectedV1: the order reached REJECTED.
 type OrderRejectedV1 struct {
 	ID     uuid.UUID `json:"order_id"`
@@ -103,6 +113,7 @@ func (m FulfillmentCompletedV1) MessageType() string { return TypeFulfillmentCom
 func (m FulfillmentRejectedV1) MessageType() string  { return TypeFulfillmentRejected }
 func (m OrderCancelledV1) MessageType() string       { return TypeOrderCancelled }
 func (m OrderFulfilledV1) MessageType() string       { return TypeOrderFulfilled }
+func (m OrderFulfilledV2) MessageType() string       { return TypeOrderFulfilled }
 func (m OrderRejectedV1) MessageType() string        { return TypeOrderRejected }
 
 func (OrderSubmittedV1) MessageVersion() int       { return 1 }
@@ -111,6 +122,7 @@ func (FulfillmentCompletedV1) MessageVersion() int { return 1 }
 func (FulfillmentRejectedV1) MessageVersion() int  { return 1 }
 func (OrderCancelledV1) MessageVersion() int       { return 1 }
 func (OrderFulfilledV1) MessageVersion() int       { return 1 }
+func (OrderFulfilledV2) MessageVersion() int       { return 2 }
 func (OrderRejectedV1) MessageVersion() int        { return 1 }
 
 func (m OrderSubmittedV1) OrderID() uuid.UUID       { return m.ID }
@@ -119,6 +131,7 @@ func (m FulfillmentCompletedV1) OrderID() uuid.UUID { return m.ID }
 func (m FulfillmentRejectedV1) OrderID() uuid.UUID  { return m.ID }
 func (m OrderCancelledV1) OrderID() uuid.UUID       { return m.ID }
 func (m OrderFulfilledV1) OrderID() uuid.UUID       { return m.ID }
+func (m OrderFulfilledV2) OrderID() uuid.UUID       { return m.ID }
 func (m OrderRejectedV1) OrderID() uuid.UUID        { return m.ID }
 
 func (m OrderSubmittedV1) AggregateID() string       { return m.ID.String() }
@@ -127,6 +140,7 @@ func (m FulfillmentCompletedV1) AggregateID() string { return m.ID.String() }
 func (m FulfillmentRejectedV1) AggregateID() string  { return m.ID.String() }
 func (m OrderCancelledV1) AggregateID() string       { return m.ID.String() }
 func (m OrderFulfilledV1) AggregateID() string       { return m.ID.String() }
+func (m OrderFulfilledV2) AggregateID() string       { return m.ID.String() }
 func (m OrderRejectedV1) AggregateID() string        { return m.ID.String() }
 
 func (m OrderSubmittedV1) Validate() error       { return requireOrder(m.ID) }
@@ -136,6 +150,14 @@ func (m FulfillmentRejectedV1) Validate() error  { return requireOrder(m.ID) }
 func (m OrderCancelledV1) Validate() error       { return requireOrder(m.ID) }
 func (m OrderFulfilledV1) Validate() error       { return requireOrder(m.ID) }
 func (m OrderRejectedV1) Validate() error        { return requireOrder(m.ID) }
+
+// Validate reports a missing order_id or reservation_id.
+func (m OrderFulfilledV2) Validate() error {
+	if m.ReservationID == uuid.Nil {
+		return errors.Join(requireOrder(m.ID), errors.New("reservation_id is missing"))
+	}
+	return requireOrder(m.ID)
+}
 
 // requireOrder is the rule every payload keeps: it names its order.
 func requireOrder(id uuid.UUID) error {
@@ -164,15 +186,20 @@ var catalogue = map[messageKey]entry{
 	{TypeFulfillmentRequested, 1}: entryOf(FulfillmentRequestedV1{
 		ID: exampleOrderID, Items: []ItemLine{{SKU: "A-1", Quantity: 2, UnitPriceCents: 1250}},
 	}),
-	{TypeFulfillmentCompleted, 1}: entryOf(FulfillmentCompletedV1{ID: exampleOrderID, ReservationID: uuid.MustParse("0193a3c4-2f6e-7d1a-9b3c-4d5e6f708192")}),
+	{TypeFulfillmentCompleted, 1}: entryOf(FulfillmentCompletedV1{ID: exampleOrderID, ReservationID: exampleReservationID}),
 	{TypeFulfillmentRejected, 1}:  entryOf(FulfillmentRejectedV1{ID: exampleOrderID, Reason: "out of stock", SKUs: []string{"OOS-1"}}),
 	{TypeOrderCancelled, 1}:       entryOf(OrderCancelledV1{ID: exampleOrderID}),
 	{TypeOrderFulfilled, 1}:       entryOf(OrderFulfilledV1{ID: exampleOrderID}),
+	{TypeOrderFulfilled, 2}:       entryOf(OrderFulfilledV2{ID: exampleOrderID, ReservationID: exampleReservationID}),
 	{TypeOrderRejected, 1}:        entryOf(OrderRejectedV1{ID: exampleOrderID, Reason: "out of stock"}),
 }
 
-// exampleOrderID is the order of every example.
-var exampleOrderID = uuid.MustParse("0193a3c4-2f6e-7d1a-9b3c-4d5e6f708190")
+// exampleOrderID is the order of every example, exampleReservationID its
+// stock reservation.
+var (
+	exampleOrderID       = uuid.MustParse("0193a3c4-2f6e-7d1a-9b3c-4d5e6f708190")
+	exampleReservationID = uuid.MustParse("0193a3c4-2f6e-7d1a-9b3c-4d5e6f708192")
+)
 
 // entry is one (type, version) of the catalogue.
 type entry struct {
@@ -208,6 +235,19 @@ func MessageTypes() []string {
 	}
 	slices.Sort(types)
 	return types
+}
+
+// MessageVersions lists the versions of message type typ in the
+// catalogue, oldest first; none for a type it does not have.
+func MessageVersions(typ string) []int {
+	var versions []int
+	for k := range catalogue {
+		if k.typ == typ {
+			versions = append(versions, k.version)
+		}
+	}
+	slices.Sort(versions)
+	return versions
 }
 
 // KnownMessageType reports whether typ is a message type of this service.

@@ -3,6 +3,7 @@ package domain_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -21,6 +22,7 @@ func TestDecodeMessageRoundTrip(t *testing.T) {
 		domain.FulfillmentRejectedV1{ID: id, Reason: "out of stock", SKUs: []string{"OOS-1"}},
 		domain.OrderCancelledV1{ID: id},
 		domain.OrderFulfilledV1{ID: id},
+		domain.OrderFulfilledV2{ID: id, ReservationID: uuid.New()},
 		domain.OrderRejectedV1{ID: id, Reason: "out of stock"},
 	}
 	for _, m := range msgs {
@@ -64,6 +66,8 @@ func TestDecodeMessageErrors(t *testing.T) {
 		{"missing order_id", domain.TypeOrderCancelled, 1, `{}`, domain.ErrMalformedMessage},
 		{"bad order_id", domain.TypeOrderCancelled, 1, `{"order_id":"nope"}`, domain.ErrMalformedMessage},
 		{"empty body", domain.TypeOrderCancelled, 1, ``, domain.ErrMalformedMessage},
+		{"version 2 without the field version 1 lacked", domain.TypeOrderFulfilled, 2, good, domain.ErrMalformedMessage},
+		{"a version after the newest", domain.TypeOrderFulfilled, 3, good, domain.ErrUnsupportedVersion},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -84,5 +88,20 @@ func TestDecodeMessageIgnoresUnknownFields(t *testing.T) {
 	m, err := domain.DecodeMessage(domain.TypeOrderCancelled, 1, []byte(body))
 	if err != nil || m.OrderID() != id {
 		t.Fatalf("DecodeMessage = %v, %v", m, err)
+	}
+}
+
+// The versions of a type are the catalogue's, oldest first: a producer's
+// setting and the consumers' handlers are checked against them.
+func TestMessageVersions(t *testing.T) {
+	t.Parallel()
+	for typ, want := range map[string]string{
+		domain.TypeOrderFulfilled: "[1 2]",
+		domain.TypeOrderCancelled: "[1]",
+		"order.exploded":          "[]",
+	} {
+		if got := fmt.Sprint(domain.MessageVersions(typ)); got != want {
+			t.Errorf("MessageVersions(%s) = %s, want %s", typ, got, want)
+		}
 	}
 }

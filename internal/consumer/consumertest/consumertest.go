@@ -77,15 +77,26 @@ func Start(t testing.TB, consumers ...*inbox.Consumer) *Harness {
 // Run starts another set of consumers on the harness's vhost, as another
 // process would: with cfg, a pool of its own on dbURL (the test's
 // database, or a proxy in front of it) and metrics. They run until the
-// test ends; Run returns when they are consuming.
-func (h *Harness) Run(cfg inbox.Config, dbURL string, metrics *testenv.Metrics, consumers ...*inbox.Consumer) *inbox.Consumers {
+// test ends, or until Stop; Run returns when they are consuming.
+func (h *Harness) Run(cfg inbox.Config, dbURL string, metrics *testenv.Metrics, consumers ...*inbox.Consumer) *Running {
 	h.T.Helper()
 	return h.RunOn(cfg, dbURL, h.AMQPURL, metrics, consumers...)
 }
 
+// Running is a set of consumers that Run started.
+type Running struct {
+	*inbox.Consumers
+	stop func()
+}
+
+// Stop stops the consumers as their process would on SIGTERM, and returns
+// once they have: an old build before the new one starts, say. The end of
+// the test stops them too.
+func (r *Running) Stop() { r.stop() }
+
 // RunOn is Run with the consumers connecting to amqpURL (the harness's
 // vhost, or a proxy in front of it).
-func (h *Harness) RunOn(cfg inbox.Config, dbURL, amqpURL string, metrics *testenv.Metrics, consumers ...*inbox.Consumer) *inbox.Consumers {
+func (h *Harness) RunOn(cfg inbox.Config, dbURL, amqpURL string, metrics *testenv.Metrics, consumers ...*inbox.Consumer) *Running {
 	h.T.Helper()
 	pool, err := database.NewPool(h.Ctx, database.PoolConfig{URL: dbURL, AppName: "consumers-under-test"})
 	if err != nil {
@@ -104,9 +115,11 @@ func (h *Harness) RunOn(cfg inbox.Config, dbURL, amqpURL string, metrics *testen
 		defer close(done)
 		_ = cs.Run(ctx)
 	}()
-	h.T.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	h.T.Cleanup(stop)
 	testenv.WaitFor(h.T, 15*time.Second, "the consumers to be consuming", func() bool { return cs.Ready(h.Ctx) == nil })
-	return cs
+	return &Running{Consumers: cs, stop: stop}
 }
 
 // Deliver publishes m to the exchange with the envelope the relay would

@@ -8,9 +8,11 @@
 package fulfillment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,15 +30,35 @@ import (
 // name of its queues.
 const Name = "fulfillment"
 
-// New returns the consumer. It reports how long orders take from their
-// creation to FULFILLED or REJECTED (orders.completion.duration) through
-// mp (default: the global meter provider). It waits delay after it
-// receives an order.submitted and before it requests the fulfillment, out
-// of any transaction (FULFILLMENT_DELAY, a demo knob: 0 in production),
-// so that a cancel can be shown by hand.
-func New(mp metric.MeterProvider, delay time.Duration) *inbox.Consumer {
+// Config configures the consumer.
+type Config struct {
+	// MeterProvider receives how long orders take from their creation to
+	// FULFILLED or REJECTED (orders.completion.duration). Default: the
+	// global one.
+	MeterProvider metric.MeterProvider
+	// Delay is how long it waits after it receives an order.submitted and
+	// before it requests the fulfillment, out of any transaction
+	// (FULFILLMENT_DELAY, a demo knob: 0 in production), so that a cancel
+	// can be shown by hand.
+	Delay time.Duration
+	// FulfilledVersion is the version of order.fulfilled it writes
+	// (ORDER_FULFILLED_VERSION): 1, or 2 (with the reservation) once every
+	// reader of order.fulfilled reads version 2 (docs/extending.md).
+	// Default 1.
+	FulfilledVersion int
+}
+
+// New returns the consumer. A FulfilledVersion the domain's catalogue
+// does not have is a programming error: New panics, at start-up (the
+// binaries check their setting first).
+func New(cfg Config) *inbox.Consumer {
+	mp := cfg.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+	}
+	fulfilledVersion := cmp.Or(cfg.FulfilledVersion, 1)
+	if !slices.Contains(domain.MessageVersions(domain.TypeOrderFulfilled), fulfilledVersion) {
+		panic(fmt.Sprintf("fulfillment: order.fulfilled has no version %d", fulfilledVersion))
 	}
 	completion, err := mp.Meter("github.com/yourorg/orders/internal/consumer/fulfillment").Float64Histogram("orders.completion.duration",
 		metric.WithUnit("s"), metric.WithDescription("From an order's creation to its final status (FULFILLED or REJECTED), by status."),
@@ -44,17 +66,18 @@ func New(mp metric.MeterProvider, delay time.Duration) *inbox.Consumer {
 	if err != nil {
 		otel.Handle(err) // the instrument still works; only its export may not
 	}
-	f := &fulfillment{completion: completion}
+	f := &fulfillment{completion: completion, fulfilledVersion: fulfilledVersion}
 	c := inbox.NewConsumer(Name)
 	inbox.Handle(c, f.submitted)
-	inbox.Wait[domain.OrderSubmittedV1](c, delay)
+	inbox.Wait[domain.OrderSubmittedV1](c, cfg.Delay)
 	inbox.Handle(c, f.completed)
 	inbox.Handle(c, f.rejected)
 	return c
 }
 
 type fulfillment struct {
-	completion metric.Float64Histogram
+	completion       metric.Float64Histogram
+	fulfilledVersion int // of the order.fulfilled it writes
 }
 
 // submitted asks the warehouse for the stock of a new order. The request
@@ -64,9 +87,17 @@ func (f *fulfillment) submitted(ctx context.Context, tx pgx.Tx, d *inbox.Deliver
 	return f.transition(ctx, tx, d, m.ID, domain.TriggerSubmitted, domain.FulfillmentRequestedV1{ID: m.ID, Items: m.Items})
 }
 
-// completed finishes an order the warehouse reserved.
+// completed finishes an order the warehouse reserved, and says so in the
+// version of order.fulfilled its readers are ready for: version 2 passes
+// the reservation on to shipping.
 func (f *fulfillment) completed(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.FulfillmentCompletedV1) (inbox.Outcome, error) {
-	return f.transition(ctx, tx, d, m.ID, domain.TriggerFulfillmentCompleted, domain.OrderFulfilledV1{ID: m.ID})
+	var fulfilled domain.Message = domain.OrderFulfilledV1{ID: m.ID}
+	if f.fulfilledVersion == 2 {
+		// Field by field, not a conversion: two messages that happen to
+		// have the same fields today are not the same message.
+		fulfilled = domain.OrderFulfilledV2{ID: m.ID, ReservationID: m.ReservationID} //nolint:staticcheck // S1016, as above
+	}
+	return f.transition(ctx, tx, d, m.ID, domain.TriggerFulfillmentCompleted, fulfilled)
 }
 
 // rejected finishes an order the warehouse could not reserve.

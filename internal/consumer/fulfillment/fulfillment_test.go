@@ -23,7 +23,7 @@ import (
 // transition, and one about an order that does not exist as not found.
 func TestMovesTheOrder(t *testing.T) {
 	t.Parallel()
-	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
+	h := consumertest.Start(t, fulfillment.New(fulfillment.Config{MeterProvider: metricnoop.NewMeterProvider()}))
 	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestMovesTheOrder(t *testing.T) {
 func TestDelayLeavesTimeToCancel(t *testing.T) {
 	t.Parallel()
 	const delay = 2 * time.Second
-	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), delay))
+	h := consumertest.Start(t, fulfillment.New(fulfillment.Config{MeterProvider: metricnoop.NewMeterProvider(), Delay: delay}))
 	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
 	if err != nil {
 		t.Fatal(err)

@@ -92,6 +92,9 @@ func New(cfg Config) *inbox.Consumer {
 	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderFulfilledV1) (inbox.Outcome, error) {
 		return n.notify(ctx, tx, d, m.ID, "order_fulfilled")
 	})
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderFulfilledV2) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, m.ID, "order_fulfilled") // the reservation is no customer's business
+	})
 	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderRejectedV1) (inbox.Outcome, error) {
 		return n.notify(ctx, tx, d, m.ID, "order_rejected")
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type CustomerNotification struct {
@@ -117,11 +118,12 @@ type OrderStateTransition struct {
 }
 
 type Shipment struct {
-	ShipmentID uuid.UUID
-	OrderID    uuid.UUID
-	Status     string
-	MessageID  string
-	CreatedAt  time.Time
+	ShipmentID    uuid.UUID
+	OrderID       uuid.UUID
+	Status        string
+	MessageID     string
+	CreatedAt     time.Time
+	ReservationID pgtype.UUID
 }
 
 type StockReservation struct {
