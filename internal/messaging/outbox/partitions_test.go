@@ -19,16 +19,7 @@ import (
 func TestMessagesOfOneAggregateGoOutInOrder(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	// The first message of the aggregate is nacked for as long as "full"
-	// holds no room.
-	if _, err := b.ch.QueueDeclare("full", true, false, false, false, amqp.Table{
-		"x-queue-type": "classic", "x-max-length": int64(0), "x-overflow": "reject-publish",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ch.QueueBind("full", typeRejected, testExchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	b.fullQueue("full", typeRejected) // the first message of the aggregate is nacked while it is there
 	b.bindQueue("observer", typeCancelled)
 	aggregate := uuid.New()
 	var want []string
