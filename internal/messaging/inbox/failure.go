@@ -204,6 +204,13 @@ func (w *worker) requeue(d *delivery, why string) {
 	ctx := d.ctx
 	w.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))
 	w.metrics.requeued.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name)))
+	if w.ordered {
+		// A partition's worker holds the later deliveries in its buffer: a
+		// requeued one would come back behind them. It tries again in place.
+		d.retryIn = time.Second
+		d.Attempt-- // moving it on failed; its attempt did not end
+		return
+	}
 	background.Sleep(ctx, time.Second)
 	_ = d.raw.Nack(false, true)
 }
