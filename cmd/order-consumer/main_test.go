@@ -184,16 +184,7 @@ func TestDeclareCommand(t *testing.T) {
 // queueExists fails the test unless queue exists on amqpURL.
 func queueExists(t *testing.T, amqpURL, queue string) {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
+	if _, err := testenv.NewChannel(t, amqpURL).QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
 		t.Fatalf("queue %s: %v", queue, err)
 	}
 }

@@ -42,6 +42,29 @@ func (m *Metrics) Counter(t testing.TB, name string) int64 {
 // whose attribute key has value (every point when key is "").
 func (m *Metrics) CounterWith(t testing.TB, name, key, value string) int64 {
 	t.Helper()
+	return m.sum(t, name, func(data metricdata.Aggregation) []metricdata.DataPoint[int64] {
+		if sum, ok := data.(metricdata.Sum[int64]); ok {
+			return sum.DataPoints
+		}
+		return nil
+	}, key, value)
+}
+
+// Gauge is the sum of every data point of the int64 gauge name.
+func (m *Metrics) Gauge(t testing.TB, name string) int64 {
+	t.Helper()
+	return m.sum(t, name, func(data metricdata.Aggregation) []metricdata.DataPoint[int64] {
+		if g, ok := data.(metricdata.Gauge[int64]); ok {
+			return g.DataPoints
+		}
+		return nil
+	}, "", "")
+}
+
+// sum adds up the points that points finds in instrument name, those whose
+// attribute key has value (every point when key is "").
+func (m *Metrics) sum(t testing.TB, name string, points func(metricdata.Aggregation) []metricdata.DataPoint[int64], key, value string) int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := m.reader.Collect(context.Background(), &rm); err != nil {
 		// An observable gauge whose callback failed (it reads the database,
@@ -51,30 +74,11 @@ func (m *Metrics) CounterWith(t testing.TB, name, key, value string) int64 {
 	var total int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, metric := range sm.Metrics {
-			if sum, ok := metric.Data.(metricdata.Sum[int64]); ok && metric.Name == name {
-				for _, dp := range sum.DataPoints {
-					if v, ok := dp.Attributes.Value(attribute.Key(key)); key == "" || ok && v.AsString() == value {
-						total += dp.Value
-					}
-				}
+			if metric.Name != name {
+				continue
 			}
-		}
-	}
-	return total
-}
-
-// Gauge is the sum of every data point of the int64 gauge name.
-func (m *Metrics) Gauge(t testing.TB, name string) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := m.reader.Collect(context.Background(), &rm); err != nil {
-		t.Logf("testenv: collecting metrics: %v", err)
-	}
-	var total int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, metric := range sm.Metrics {
-			if g, ok := metric.Data.(metricdata.Gauge[int64]); ok && metric.Name == name {
-				for _, dp := range g.DataPoints {
+			for _, dp := range points(metric.Data) {
+				if v, ok := dp.Attributes.Value(attribute.Key(key)); key == "" || ok && v.AsString() == value {
 					total += dp.Value
 				}
 			}

@@ -270,8 +270,9 @@ func (s *system) checkDatabase(ctx context.Context) string {
 }
 
 // checkVhost says what is wrong with the vhost for the walkthrough, or "":
-// the queue of every consumer must be there, else order-consumer uses
-// another vhost (or has never started).
+// the parking lot of every consumer must be there (it is, with or without
+// MESSAGE_PARTITIONS), else order-consumer uses another vhost (or has
+// never started).
 func (s *system) checkVhost() string {
 	var absent []string
 	for _, c := range consumer.All(consumer.Deps{}) {
@@ -279,8 +280,9 @@ func (s *system) checkVhost() string {
 		if err != nil {
 			return fmt.Sprintf("cannot open a channel: %v", err)
 		}
-		if _, err := ch.QueueDeclarePassive(inbox.QueueName(c.Name()), true, false, false, false, nil); err != nil {
-			absent = append(absent, inbox.QueueName(c.Name()))
+		lot := inbox.ParkingLotName(inbox.QueueName(c.Name()))
+		if _, err := ch.QueueDeclarePassive(lot, true, false, false, false, nil); err != nil {
+			absent = append(absent, lot)
 		}
 		_ = ch.Close() // a failed passive declare closed it already
 	}

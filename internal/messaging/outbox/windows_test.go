@@ -113,16 +113,7 @@ func TestBrokerTroubleNeverSpendsAttempts(t *testing.T) {
 func TestBrokerNackSpendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	// A queue that holds nothing and rejects what overflows: every publish
-	// routed only to it is nacked.
-	if _, err := b.ch.QueueDeclare("full", true, false, false, false, amqp.Table{
-		"x-queue-type": "classic", "x-max-length": int64(0), "x-overflow": "reject-publish",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ch.QueueBind("full", typeRejected, testExchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	b.fullQueue("full", typeRejected)
 	b.bindQueue("observer", typeCancelled)
 	rejected, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, testMessage{Type: typeRejected, ID: testenv.NewID()})
 	if err != nil {
@@ -271,4 +262,18 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// fullQueue declares a queue bound to key that holds nothing and rejects
+// what overflows: every publish routed only to it is nacked.
+func (b *relayBundle) fullQueue(name, key string) {
+	b.t.Helper()
+	if _, err := b.ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-max-length": int64(0), "x-overflow": "reject-publish",
+	}); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := b.ch.QueueBind(name, key, testExchange, false, nil); err != nil {
+		b.t.Fatal(err)
+	}
 }
