@@ -1,0 +1,94 @@
+package httpapi_test
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/yourorg/orders/internal/auth"
+)
+
+// countingReader is a request body of n bytes, the first from prefix and
+// the rest 'a', that counts what the client took of it: what the server
+// read, plus at most what the sockets buffer between them.
+type countingReader struct {
+	prefix string
+	n      int64
+	read   atomic.Int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	done := r.read.Load()
+	if done >= r.n {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), r.n-done)]
+	for i := range p {
+		if at := done + int64(i); at < int64(len(r.prefix)) {
+			p[i] = r.prefix[at]
+		} else {
+			p[i] = 'a'
+		}
+	}
+	r.read.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// POST /ui/login, open to anyone, reads at most 8 KiB of a form encoded as
+// the page sends it (application/x-www-form-urlencoded): a larger form is
+// a 413, any other encoding a 415 before the body is read, so that a
+// multipart form of 256 MiB is neither read nor spilled to temporary files.
+// A token in the query string is not taken.
+func TestUISignInFormIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sameOrigin := header{"Sec-Fetch-Site": "same-origin"}
+	send := func(contentType string, body io.Reader) response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.server.URL+"/ui/login", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := noHangClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST /ui/login (%s): %v", contentType, err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		r := response{status: resp.StatusCode, header: resp.Header, body: out}
+		b.checkAgainstOpenAPI(req, r)
+		return r
+	}
+	isPage := func(what string, r response, status int) {
+		t.Helper()
+		if r.status != status || r.header.Get("Set-Cookie") != "" || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") {
+			t.Errorf("%s: %d %v, want a %d page and no cookie\n%s", what, r.status, r.header, status, r.body)
+		}
+	}
+
+	// A token of 8 KiB and more, in the form the page sends: 413.
+	token := b.token("alice", auth.RoleCustomer)
+	big := url.Values{"token": {token + strings.Repeat("a", 8<<10)}}.Encode()
+	isPage("a form of 8 KiB and more", send("application/x-www-form-urlencoded", strings.NewReader(big)), http.StatusRequestEntityTooLarge)
+
+	// A multipart form of 256 MiB: 415, and the server stops reading at once.
+	const size = 256 << 20
+	huge := &countingReader{n: size, prefix: "--B\r\nContent-Disposition: form-data; name=\"token\"\r\n\r\n" + token}
+	isPage("a multipart form", send("multipart/form-data; boundary=B", huge), http.StatusUnsupportedMediaType)
+	if read := huge.read.Load(); read > 32<<20 {
+		t.Errorf("the client sent %d MiB of a 256 MiB multipart form before its answer: the server read it", read>>20)
+	}
+	isPage("a JSON body", send("application/json", strings.NewReader(`{"token":"`+token+`"}`)), http.StatusUnsupportedMediaType)
+
+	// The token in the query string, not the body: not taken.
+	r := b.postForm(b.server.URL, "/ui/login?token="+url.QueryEscape(token), nil, sameOrigin)
+	isPage("a token in the query string", r, http.StatusUnauthorized)
+
+	// The form as the page sends it still signs in.
+	signInCookie(t, b.postForm(b.server.URL, "/ui/login", url.Values{"token": {token}}, sameOrigin))
+}
