@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"os"
@@ -197,11 +200,24 @@ func postOrder(t *testing.T, base, token string) int {
 
 // The authentication settings are checked at start, each error naming its
 // variable: jwt (the default) with no key, a short secret, an unreadable
-// or keyless public keys file, an unknown mode.
+// or keyless public keys file, public keys without an audience, an
+// unknown mode.
 func TestBadAuthSettingsFailStartup(t *testing.T) {
 	t.Parallel()
 	notPEM := filepath.Join(t.TempDir(), "keys.pem")
 	if err := os.WriteFile(notPEM, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	public, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idpKeys := filepath.Join(t.TempDir(), "idp.pem")
+	if err := os.WriteFile(idpKeys, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -213,6 +229,8 @@ func TestBadAuthSettingsFailStartup(t *testing.T) {
 		{map[string]string{"API_JWT_PUBLIC_KEYS": filepath.Join(t.TempDir(), "missing.pem")}, "API_JWT_PUBLIC_KEYS: open"},
 		{map[string]string{"API_JWT_PUBLIC_KEYS": notPEM}, "API_JWT_PUBLIC_KEYS " + notPEM + ": no PEM block"},
 		{map[string]string{"API_AUTH": "none"}, `API_AUTH "none": want jwt or off`},
+		// An identity provider's keys verify the tokens of all its clients.
+		{map[string]string{"API_JWT_PUBLIC_KEYS": idpKeys}, "API_JWT_PUBLIC_KEYS needs API_JWT_AUDIENCE"},
 	} {
 		// Should the setting be let through, run finds no database.
 		tc.environ["HTTP_ADDR"] = testenv.FreeAddr(t)

@@ -109,7 +109,10 @@ type Options struct {
 	// A token is accepted when any key of its algorithm verifies it.
 	PublicKeysPEM []byte
 	// Issuer and Audience, when set, must be the token's iss and one of
-	// its aud.
+	// its aud. Audience is required with PublicKeysPEM: an identity
+	// provider signs the tokens of every client it serves with the same
+	// keys, and only the audience tells the tokens meant for this API from
+	// those it issued for another application.
 	Issuer, Audience string
 	// Now is the clock (time.Now when nil); tests move it.
 	Now func() time.Time
@@ -141,6 +144,10 @@ func NewVerifier(o Options) (*Verifier, error) {
 		keys[jwt.SigningMethodHS256.Alg()] = []any{o.Secret}
 	}
 	if len(o.PublicKeysPEM) > 0 {
+		if o.Audience == "" {
+			return nil, errors.New("an identity provider's public keys need an audience: " +
+				"without one, every token the provider issued for any of its clients would be accepted")
+		}
 		public, err := ParsePublicKeys(o.PublicKeysPEM)
 		if err != nil {
 			return nil, err

@@ -425,7 +425,9 @@ type Auth struct {
 	JWTPublicKeys string `env:"API_JWT_PUBLIC_KEYS"`
 	// JWTIssuer, when set, must be every token's iss.
 	JWTIssuer string `env:"API_JWT_ISSUER"`
-	// JWTAudience, when set, must be among every token's aud.
+	// JWTAudience, when set, must be among every token's aud; required
+	// with JWTPublicKeys (an identity provider signs the tokens of all its
+	// clients with the same keys).
 	JWTAudience string `env:"API_JWT_AUDIENCE"`
 }
 
@@ -449,6 +451,10 @@ func (a Auth) Validate() error {
 	if a.JWTPublicKeys != "" {
 		if _, err := a.publicKeys(); err != nil {
 			errs = append(errs, err)
+		}
+		if a.JWTAudience == "" {
+			errs = append(errs, errors.New("API_JWT_PUBLIC_KEYS needs API_JWT_AUDIENCE, the audience the identity provider "+
+				"puts in the tokens it issues for this API: it signs the tokens of all its clients with the same keys"))
 		}
 	}
 	return errors.Join(errs...)

@@ -194,19 +194,22 @@ func TestPublicKeyTokens(t *testing.T) {
 		_ = pem.Encode(&pemKeys, &pem.Block{Type: "PUBLIC KEY", Bytes: der})
 	}
 	b := setupWith(t, func(_ *httpapi.Config, d *httpapi.Deps) {
-		v, err := auth.NewVerifier(auth.Options{PublicKeysPEM: pemKeys.Bytes()})
+		v, err := auth.NewVerifier(auth.Options{PublicKeysPEM: pemKeys.Bytes(), Audience: "orders-api"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.Verifier = v
 	})
-	operator := func(c *auth.Claims) { c.Role = auth.RoleOperator }
+	operator := func(c *auth.Claims) { c.Role, c.Audience = auth.RoleOperator, jwt.ClaimStrings{"orders-api"} }
 	for _, tc := range []struct {
 		name   string
 		token  string
 		status int
 	}{
 		{"RS256", sign(t, jwt.SigningMethodRS256, rsaKey, claims("ops", operator)), http.StatusOK},
+		{"RS256 for another client of the provider", sign(t, jwt.SigningMethodRS256, rsaKey, claims("ops", func(c *auth.Claims) {
+			c.Role, c.Audience = auth.RoleOperator, jwt.ClaimStrings{"another-app"}
+		})), http.StatusUnauthorized},
 		{"PS384", sign(t, jwt.SigningMethodPS384, rsaKey, claims("ops", operator)), http.StatusOK},
 		{"ES256", sign(t, jwt.SigningMethodES256, ecKey, claims("ops", operator)), http.StatusOK},
 		{"HS256 with the public keys as secret", sign(t, jwt.SigningMethodHS256, pemKeys.Bytes(), claims("ops", operator)), http.StatusUnauthorized},
