@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,43 @@ func TestBadJaegerUIURLFailsStartup(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "JAEGER_UI_URL") {
 			t.Errorf("JAEGER_UI_URL=%s: err = %v; want it named", bad, err)
 		}
+	}
+}
+
+// API_PUBLIC_URL is where clients reach the API: a value that is no
+// http(s) URL stops the start; with https, the /ui/ sign-in cookie is
+// Secure although the request arrives over plain HTTP (TLS ends in a proxy).
+func TestPublicURL(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"orders.example.com", "ftp://orders.example.com", "https://"} {
+		var out bytes.Buffer
+		err := run(t.Context(), nil, map[string]string{"API_PUBLIC_URL": bad}, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "API_PUBLIC_URL") {
+			t.Errorf("API_PUBLIC_URL=%s: err = %v; want it named", bad, err)
+		}
+	}
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	secret := rand.Text() + rand.Text()
+	base, stop, _ := serve(t, map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "API_JWT_SECRET": secret,
+		"API_PUBLIC_URL": "HTTPS://orders.example.com"})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/ui/login",
+		strings.NewReader(url.Values{"token": {mint(t, secret, "c")}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := http.DefaultTransport.RoundTrip(req) // no redirect
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cookies := resp.Cookies(); resp.StatusCode != http.StatusSeeOther || len(cookies) != 1 || !cookies[0].Secure {
+		t.Errorf("sign-in over plain HTTP with an https API_PUBLIC_URL: %d %v, want a Secure cookie", resp.StatusCode, cookies)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 

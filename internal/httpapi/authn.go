@@ -206,7 +206,7 @@ func (s *Server) uiLogin(c echo.Context) error {
 	}
 	cookie := &http.Cookie{
 		Name: uiTokenCookie, Value: token, Path: "/ui",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS(),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(c),
 	}
 	var claims jwt.RegisteredClaims // verified above; only its expiry is read here
 	if _, _, err := jwt.NewParser().ParseUnverified(token, &claims); err == nil && claims.ExpiresAt != nil {
@@ -252,9 +252,16 @@ func (s *Server) uiLogout(c echo.Context) error {
 	}
 	c.SetCookie(&http.Cookie{
 		Name: uiTokenCookie, Value: "", Path: "/ui", MaxAge: -1, Expires: time.Unix(0, 0),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS(),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(c),
 	})
 	return c.Redirect(http.StatusSeeOther, "/ui/login")
+}
+
+// secureCookie tells whether the sign-in cookie is Secure: over TLS, and
+// whenever the API is configured to be reached over HTTPS (TLS ends in a
+// proxy in front of it), where the request itself arrives as plain HTTP.
+func (s *Server) secureCookie(c echo.Context) bool {
+	return c.IsTLS() || s.cfg.SecureCookie
 }
 
 // crossOrigin refuses the forms posted from another site (Sec-Fetch-Site,

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/httpapi"
 )
 
 // countingReader is a request body of n bytes, the first from prefix and
@@ -91,4 +92,18 @@ func TestUISignInFormIsBounded(t *testing.T) {
 
 	// The form as the page sends it still signs in.
 	signInCookie(t, b.postForm(b.server.URL, "/ui/login", url.Values{"token": {token}}, sameOrigin))
+}
+
+// Behind a proxy that ends TLS, requests arrive over plain HTTP, and the
+// sign-in cookie must still be Secure: SecureCookie (order-api's
+// API_PUBLIC_URL with https) makes it so, for sign-in and sign-out.
+func TestUICookieSecureBehindATLSProxy(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, func(c *httpapi.Config, _ *httpapi.Deps) { c.SecureCookie = true })
+	sameOrigin := header{"Sec-Fetch-Site": "same-origin"}
+	in := signInCookie(t, b.postForm(b.server.URL, "/ui/login", url.Values{"token": {b.token("alice", auth.RoleCustomer)}}, sameOrigin))
+	out := signInCookie(t, b.postForm(b.server.URL, "/ui/logout", nil, sameOrigin))
+	if !strings.HasPrefix(b.server.URL, "http://") || !in.Secure || !out.Secure {
+		t.Errorf("over %s with SecureCookie: sign-in cookie Secure %v, sign-out cookie Secure %v; want both", b.server.URL, in.Secure, out.Secure)
+	}
 }

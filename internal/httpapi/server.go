@@ -36,6 +36,12 @@ type Config struct {
 	// order's trace: JaegerUIURL + "/trace/" + the trace id. Default: no
 	// link, the trace id only.
 	JaegerUIURL string
+	// SecureCookie makes the /ui/ sign-in cookie Secure (sent over HTTPS
+	// only) whatever the request's own scheme: for an API whose clients
+	// reach it over HTTPS through a proxy or load balancer that ends TLS
+	// and forwards plain HTTP. The cookie is Secure anyway when TLS ends in
+	// this process. Default false.
+	SecureCookie bool
 }
 
 func (c *Config) setDefaults() {
