@@ -416,6 +416,37 @@ func TestIdempotencyKeyOfAnotherCustomerIsNoReplay(t *testing.T) {
 	}
 }
 
+// A customer and an operator whose tokens name the same sub are two
+// callers: the operator's request with the customer's key is a new order,
+// never the customer's stored response, and each replays its own.
+func TestIdempotencyKeyOfAnotherRoleIsNoReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	withKey := func(h header) header {
+		h[httpapi.HeaderIdempotencyKey] = "key-1"
+		return h
+	}
+	customer := b.createOrder(orderOf("alice"), withKey(b.as("alice", auth.RoleCustomer)))
+	r := b.do(http.MethodPost, "/v1/orders", []byte(orderOf("alice")), withKey(b.as("alice", auth.RoleOperator)))
+	if r.status != http.StatusCreated || r.header.Get(httpapi.HeaderIdempotentReplayed) != "" {
+		t.Fatalf("operator alice with customer alice's key and body: %d %v %s, want a new order", r.status, r.header, r.body)
+	}
+	var operator orderBody
+	r.decode(t, &operator)
+	if operator.OrderID == customer.OrderID {
+		t.Fatalf("operator alice got customer alice's order %s", customer.OrderID)
+	}
+	for role, want := range map[auth.Role]string{auth.RoleCustomer: customer.OrderID, auth.RoleOperator: operator.OrderID} {
+		r := b.do(http.MethodPost, "/v1/orders", []byte(orderOf("alice")), withKey(b.as("alice", role)))
+		if r.status != http.StatusCreated || r.header.Get(httpapi.HeaderIdempotentReplayed) != "true" || !strings.Contains(string(r.body), want) {
+			t.Errorf("the %s's replay: %d %s, want %s", role, r.status, r.body, want)
+		}
+	}
+	if n := b.count("orders"); n != 2 {
+		t.Fatalf("%d orders, want 2", n)
+	}
+}
+
 // syncBuffer is a log the API writes from its handlers' goroutines.
 type syncBuffer struct {
 	mu  sync.Mutex

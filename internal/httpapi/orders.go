@@ -165,8 +165,10 @@ func (s *Server) createOrder(c echo.Context) error {
 			return newError(http.StatusBadRequest, "invalid_idempotency_key",
 				"Idempotency-Key must be 1 to 255 printable ASCII characters.")
 		}
-		// The key is the caller's own (store.IdempotentRequest).
-		idem = &store.IdempotentRequest{Caller: caller(c.Request().Context()).Subject,
+		// The key is the caller's own, its role's and its subject's
+		// (store.IdempotentRequest).
+		p := caller(c.Request().Context())
+		idem = &store.IdempotentRequest{CallerRole: string(p.Role), Caller: p.Subject,
 			Method: http.MethodPost, Path: "/v1/orders", Key: key[0], Hash: req.hash()}
 	}
 	id, err := uuid.NewV7()
