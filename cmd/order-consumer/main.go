@@ -59,7 +59,7 @@ type Config struct {
 	ProcessingLease time.Duration   `env:"CONSUMER_PROCESSING_LEASE" envDefault:"1m"`
 	TxTimeout       time.Duration   `env:"CONSUMER_TX_TIMEOUT" envDefault:"30s"`
 	InboxRetention  time.Duration   `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
-	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL"`
+	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL" secret:"url"`
 	WebhookTimeout  time.Duration   `env:"NOTIFY_WEBHOOK_TIMEOUT" envDefault:"5s"`
 	// FaultsEndpoint serves POST /faults/crash-after-commit on the admin
 	// address, for the walkthrough and drills. Never in production.

@@ -3,9 +3,10 @@
 // log with secrets masked.
 //
 // A setting is a struct field with an `env` tag and an `envDefault`; a field
-// tagged `secret:"true"` is never logged, and every other value is logged
-// through Redact, which masks the credentials a URL or a connection string
-// carries. Each binary embeds the blocks it needs (Database, Log, ...) and
+// tagged `secret:"true"` is never logged, one tagged `secret:"url"` (a URL
+// that is a credential as a whole) only as its scheme and host, and every
+// other value is logged through Redact, which masks the credentials a URL
+// or a connection string carries. Each binary embeds the blocks it needs (Database, Log, ...) and
 // adds its own knobs. A bad value fails start-up with a message that names
 // the variable.
 package config
@@ -237,13 +238,31 @@ func walk(v reflect.Value, visit func(reflect.StructField, reflect.Value)) {
 }
 
 func display(f reflect.StructField, v reflect.Value) string {
-	if f.Tag.Get("secret") == "true" {
+	switch f.Tag.Get("secret") {
+	case "true":
 		if v.IsZero() {
 			return ""
 		}
 		return masked
+	case "url":
+		if v.IsZero() {
+			return ""
+		}
+		return URLOrigin(fmt.Sprint(v.Interface()))
 	}
 	return Redact(fmt.Sprint(v.Interface()))
+}
+
+// URLOrigin is what may be logged of a URL that is itself a credential,
+// such as a webhook's (a chat webhook's token in its path, a signature in
+// its query): its scheme and host, "https://hooks.example.com/…". A field
+// tagged `secret:"url"` is logged so.
+func URLOrigin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return masked
+	}
+	return u.Scheme + "://" + u.Host + "/…"
 }
 
 // masked replaces a secret in what is logged.
