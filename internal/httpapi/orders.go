@@ -186,7 +186,7 @@ func (s *Server) createOrder(c echo.Context) error {
 
 	cid := correlationID(ctx)
 	var resp, replay *store.StoredResponse
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		if idem != nil {
 			stored, err := store.ClaimIdempotencyKey(ctx, tx, *idem, s.cfg.IdempotencyKeyTTL)
 			if err != nil || stored != nil {
@@ -241,7 +241,7 @@ func (s *Server) getOrder(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	var out orderJSON
-	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := hideOthers(ctx, tx, id); err != nil {
 			return err
 		}
@@ -275,7 +275,7 @@ func (s *Server) listOrders(c echo.Context) error {
 		orders []*domain.Order
 		next   *store.Cursor
 	)
-	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		orders, next, err = listVisible(ctx, tx, params)
 		return err
@@ -362,7 +362,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		out       orderJSON
 		cancelled bool
 	)
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// A customer_id never changes: read before the move, it is still
 		// the order's when the move locks it.
 		if err := hideOthers(ctx, tx, id); err != nil {
