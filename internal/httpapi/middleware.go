@@ -64,6 +64,30 @@ func printableASCII(s string, maxLen int) bool {
 	return true
 }
 
+// closeWhenShuttingDown stops keeping connections alive once the process
+// is shutting down (SIGTERM): every answer says "Connection: close", and
+// net/http closes the connection after it. During SHUTDOWN_DELAY the API
+// still serves, and a client that still sends here (its load balancer has
+// not seen /readyz yet) opens a new connection for its next request, which
+// a balancer can send elsewhere; when the API then stops serving, no
+// client is about to send on a connection it closes (app.Serve).
+func closeWhenShuttingDown(shuttingDown <-chan struct{}) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			// As the answer is written: a request in flight when the
+			// shutdown starts is answered so too.
+			c.Response().Before(func() {
+				select {
+				case <-shuttingDown:
+					c.Response().Header().Set(echo.HeaderConnection, "close")
+				default:
+				}
+			})
+			return next(c)
+		}
+	}
+}
+
 // logRequests writes one line per request, after the response.
 func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {

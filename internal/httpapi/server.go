@@ -69,8 +69,8 @@ type Deps struct {
 	// MetricsHandler serves GET /metrics.
 	MetricsHandler http.Handler
 	// ShuttingDown is closed when the process starts to shut down: from
-	// then on /readyz answers 503, while the requests in flight finish.
-	// Nil: never.
+	// then on /readyz answers 503 and every answer closes its connection,
+	// while the requests in flight finish. Nil: never.
 	ShuttingDown <-chan struct{}
 }
 
@@ -110,6 +110,7 @@ func New(cfg Config, deps Deps) (*echo.Echo, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(deps.Logger)
 	e.Use(
+		closeWhenShuttingDown(deps.ShuttingDown),
 		withCorrelationID,
 		logRequests(deps.Logger),
 		instrument(deps.TracerProvider, deps.MeterProvider),
