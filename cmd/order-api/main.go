@@ -30,6 +30,7 @@ const service = "order-api"
 
 // Config is every setting of order-api; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	config.Telemetry
@@ -125,6 +126,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
 	}
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
+	config.WarnDevelopment(ctx, log, &cfg)
 	if err := cfg.Auth.Validate(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}

@@ -367,6 +367,57 @@ func TestBadAuthSettingsFailStartup(t *testing.T) {
 	}
 }
 
+// The development JWT secret is public, in the repository: with it anyone
+// mints an operator's token. order-api refuses to start with it, or with
+// a development password in DATABASE_URL, unless told it runs in
+// development, which it then says with a WARN line at start. A secret may
+// come from a file (API_JWT_SECRET_FILE, DATABASE_PASSWORD_FILE: docker
+// compose's generated secrets); the file's is checked the same.
+func TestDevelopmentCredentialsOnlyInDevelopment(t *testing.T) {
+	t.Parallel()
+	devSecretFile := filepath.Join(t.TempDir(), "api-jwt-secret")
+	if err := os.WriteFile(devSecretFile, []byte(config.DevelopmentJWTSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		environ map[string]string
+		want    string
+	}{
+		"the development secret":           {map[string]string{"API_JWT_SECRET": config.DevelopmentJWTSecret}, "API_JWT_SECRET is a development credential"},
+		"the development secret in a file": {map[string]string{"API_JWT_SECRET_FILE": devSecretFile}, "API_JWT_SECRET is a development credential"},
+		"a development database password": {map[string]string{"API_JWT_SECRET": rand.Text() + rand.Text(),
+			"DATABASE_URL": "postgres://orders_api:api-dev@127.0.0.1:1/orders"}, "DATABASE_URL carries a development password"},
+	} {
+		// Should the setting be let through, run finds no database.
+		tc.environ["HTTP_ADDR"] = testenv.FreeAddr(t)
+		if tc.environ["DATABASE_URL"] == "" {
+			tc.environ["DATABASE_URL"] = testenv.ServerURL(t, testenv.TestDatabaseName())
+		}
+		var out bytes.Buffer
+		if err := run(t.Context(), nil, tc.environ, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
+		}
+	}
+
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	base, stop, logs := serve(t, map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "ORDERS_ENV": "development",
+		"API_JWT_SECRET_FILE": devSecretFile})
+	if code := postOrder(t, base, mint(t, config.DevelopmentJWTSecret, "c")); code != http.StatusCreated {
+		t.Errorf("POST /v1/orders with a token of the development secret, in development: %d", code)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var warned bool
+	for line := range strings.Lines(logs.String()) {
+		warned = warned || strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "ORDERS_ENV=development")
+	}
+	if !warned {
+		t.Errorf("no WARN line about ORDERS_ENV=development:\n%s", logs.String())
+	}
+}
+
 // API_AUTH=off must be asked for, and is warned about at start: then
 // every request is an operator's, without a token.
 func TestAuthOffWarnsAndLetsEveryoneIn(t *testing.T) {

@@ -39,11 +39,12 @@ const service = "order-consumer"
 
 // Config is every setting of order-consumer; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	config.Telemetry
 	// AMQPURL is the RabbitMQ broker.
-	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9102"`
 	// Consumers lists the consumers this process runs; empty runs every
@@ -169,6 +170,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		}
 	}
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
+	config.WarnDevelopment(ctx, log, &cfg)
 
 	// Database.
 	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)

@@ -28,11 +28,12 @@ const service = "outbox-relay"
 
 // Config is every setting of outbox-relay; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	config.Telemetry
 	// AMQPURL is the RabbitMQ broker.
-	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9101"`
 	// ID names this relay in claimed_by; default host name and pid.
@@ -133,6 +134,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
 	}
 	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
+	config.WarnDevelopment(ctx, log, &cfg)
 
 	// Database. The relay's own writes (claims, marks) commit asynchronously:
 	// losing the last of them in a database crash only means publishing a

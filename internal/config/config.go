@@ -32,17 +32,34 @@ type Validator interface {
 }
 
 // Load fills cfg (a pointer to a struct) from environ, or from the process
-// environment when environ is nil, then validates it.
+// environment when environ is nil, reads the secrets it is given in files
+// (secrets.go), then validates it. A config that embeds Environment is
+// refused a credential this repository publishes, outside development.
 func Load(cfg Validator, environ map[string]string) error {
 	opts := env.Options{}
+	lookup := os.LookupEnv
 	if environ != nil {
 		opts.Environment = environ
+		lookup = func(k string) (string, bool) { v, ok := environ[k]; return v, ok }
 	}
 	if err := env.ParseWithOptions(cfg, opts); err != nil {
 		return fmt.Errorf("configuration: %w", nameVariables(cfg, err))
 	}
+	if err := resolveFiles(cfg, lookup); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
+	}
+	if e, ok := cfg.(hasEnvironment); ok {
+		if err := e.environment().Validate(); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+		if e.environment().Name != Development {
+			if err := refuseDevelopmentCredentials(cfg); err != nil {
+				return fmt.Errorf("configuration: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -73,7 +90,9 @@ func nameVariables(cfg any, err error) error {
 // Database is the PostgreSQL block every binary has.
 type Database struct {
 	// URL of the database; migrate creates the database if it is missing.
-	URL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/orders?sslmode=disable"`
+	// DATABASE_PASSWORD_FILE, when set, names a file with the password of
+	// its user (docker compose's generated secrets).
+	URL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/orders?sslmode=disable" passwordFile:"DATABASE_PASSWORD_FILE"`
 	// MaxConns caps the connection pool.
 	MaxConns int32 `env:"DB_MAX_CONNS" envDefault:"10"`
 	// MigrateOnStart applies pending migrations before serving.
@@ -198,12 +217,15 @@ func Describe(cfg any) []Setting {
 	return out
 }
 
-// Variables lists the names of the environment variables cfg reads.
+// Variables lists the names of the environment variables cfg reads: its
+// settings', and the files some are read from (secrets.go).
 func Variables(cfg any) []string {
 	var names []string
-	for _, s := range Describe(cfg) {
-		names = append(names, s.Name)
-	}
+	walk(reflect.ValueOf(cfg), func(f reflect.StructField, _ reflect.Value) {
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		names = append(names, name)
+		names = append(names, fileVariables(f)...)
+	})
 	return names
 }
 
@@ -437,8 +459,9 @@ type Auth struct {
 	// Mode is jwt (every request under /v1/ and /ui/ needs a bearer token)
 	// or off (every request is an operator's: local experiments only).
 	Mode string `env:"API_AUTH" envDefault:"jwt"`
-	// JWTSecret verifies HS256 tokens; at least 32 bytes.
-	JWTSecret string `env:"API_JWT_SECRET" secret:"true"`
+	// JWTSecret verifies HS256 tokens; at least 32 bytes. Or
+	// API_JWT_SECRET_FILE names a file that holds it.
+	JWTSecret string `env:"API_JWT_SECRET" secret:"true" fromFile:"API_JWT_SECRET_FILE"`
 	// JWTPublicKeys is a PEM file of public keys (RSA, ECDSA, Ed25519) that
 	// verify the tokens of an identity provider.
 	JWTPublicKeys string `env:"API_JWT_PUBLIC_KEYS"`
