@@ -24,7 +24,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -334,8 +336,8 @@ const ClientTokenTTL = 12 * time.Hour
 
 // ClientToken is the bearer token of a client the project ships
 // (walkthrough, loadgen), from its environment: API_TOKEN when set; else,
-// on a development machine that holds the API's secret (make dev, the
-// compose demo), an operator token it mints with API_JWT_SECRET,
+// where it holds the API's secret (make dev; the compose demo, in the file
+// of API_JWT_SECRET_FILE), an operator token it mints with API_JWT_SECRET,
 // API_JWT_ISSUER and API_JWT_AUDIENCE; else "" (for an API with
 // API_AUTH=off).
 func ClientToken(getenv func(string) string) (string, error) {
@@ -343,6 +345,13 @@ func ClientToken(getenv func(string) string) (string, error) {
 		return token, nil
 	}
 	secret := getenv("API_JWT_SECRET")
+	if file := getenv("API_JWT_SECRET_FILE"); secret == "" && file != "" {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("API_JWT_SECRET_FILE: %w", err)
+		}
+		secret = strings.TrimRight(string(raw), "\r\n")
+	}
 	if secret == "" {
 		return "", nil
 	}

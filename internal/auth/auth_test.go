@@ -11,6 +11,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"math/big"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -201,5 +203,43 @@ func TestMintAndLeeway(t *testing.T) {
 	}
 	if p, _ := auth.Off().Verify(""); !p.Operator() {
 		t.Errorf("Off: %+v, want an operator", p)
+	}
+}
+
+// A shipped client's token: API_TOKEN; else one it mints with the API's
+// secret, from API_JWT_SECRET or the file of API_JWT_SECRET_FILE (the
+// compose demo's secrets volume); else none.
+func TestClientToken(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "api-jwt-secret")
+	if err := os.WriteFile(file, append(slices.Clone(secret), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewVerifier(auth.Options{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, environ := range map[string]map[string]string{
+		"the secret":      {"API_JWT_SECRET": string(secret)},
+		"the secret file": {"API_JWT_SECRET_FILE": file},
+	} {
+		token, err := auth.ClientToken(func(k string) string { return environ[k] })
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if p, err := v.Verify(token); err != nil || !p.Operator() {
+			t.Errorf("%s: the token verifies as %+v, %v; want an operator's", name, p, err)
+		}
+	}
+	if token, err := auth.ClientToken(func(k string) string { return map[string]string{"API_TOKEN": "given"}[k] }); token != "given" || err != nil {
+		t.Errorf("API_TOKEN: %q, %v", token, err)
+	}
+	if token, err := auth.ClientToken(func(string) string { return "" }); token != "" || err != nil {
+		t.Errorf("nothing set: %q, %v", token, err)
+	}
+	if _, err := auth.ClientToken(func(k string) string {
+		return map[string]string{"API_JWT_SECRET_FILE": filepath.Join(t.TempDir(), "none")}[k]
+	}); err == nil || !strings.Contains(err.Error(), "API_JWT_SECRET_FILE") {
+		t.Errorf("a missing file: %v", err)
 	}
 }
