@@ -25,6 +25,14 @@ func (c *serviceConfig) Validate() error {
 	return c.Database.Validate() // Load checks the Environment block itself
 }
 
+// namedConfig has a setting that is no secret.
+type namedConfig struct {
+	config.Environment
+	Name string `env:"TEST_NAME"`
+}
+
+func (c *namedConfig) Validate() error { return nil }
+
 func secretFile(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "secret")
@@ -69,10 +77,15 @@ func TestDevelopmentCredentialsAreRefusedOutsideDevelopment(t *testing.T) {
 		}
 	}
 	// Secrets of one's own pass, and so does RabbitMQ's guest (the broker
-	// lets it in from its own machine only).
+	// lets it in from its own machine only), and a setting that is no
+	// secret but is spelt like a password of make dev's (a user's name).
 	var cfg serviceConfig
 	if err := config.Load(&cfg, map[string]string{"DATABASE_URL": "postgres://orders_api:Zk3-own@db/orders", "TEST_SECRET": "an-own-secret-of-32-bytes-or-more-!"}); err != nil {
 		t.Errorf("own secrets: %v", err)
+	}
+	var named namedConfig
+	if err := config.Load(&named, map[string]string{"TEST_NAME": "orders-relay"}); err != nil {
+		t.Errorf("a name spelt like a development password: %v", err)
 	}
 }
 

@@ -187,6 +187,7 @@ func (s *Server) createOrder(c echo.Context) error {
 	cid := correlationID(ctx)
 	var resp, replay *store.StoredResponse
 	err = s.db.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		resp, replay = nil, nil // inTx may run this again
 		if idem != nil {
 			stored, err := store.ClaimIdempotencyKey(ctx, tx, *idem, s.cfg.IdempotencyKeyTTL)
 			if err != nil || stored != nil {
@@ -363,6 +364,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		cancelled bool
 	)
 	err = s.db.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		cancelled = false // inTx may run this again
 		// A customer_id never changes: read before the move, it is still
 		// the order's when the move locks it.
 		if err := hideOthers(ctx, tx, id); err != nil {
