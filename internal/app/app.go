@@ -228,7 +228,11 @@ func Serve(ctx context.Context, srv *http.Server, timeout time.Duration, logger 
 	if err := ln.Close(); err != nil {
 		return fmt.Errorf("stop listening on %s: %w", srv.Addr, err)
 	}
-	<-errc // Serve returns once the listener is closed; the connections live on
+	// Serve returns once the listener is closed, with the accept error
+	// that says so; the connections live on.
+	if err := <-errc; !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("serve %s: %w", srv.Addr, err)
+	}
 	graceCtx, cancelGrace := context.WithTimeout(shutdownCtx, min(drainGrace, timeout))
 	d.wait(graceCtx)
 	cancelGrace()

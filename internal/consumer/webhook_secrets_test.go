@@ -117,7 +117,7 @@ func TestWebhookURLSecretsReachNoSink(t *testing.T) {
 		var text strings.Builder
 		text.WriteString(s.Name() + " " + s.Status().Description)
 		for _, a := range s.Attributes() {
-			text.WriteString(" " + string(a.Key) + "=" + a.Value.Emit())
+			text.WriteString(" " + string(a.Key) + "=" + a.Value.String())
 			if a.Key == "url.full" {
 				clientSpans++
 				if a.Value.AsString() != redacted {
@@ -128,7 +128,7 @@ func TestWebhookURLSecretsReachNoSink(t *testing.T) {
 		for _, e := range s.Events() {
 			text.WriteString(" " + e.Name)
 			for _, a := range e.Attributes {
-				text.WriteString(" " + string(a.Key) + "=" + a.Value.Emit())
+				text.WriteString(" " + string(a.Key) + "=" + a.Value.String())
 			}
 		}
 		check("span "+s.Name(), text.String())
