@@ -1,10 +1,12 @@
-# One image for every command of the order service:
+# One image for every command of the order service (cmd/) and of its lab
+# (lab/, the tools around it that docker compose runs too):
 #   /usr/local/bin/order-api        HTTP API (:8080), the default ENTRYPOINT
 #   /usr/local/bin/outbox-relay     outbox publisher (admin :9101)
 #   /usr/local/bin/order-consumer   consumers (admin :9102)
-#   /usr/local/bin/webhook-receiver demo notification receiver (:8090)
-#   /usr/local/bin/walkthrough      guided tour and smoke test of a running stack
 #   /usr/local/bin/orderctl         the operator's tool (docs/operations.md)
+#   /usr/local/bin/webhook-receiver demo notification receiver (:8090), lab/
+#   /usr/local/bin/walkthrough      guided tour and smoke test of a running stack, lab/
+#   (and the lab's other commands, which compose does not run)
 # docker compose picks the binary per service with `entrypoint:`, e.g.
 #   entrypoint: ["/usr/local/bin/outbox-relay"]
 # and arguments with `command:`, e.g. command: ["migrate", "up"].
@@ -41,10 +43,11 @@ RUN go mod download
 COPY . .
 # Static binaries (no cgo: the final image has no libc), without local paths
 # or debug symbols. The build cache mount speeds up rebuilds (BuildKit).
-# ./cmd/... so that a new command is in the image without editing this file.
+# ./cmd/... ./lab/... so that a new command is in the image without editing
+# this file. A team that deletes lab/ removes ./lab/... here (lab/README.md).
 RUN --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/...
+    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/... ./lab/...
 
 # ---- run --------------------------------------------------------------------
 # Distroless static: CA certificates, tzdata and /etc/passwd, no shell, no

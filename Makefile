@@ -1,5 +1,7 @@
 # The order service: transactional outbox and consumer inbox on PostgreSQL
-# and RabbitMQ. `make` lists the targets.
+# and RabbitMQ. `make` lists the targets. walkthrough, load, bench/flow and
+# soak (and make dev's webhook receiver) run the tools of lab/, which a team
+# may delete (lab/README.md).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -16,7 +18,9 @@ PKGS    := ./...
 ENV     := ./scripts/env.sh
 # orderctl (make ctl, make replay) and the walkthrough connect as the
 # operators' role, DATABASE_URL's user replaced (scripts/db-role.sh,
-# docs/security.md); OPERATOR_ROLE= keeps DATABASE_URL's user.
+# docs/security.md), with DB_PASSWORD_ORDERS_OPERATOR's password if set (a
+# DATABASE_URL of orders_operator itself is kept whole); OPERATOR_ROLE=
+# keeps DATABASE_URL's user.
 # They log in to RabbitMQ as their own users too, AMQP_URL's user replaced
 # (scripts/amqp-user.sh, docs/messaging.md): orderctl as orders-operator, the
 # walkthrough as orders-walkthrough; OPERATOR_AMQP_USER= and
@@ -31,7 +35,7 @@ AS_WALKTHROUGH := ./scripts/db-role.sh "$(OPERATOR_ROLE)" ./scripts/amqp-user.sh
 # token, make walkthrough and make load, unless API_JWT_SECRET is set (in
 # .env or the environment). A development secret, public in this file
 # (scripts/dev.sh has the same), so the binaries refuse it outside
-# development (ORDERS_ENV; the make targets run in development:
+# development (DEV_MODE; the make targets run in development:
 # scripts/env.sh). docker compose makes a secret of its own.
 # WITH_DEV_SECRET runs a command with .env and this default.
 DEV_JWT_SECRET  := dev-only-order-api-jwt-secret-not-for-production
@@ -66,11 +70,11 @@ bench: ## the benchmarks of docs/benchmarks.md (relay against a raw publisher, l
 
 .PHONY: bench/flow
 bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, DURATION each: latency, CPU per 1,000 orders
-	$(GO) run ./cmd/bench-flow -rates $(RATES) -duration $(DURATION)
+	$(GO) run ./lab/bench-flow -rates $(RATES) -duration $(DURATION)
 
 .PHONY: soak
 soak: ## the whole flow for SOAK_DURATION under kills, cut connections and a read-only database; fails if anything is lost, doubled or stuck
-	$(GO) run ./cmd/soak -duration $(SOAK_DURATION)
+	$(GO) run ./lab/soak -duration $(SOAK_DURATION)
 
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minutes)
@@ -79,9 +83,10 @@ lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minut
 	$(TOOL) golangci-lint run $(PKGS)
 
 .PHONY: generate
-generate: ## regenerate the sqlc code (store, outbox, inbox queries) and docs/catalog.md
+generate: ## regenerate the sqlc code (store, outbox, inbox queries), docs/catalog.md and api/asyncapi.yaml
 	$(TOOL) sqlc generate
 	$(GO) run ./cmd/order-consumer catalog > docs/catalog.md
+	$(GO) run ./cmd/order-consumer asyncapi > api/asyncapi.yaml
 
 .PHONY: migrate
 migrate: ## create the database if needed and apply the migrations (DATABASE_URL)
@@ -130,11 +135,11 @@ compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough in
 
 .PHONY: walkthrough
 walkthrough: ## a guided tour of the system make dev runs; ARGS=-yes runs it unattended (compose: make compose-test)
-	$(WITH_DEV_SECRET) $(AS_WALKTHROUGH) $(GO) run ./cmd/walkthrough $(ARGS)
+	$(WITH_DEV_SECRET) $(AS_WALKTHROUGH) $(GO) run ./lab/walkthrough $(ARGS)
 
 .PHONY: load
 load: ## post orders to the running API at RATE orders/s for DURATION and report latency (ARGS=-chart latency.svg)
-	$(WITH_DEV_SECRET) $(GO) run ./cmd/loadgen -rate $(RATE) -duration $(DURATION) $(ARGS)
+	$(WITH_DEV_SECRET) $(GO) run ./lab/loadgen -rate $(RATE) -duration $(DURATION) $(ARGS)
 
 .PHONY: db/reset
 db/reset: ## roll every migration back and apply them again (drops all data!)

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"go/parser"
 	"go/token"
@@ -75,8 +76,8 @@ func TestComposeHostPortsAreUnique(t *testing.T) {
 }
 
 // Every published host port moves with a variable, and each variable is
-// documented where a user looks for it: README.md and .env.example, the
-// file compose reads them from once copied to .env.
+// documented where a user looks for it: the configuration page and
+// .env.example, the file compose reads them from once copied to .env.
 func TestComposeHostPortsAreSettable(t *testing.T) {
 	t.Parallel()
 	for _, files := range stacks {
@@ -91,7 +92,7 @@ func TestComposeHostPortsAreSettable(t *testing.T) {
 		if len(lookup.values) == 0 {
 			t.Errorf("%s: no variable ending in _PORT is read", strings.Join(files, " + "))
 		}
-		for _, doc := range []string{"README.md", ".env.example"} {
+		for _, doc := range []string{testenv.ConfigurationPage, ".env.example"} {
 			text := readRepoFile(t, doc)
 			for _, name := range slices.Sorted(maps.Keys(lookup.values)) {
 				if !strings.Contains(text, name) {
@@ -114,7 +115,7 @@ func TestComposeRunsTheWholeStack(t *testing.T) {
 
 func TestComposeBuiltServicesRunRepositoryBinaries(t *testing.T) {
 	t.Parallel()
-	binaries := cmdBinaries(t)
+	binaries := commandNames(repoCommands(t))
 	checkStacks(t, func(p *types.Project) []string { return builtServiceProblems(p, binaries) })
 }
 
@@ -552,11 +553,13 @@ func waitsForMigration(p *types.Project, svc types.ServiceConfig) bool {
 }
 
 // builtServiceProblems checks the services that run the image of this
-// repository's Dockerfile. The image holds every binary, so the entrypoint is what says
+// repository's Dockerfile; binaries are the names of the commands of cmd/
+// and lab/. The image holds every binary, so the entrypoint is what says
 // which one a service runs: without it the service runs the image's
 // default silently, and the tests that find services by entrypoint
-// (testenv.ComposeServicesOf, the cmd/*/main_test.go environment checks)
-// skip it. A binary that needs the schema must not start before it exists.
+// (testenv.ComposeServicesOf, the environment checks of cmd/*/ and lab/*/
+// main_test.go) skip it. A binary that needs the schema must not start
+// before it exists.
 func builtServiceProblems(p *types.Project, binaries []string) []string {
 	var problems []string
 	for _, name := range serviceNames(p) {
@@ -569,7 +572,7 @@ func builtServiceProblems(p *types.Project, binaries []string) []string {
 		case binary == "":
 			problems = append(problems, fmt.Sprintf("service %s runs the image of the Dockerfile but sets no entrypoint: name the binary it runs (one of %v)", name, binaries))
 		case !slices.Contains(binaries, binary):
-			problems = append(problems, fmt.Sprintf("service %s: entrypoint %q is not a binary of cmd/ (%v)", name, svc.Entrypoint[0], binaries))
+			problems = append(problems, fmt.Sprintf("service %s: entrypoint %q is not a command of cmd/ or lab/ (%v)", name, svc.Entrypoint[0], binaries))
 		}
 		if slices.Contains(schemaBinaries, binary) && !isMigrationStep(svc) && !waitsForMigration(p, svc) && !migratesOnStart(svc) {
 			problems = append(problems, fmt.Sprintf("service %s may start %s before the schema exists: depend on the migration step with condition service_completed_successfully, or set MIGRATE_ON_START=true", name, binary))
@@ -767,42 +770,67 @@ func fixedHostPorts(fixed, moved *types.Project) []string {
 	return problems
 }
 
-// cmdBinaries returns this repository's commands: the directories under
-// cmd/ that hold a main package.
-func cmdBinaries(t *testing.T) []string {
+// commandDirs are the folders that hold this repository's commands: the
+// service's (cmd/) and its lab's (lab/, the tools around the service, which
+// a team may delete).
+var commandDirs = []string{"cmd", "lab"}
+
+// repoCommands returns this repository's commands, each as its folder
+// relative to the root ("cmd/order-api", "lab/walkthrough"): the folders
+// under commandDirs that hold a main package. The binary of each is named
+// after its folder (commandName). A missing lab/ is no error.
+func repoCommands(t *testing.T) []string {
 	t.Helper()
-	root := filepath.Join(testenv.RepoRoot(t), "cmd")
-	dirs, err := os.ReadDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var binaries []string
-	for _, d := range dirs {
-		if !d.IsDir() {
+	var commands []string
+	for _, top := range commandDirs {
+		root := filepath.Join(testenv.RepoRoot(t), top)
+		dirs, err := os.ReadDir(root)
+		if top != "cmd" && errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		files, err := filepath.Glob(filepath.Join(root, d.Name(), "*.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, file := range files {
-			if strings.HasSuffix(file, "_test.go") {
+		for _, d := range dirs {
+			if !d.IsDir() {
 				continue
 			}
-			f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.PackageClauseOnly)
+			files, err := filepath.Glob(filepath.Join(root, d.Name(), "*.go"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.Name.Name == "main" {
-				binaries = append(binaries, d.Name())
-				break
+			for _, file := range files {
+				if strings.HasSuffix(file, "_test.go") {
+					continue
+				}
+				f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.PackageClauseOnly)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f.Name.Name == "main" {
+					commands = append(commands, top+"/"+d.Name())
+					break
+				}
 			}
 		}
 	}
-	if len(binaries) == 0 {
-		t.Fatalf("no main package under %s", root)
+	if !slices.ContainsFunc(commands, func(c string) bool { return strings.HasPrefix(c, "cmd/") }) {
+		t.Fatalf("no main package under cmd/ (found %v)", commands)
 	}
-	return binaries
+	return commands
+}
+
+// commandName is the name of a command's binary: its folder's last part
+// (go build -o dir/ names it so).
+func commandName(folder string) string { return path.Base(folder) }
+
+// commandNames maps commandName over folders.
+func commandNames(folders []string) []string {
+	names := make([]string, len(folders))
+	for i, f := range folders {
+		names[i] = commandName(f)
+	}
+	return names
 }
 
 // loadComposeDoc loads an inline compose document from a fresh directory
@@ -1016,7 +1044,7 @@ func TestComposeChecks(t *testing.T) {
 
 		// 6. services built from the Dockerfile
 		{name: "built service without entrypoint", check: builtServices, doc: "services:\n  app:\n    build: .\n", want: []string{"sets no entrypoint"}},
-		{name: "entrypoint not in cmd", check: builtServices, doc: "services:\n  app:\n    build: .\n    entrypoint: [/usr/local/bin/orders-cli]\n", want: []string{`"/usr/local/bin/orders-cli" is not a binary of cmd/`}},
+		{name: "entrypoint not in cmd", check: builtServices, doc: "services:\n  app:\n    build: .\n    entrypoint: [/usr/local/bin/orders-cli]\n", want: []string{`"/usr/local/bin/orders-cli" is not a command of cmd/ or lab/`}},
 		{name: "api does not wait for migration", check: builtServices, doc: stackDoc(map[string]string{"api": "\n    build: .\n    entrypoint: [/usr/local/bin/order-api]"}), want: []string{"service api may start order-api before the schema exists"}},
 		{name: "relay waits for migration to start only", check: builtServices, doc: stackDoc(map[string]string{"relay": "\n    build: .\n    entrypoint: [/usr/local/bin/outbox-relay]\n    depends_on: {schema: {condition: service_started}}"}), want: []string{"service relay may start outbox-relay before the schema exists"}},
 		{name: "consumer waits for another one-shot", check: builtServices, doc: stackDoc(map[string]string{"consumer": "\n    build: .\n    entrypoint: [/usr/local/bin/order-consumer]\n    depends_on: {hooks: {condition: service_completed_successfully}}"}), want: []string{"service consumer may start order-consumer before the schema exists"}},

@@ -34,7 +34,7 @@ func TestDockerfile(t *testing.T) {
 	t.Parallel()
 	root := testenv.RepoRoot(t)
 	text := readRepoFile(t, "Dockerfile")
-	reportProblems(t, dockerfileProblems(parseDockerfile(text), goDirective(t, root), cmdBinaries(t)))
+	reportProblems(t, dockerfileProblems(parseDockerfile(text), goDirective(t, root), repoCommands(t)))
 	reportProblems(t, frontendProblems(text))
 }
 
@@ -63,7 +63,7 @@ func frontendProblems(text string) []string {
 
 func TestComposeEntrypointsAreInTheImage(t *testing.T) {
 	t.Parallel()
-	installed := installedBinaries(parseDockerfile(readRepoFile(t, "Dockerfile")), cmdBinaries(t))
+	installed := installedBinaries(parseDockerfile(readRepoFile(t, "Dockerfile")), repoCommands(t))
 	checkStacks(t, func(p *types.Project) []string { return missingEntrypoints(p, installed) })
 }
 
@@ -97,8 +97,7 @@ func TestDockerignore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binaries := cmdBinaries(t)
-	excluded := append([]string{".git/HEAD"}, localBuildOutputs(t, root, binaries)...)
+	excluded := append([]string{".git/HEAD"}, localBuildOutputs(t, root, repoCommands(t))...)
 	kept := append([]string{"go.mod", "go.sum"}, buildInputs(t, root)...)
 	reportProblems(t, dockerignoreProblems(patterns, excluded, kept))
 }
@@ -219,7 +218,7 @@ func baseImage(stages []buildStage, i int) string {
 type goBuildCmd struct {
 	run      string   // its command line, to look for its environment
 	out      string   // -o, resolved against WORKDIR; a trailing / means a directory
-	packages []string // ./cmd/order-api, ./cmd/...
+	packages []string // ./cmd/order-api, ./cmd/..., ./lab/...
 }
 
 // goCommands are the ways a shell line or a Makefile names the go tool.
@@ -286,29 +285,39 @@ func stageBuilds(s buildStage) []goBuildCmd {
 	return builds
 }
 
-// builds tells whether a go build builds cmd/<binary>.
-func (b goBuildCmd) builds(binary string) bool {
+// builds tells whether a go build builds the command in folder (relative
+// to the root: cmd/order-api, lab/walkthrough): it names the folder
+// (./cmd/order-api, or a path ending in /cmd/order-api), or a pattern
+// over a folder above it (./cmd/..., ./lab/..., ./...).
+func (b goBuildCmd) builds(folder string) bool {
+	names := func(pkg, dir string) bool { return pkg == "./"+dir || strings.HasSuffix(pkg, "/"+dir) }
 	for _, pkg := range b.packages {
-		if pkg == "./cmd/..." || strings.HasSuffix(pkg, "/cmd/...") ||
-			pkg == "./cmd/"+binary || strings.HasSuffix(pkg, "/cmd/"+binary) {
+		if names(pkg, folder) || pkg == "./..." {
 			return true
+		}
+		above, ok := strings.CutSuffix(pkg, "/...")
+		for dir := path.Dir(folder); ok && dir != "."; dir = path.Dir(dir) {
+			if names(above, dir) {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// outputs maps each binary a go build writes to its path in the stage. A
-// build without -o writes nothing for several packages and a file in the
-// WORKDIR for one: the checks ask for -o rather than guess.
-func (b goBuildCmd) outputs(binaries []string) map[string]string {
+// outputs maps each command (its folder) a go build writes to the path of
+// its binary in the stage. A build without -o writes nothing for several
+// packages and a file in the WORKDIR for one: the checks ask for -o rather
+// than guess.
+func (b goBuildCmd) outputs(commands []string) map[string]string {
 	out := map[string]string{}
-	for _, bin := range binaries {
+	for _, cmd := range commands {
 		switch {
-		case !b.builds(bin) || b.out == "":
+		case !b.builds(cmd) || b.out == "":
 		case strings.HasSuffix(b.out, "/"):
-			out[bin] = b.out + bin
+			out[cmd] = b.out + commandName(cmd)
 		case len(b.packages) == 1:
-			out[bin] = b.out
+			out[cmd] = b.out
 		}
 	}
 	return out
@@ -335,9 +344,10 @@ func copySources(args string) (from string, sources []string, dest string) {
 	return from, fields[:len(fields)-1], fields[len(fields)-1]
 }
 
-// installedBinaries maps each binary to its path in the final image: built
-// with -o in some stage, then copied by the final stage from that stage.
-func installedBinaries(stages []buildStage, binaries []string) map[string]string {
+// installedBinaries maps each command (its folder, cmd/order-api) to the
+// path of its binary in the final image: built with -o in some stage, then
+// copied by the final stage from that stage.
+func installedBinaries(stages []buildStage, commands []string) map[string]string {
 	installed := map[string]string{}
 	if len(stages) == 0 {
 		return installed
@@ -353,7 +363,7 @@ func installedBinaries(stages []buildStage, binaries []string) map[string]string
 			continue
 		}
 		for _, b := range stageBuilds(stages[i]) {
-			for bin, built := range b.outputs(binaries) {
+			for bin, built := range b.outputs(commands) {
 				for _, src := range sources {
 					src = path.Join("/", src)
 					switch {
@@ -397,8 +407,9 @@ func nonRootUser(user string) bool {
 // dockerfileProblems checks the conventions of a Go service image: build
 // with the Go of go.mod in one stage; ship static binaries, without the
 // builder's paths, in a distroless final stage that does not run as root;
-// and ship every command.
-func dockerfileProblems(stages []buildStage, goVersion string, binaries []string) []string {
+// and ship every command (commands: their folders, cmd/order-api and
+// lab/walkthrough: compose runs some of the lab's too).
+func dockerfileProblems(stages []buildStage, goVersion string, commands []string) []string {
 	var problems []string
 	if len(stages) < 2 {
 		problems = append(problems, fmt.Sprintf("%d stage(s): build in one stage and copy the binaries into a small final one, or the image ships the Go toolchain and the sources", len(stages)))
@@ -462,14 +473,14 @@ func dockerfileProblems(stages []buildStage, goVersion string, binaries []string
 		}
 	}
 
-	installed := installedBinaries(stages, binaries)
-	for _, bin := range binaries {
-		built := slices.ContainsFunc(builds, func(b goBuildCmd) bool { return b.builds(bin) })
-		switch _, ok := installed[bin]; {
+	installed := installedBinaries(stages, commands)
+	for _, cmd := range commands {
+		built := slices.ContainsFunc(builds, func(b goBuildCmd) bool { return b.builds(cmd) })
+		switch _, ok := installed[cmd]; {
 		case !built:
-			problems = append(problems, fmt.Sprintf("cmd/%s is not built: no go build names ./cmd/%s", bin, bin))
+			problems = append(problems, fmt.Sprintf("%s is not built: no go build names ./%s (or ./%s/...)", cmd, cmd, path.Dir(cmd)))
 		case !ok:
-			problems = append(problems, fmt.Sprintf("cmd/%s is built but not copied into the final stage (go build -o, then COPY --from of that path)", bin))
+			problems = append(problems, fmt.Sprintf("%s is built but not copied into the final stage (go build -o, then COPY --from of that path)", cmd))
 		}
 	}
 	return problems
@@ -486,11 +497,12 @@ var defaultValue = regexp.MustCompile(`^\$\{[A-Za-z_][A-Za-z0-9_]*:-(.*)\}$`)
 // makeVariable is a Makefile reference, $(NAME).
 var makeVariable = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-// localBuildOutputs returns what the Makefile and scripts/ build into the
-// working tree (bin/order-api, ...), for .dockerignore to keep out of the
-// build context. Variables are expanded with the defaults the files give
-// them (bin="${DEV_BIN:-bin}"), as a plain run would.
-func localBuildOutputs(t *testing.T, root string, binaries []string) []string {
+// localBuildOutputs returns what the Makefile and scripts/ build of
+// commands (their folders) into the working tree (bin/order-api, ...), for
+// .dockerignore to keep out of the build context. Variables are expanded
+// with the defaults the files give them (bin="${DEV_BIN:-bin}"), as a
+// plain run would.
+func localBuildOutputs(t *testing.T, root string, commands []string) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(root, "scripts", "*"))
 	if err != nil {
@@ -521,7 +533,7 @@ func localBuildOutputs(t *testing.T, root string, binaries []string) []string {
 			return "$" + k
 		})
 		for _, b := range goBuilds(text, "") {
-			for _, out := range b.outputs(binaries) {
+			for _, out := range b.outputs(commands) {
 				if !path.IsAbs(out) {
 					outputs = append(outputs, path.Clean(out))
 				}
@@ -535,12 +547,16 @@ func localBuildOutputs(t *testing.T, root string, binaries []string) []string {
 	return slices.Compact(outputs)
 }
 
-// buildInputs returns the files of this module that `go build ./cmd/...`
-// reads, relative to the root: the Go files and the go:embed'ed ones of
-// every package of the module the commands import.
+// buildInputs returns the files of this module that the image's build of
+// the commands (repoCommands) reads, relative to the root: the Go files and
+// the go:embed'ed ones of every package of the module they import.
 func buildInputs(t *testing.T, root string) []string {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-json=Dir,GoFiles,EmbedFiles,Module", "./cmd/...")
+	args := []string{"list", "-deps", "-json=Dir,GoFiles,EmbedFiles,Module"}
+	for _, c := range repoCommands(t) {
+		args = append(args, "./"+c)
+	}
+	cmd := exec.CommandContext(t.Context(), "go", args...)
 	cmd.Dir = root
 	cmd.Stderr = os.Stderr
 	raw, err := cmd.Output()
@@ -609,14 +625,16 @@ COPY . .
 # Static binaries.
 RUN CGO_ENABLED=0 \
     go build -trimpath -ldflags="-s -w" -o /out/ \
-        ./cmd/order-api ./cmd/outbox-relay
+        ./cmd/order-api ./cmd/outbox-relay ./lab/walkthrough
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/
 USER nonroot:nonroot
 ENTRYPOINT ["/usr/local/bin/order-api"]
 `
 
-var dockerfileBinaries = []string{"order-api", "outbox-relay"}
+// dockerfileBinaries are the commands the checks want built: two of the
+// service's, one of the lab's.
+var dockerfileBinaries = []string{"cmd/order-api", "cmd/outbox-relay", "lab/walkthrough"}
 
 // editDockerfile applies edits (old, new) to goodDockerfile, failing when
 // an old text is not there: a case that edits nothing would prove nothing.
@@ -660,9 +678,14 @@ func TestDockerfileChecks(t *testing.T) {
 		{name: "nonroot tag alone", edits: [][2]string{{"USER nonroot:nonroot\n", ""}}},
 		{name: "numeric user", edits: [][2]string{{":nonroot", ""}, {"USER nonroot:nonroot", "USER 65532:65532"}}},
 		{name: "binary not built", edits: [][2]string{{" ./cmd/outbox-relay", ""}}, want: []string{"cmd/outbox-relay is not built"}},
-		{name: "every command", edits: [][2]string{{"./cmd/order-api ./cmd/outbox-relay", "./cmd/..."}}},
-		{name: "binary not copied", edits: [][2]string{{"COPY --from=build /out/ ", "COPY --from=build /out/order-api "}}, want: []string{"cmd/outbox-relay is built but not copied"}},
-		{name: "copied from the wrong stage", edits: [][2]string{{"--from=build", "--from=golang:1.26"}}, want: []string{"cmd/order-api is built but not copied", "cmd/outbox-relay is built but not copied"}},
+		{name: "lab command not built", edits: [][2]string{{" ./lab/walkthrough", ""}}, want: []string{"lab/walkthrough is not built: no go build names ./lab/walkthrough (or ./lab/...)"}},
+		{name: "every command", edits: [][2]string{{"./cmd/order-api ./cmd/outbox-relay ./lab/walkthrough", "./cmd/... ./lab/..."}}},
+		{name: "the service's commands only", edits: [][2]string{{"./cmd/order-api ./cmd/outbox-relay ./lab/walkthrough", "./cmd/..."}}, want: []string{"lab/walkthrough is not built"}},
+		{name: "every package of the module", edits: [][2]string{{"./cmd/order-api ./cmd/outbox-relay ./lab/walkthrough", "./..."}}},
+		{name: "a module path", edits: [][2]string{{"./cmd/order-api ./cmd/outbox-relay ./lab/walkthrough", "github.com/yourorg/orders/cmd/... github.com/yourorg/orders/lab/walkthrough"}}},
+		{name: "a folder of the same name elsewhere", edits: [][2]string{{" ./lab/walkthrough", " ./cmd/walkthrough"}}, want: []string{"lab/walkthrough is not built"}},
+		{name: "binary not copied", edits: [][2]string{{"COPY --from=build /out/ ", "COPY --from=build /out/order-api "}}, want: []string{"cmd/outbox-relay is built but not copied", "lab/walkthrough is built but not copied"}},
+		{name: "copied from the wrong stage", edits: [][2]string{{"--from=build", "--from=golang:1.26"}}, want: []string{"cmd/order-api is built but not copied", "cmd/outbox-relay is built but not copied", "lab/walkthrough is built but not copied"}},
 		{name: "no -o", edits: [][2]string{{"-o /out/ ", ""}}, want: []string{"cmd/order-api is built but not copied"}},
 		{name: "no go build", edits: [][2]string{{"go build", "go vet"}}, want: []string{"no RUN go build", "cmd/order-api is not built"}},
 	}
@@ -711,13 +734,13 @@ func TestInstalledBinaries(t *testing.T) {
 		edits [][2]string
 		want  map[string]string
 	}{
-		{name: "directory", want: map[string]string{"order-api": "/usr/local/bin/order-api", "outbox-relay": "/usr/local/bin/outbox-relay"}},
-		{name: "files", edits: [][2]string{{"/out/ /usr/local/bin/", "/out/order-api /out/outbox-relay /usr/local/bin/"}}, want: map[string]string{"order-api": "/usr/local/bin/order-api", "outbox-relay": "/usr/local/bin/outbox-relay"}},
-		{name: "renamed file", edits: [][2]string{{"/out/ /usr/local/bin/", "/out/order-api /app"}}, want: map[string]string{"order-api": "/app"}},
-		{name: "glob", edits: [][2]string{{"/out/ /usr/local/bin/", "/out/order-* /bin/"}}, want: map[string]string{"order-api": "/bin/order-api"}},
-		{name: "stage number and JSON form", edits: [][2]string{{"--from=build /out/ /usr/local/bin/", `--from=0 ["/out/", "/srv/"]`}}, want: map[string]string{"order-api": "/srv/order-api", "outbox-relay": "/srv/outbox-relay"}},
-		{name: "relative -o", edits: [][2]string{{"-o /out/", "-o bin/"}, {"COPY --from=build /out/", "COPY --from=build /src/bin/"}}, want: map[string]string{"order-api": "/usr/local/bin/order-api", "outbox-relay": "/usr/local/bin/outbox-relay"}},
-		{name: "one package to a file", edits: [][2]string{{"-o /out/ ", "-o /out/api "}, {" ./cmd/outbox-relay", ""}}, want: map[string]string{"order-api": "/usr/local/bin/api"}},
+		{name: "directory", want: map[string]string{"cmd/order-api": "/usr/local/bin/order-api", "cmd/outbox-relay": "/usr/local/bin/outbox-relay", "lab/walkthrough": "/usr/local/bin/walkthrough"}},
+		{name: "files", edits: [][2]string{{"/out/ /usr/local/bin/", "/out/order-api /out/outbox-relay /usr/local/bin/"}}, want: map[string]string{"cmd/order-api": "/usr/local/bin/order-api", "cmd/outbox-relay": "/usr/local/bin/outbox-relay"}},
+		{name: "renamed file", edits: [][2]string{{"/out/ /usr/local/bin/", "/out/order-api /app"}}, want: map[string]string{"cmd/order-api": "/app"}},
+		{name: "glob", edits: [][2]string{{"/out/ /usr/local/bin/", "/out/order-* /bin/"}}, want: map[string]string{"cmd/order-api": "/bin/order-api"}},
+		{name: "stage number and JSON form", edits: [][2]string{{"--from=build /out/ /usr/local/bin/", `--from=0 ["/out/", "/srv/"]`}}, want: map[string]string{"cmd/order-api": "/srv/order-api", "cmd/outbox-relay": "/srv/outbox-relay", "lab/walkthrough": "/srv/walkthrough"}},
+		{name: "relative -o", edits: [][2]string{{"-o /out/", "-o bin/"}, {"COPY --from=build /out/", "COPY --from=build /src/bin/"}}, want: map[string]string{"cmd/order-api": "/usr/local/bin/order-api", "cmd/outbox-relay": "/usr/local/bin/outbox-relay", "lab/walkthrough": "/usr/local/bin/walkthrough"}},
+		{name: "one package to a file", edits: [][2]string{{"-o /out/ ", "-o /out/api "}, {" ./cmd/outbox-relay ./lab/walkthrough", ""}}, want: map[string]string{"cmd/order-api": "/usr/local/bin/api"}},
 		{name: "copied from elsewhere", edits: [][2]string{{"COPY --from=build /out/", "COPY --from=build /tmp/"}}, want: map[string]string{}},
 	}
 	for _, tt := range tests {
@@ -795,6 +818,7 @@ func TestLocalBuildOutputs(t *testing.T) {
 		want  []string
 	}{
 		{"script", map[string]string{"scripts/dev.sh": "go build -o bin/ ./cmd/order-api ./cmd/outbox-relay\n"}, []string{"bin/order-api", "bin/outbox-relay"}},
+		{"script with a lab command", map[string]string{"scripts/dev.sh": "go build -o bin/ ./cmd/order-api ./lab/walkthrough\n"}, []string{"bin/order-api", "bin/walkthrough"}},
 		{"script variable with default", map[string]string{"scripts/dev.sh": "bin=\"${DEV_BIN:-out}\"\nmkdir -p \"$bin\"\ngo build -o \"$bin/\" \\\n  ./cmd/...\n"}, []string{"out/order-api", "out/outbox-relay"}},
 		{"Makefile", map[string]string{"Makefile": "GO ?= go\nBIN := build\nbuild:\n\t$(GO) build -o $(BIN)/api ./cmd/order-api\n"}, []string{"build/api"}},
 		{"outside the tree", map[string]string{"scripts/dev.sh": "go build -o bin/ ./cmd/order-api\ngo build -o /tmp/x/ ./cmd/outbox-relay\n"}, []string{"bin/order-api"}},

@@ -55,7 +55,7 @@ func TestComposeServicesConnectAsTheirRoles(t *testing.T) {
 				users = append(users, name+" as "+u)
 			}
 		}
-		want := []string{"migrate as orders_migrate", "order-api as orders_api", "order-consumer as orders_consumer", "outbox-relay as orders_relay"}
+		want := []string{"migrate as orders_migrate", "order-api as orders_api", "order-consumer as orders_consumer", "orderctl as orders_operator", "outbox-relay as orders_relay"}
 		if len(files) > 1 {
 			want = append(want, "walkthrough as orders_operator")
 		}

@@ -165,8 +165,8 @@ func repositorySecretProblems(p *types.Project) []string {
 				if _, has := u.User.Password(); has {
 					problems = append(problems, fmt.Sprintf("service %s: %s carries a password: give it in a file of the secrets volume", name, variable))
 				}
-			case variable == "ORDERS_ENV" && value == config.Development:
-				problems = append(problems, fmt.Sprintf("service %s runs in development (ORDERS_ENV): it would take the repository's credentials", name))
+			case variable == "DEV_MODE" && value != "false" && value != "0":
+				problems = append(problems, fmt.Sprintf("service %s runs in development (DEV_MODE): it would take the repository's credentials", name))
 			}
 			if secretName(variable) && !isFileVariable(variable) {
 				problems = append(problems, fmt.Sprintf("service %s: %s is set in the file: give it in a file of the secrets volume", name, variable))
@@ -251,7 +251,7 @@ func TestSecretsChecks(t *testing.T) {
 		{"a password in a URL", "services:\n" + api(`AMQP_URL: "amqp://orders-relay:s3cret@mq/"`, "", ""), repositorySecretProblems, []string{"AMQP_URL carries a password"}},
 		{"a development password", "services:\n  db:\n    image: postgres:15.8\n    environment: {POSTGRES_PASSWORD: postgres}\n", repositorySecretProblems, []string{"POSTGRES_PASSWORD is a development credential", "POSTGRES_PASSWORD is set in the file"}},
 		{"a password default", "services:\n  g:\n    image: grafana/grafana:11.3.1\n    environment: {GF_SECURITY_ADMIN_PASSWORD: \"${PW:-admin}\"}\n", repositorySecretProblems, []string{"GF_SECURITY_ADMIN_PASSWORD is set in the file"}},
-		{"development", "services:\n" + api("ORDERS_ENV: development", "", ""), repositorySecretProblems, []string{"runs in development"}},
+		{"development", "services:\n" + api(`DEV_MODE: "true"`, "", ""), repositorySecretProblems, []string{"runs in development"}},
 		{"files and URLs without passwords", "services:\n" + api(`DATABASE_URL: "postgres://orders_api@db/orders", DATABASE_PASSWORD_FILE: /run/orders-secrets/db-orders_api, JAEGER_UI_URL: "http://localhost:16686"`, "", ""), repositorySecretProblems, nil},
 	}
 	for _, tt := range tests {

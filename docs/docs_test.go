@@ -47,6 +47,69 @@ func TestMarkdownLinks(t *testing.T) {
 	}
 }
 
+// docs/README.md is the reading order: it links every page of docs/, and
+// the README links it.
+func TestIndexListsEveryPage(t *testing.T) {
+	t.Parallel()
+	index, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	linked := map[string]bool{}
+	for _, m := range inlineLink.FindAllStringSubmatch(stripCodeSpans(string(index)), -1) {
+		target, _, _ := strings.Cut(m[1], "#")
+		linked[target] = true
+	}
+	pages, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pages) < 2 {
+		t.Fatalf("found only %v in docs/", pages)
+	}
+	for _, page := range pages {
+		if page != "README.md" && !linked[page] {
+			t.Errorf("docs/README.md does not list %s: give it its line in the reading order", page)
+		}
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "](docs/README.md)") {
+		t.Error("README.md does not link docs/README.md, the reading order")
+	}
+}
+
+// migrationName is a migration file's name as the docs write it.
+var migrationName = regexp.MustCompile(`\b\d{5}_[a-z0-9_]+\.sql\b`)
+
+// A migration named in the docs exists: a number written down goes stale
+// when migrations are added (the next one is derived, never written).
+func TestNamedMigrationsExist(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, f := range markdownFiles(t, root) {
+		raw, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range migrationName.FindAllString(string(raw), -1) {
+			seen++
+			if _, err := os.Stat(filepath.Join(root, "migrations", name)); err != nil {
+				t.Errorf("%s names the migration %s, which migrations/ does not have", f, name)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no Markdown file names a migration: the search is broken")
+	}
+}
+
 // The checker finds each kind of mistake it exists for, and accepts what
 // GitHub accepts.
 func TestCheckerFindsBrokenLinks(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
@@ -106,7 +107,7 @@ func TestRoleGrants(t *testing.T) {
 
 // checkFunctionGrants compares who may execute each function of the public
 // schema with want.
-func checkFunctionGrants(t *testing.T, db store.DBTX, want map[string]map[string]string) {
+func checkFunctionGrants(t *testing.T, db database.DBTX, want map[string]map[string]string) {
 	t.Helper()
 	ctx := t.Context()
 	rows, err := db.Query(ctx, `SELECT oid::regprocedure::text FROM pg_proc WHERE pronamespace = 'public'::regnamespace ORDER BY 1`)
@@ -160,7 +161,7 @@ func checkFunctionGrants(t *testing.T, db store.DBTX, want map[string]map[string
 
 // checkGrants compares what the roles have on every relation of the public
 // schema with want.
-func checkGrants(t *testing.T, db store.DBTX, want map[string]map[string]string) {
+func checkGrants(t *testing.T, db database.DBTX, want map[string]map[string]string) {
 	t.Helper()
 	ctx := t.Context()
 	tables := relations(t, db, "r", "p")
@@ -214,7 +215,7 @@ func checkGrants(t *testing.T, db store.DBTX, want map[string]map[string]string)
 
 // relations lists the relations of the public schema of the given kinds
 // (pg_class.relkind).
-func relations(t *testing.T, db store.DBTX, kinds ...string) []string {
+func relations(t *testing.T, db database.DBTX, kinds ...string) []string {
 	t.Helper()
 	rows, err := db.Query(t.Context(), `SELECT relname FROM pg_class
 		WHERE relnamespace = 'public'::regnamespace AND relkind = ANY ($1::"char"[]) ORDER BY relname`, kinds)
@@ -231,7 +232,7 @@ func relations(t *testing.T, db store.DBTX, kinds ...string) []string {
 // privilegesOf describes what role may do with table: each privilege it
 // has on the whole table, or on some of its columns, as PRIVILEGE(col, ...),
 // in a fixed order.
-func privilegesOf(t *testing.T, db store.DBTX, role, table string) string {
+func privilegesOf(t *testing.T, db database.DBTX, role, table string) string {
 	t.Helper()
 	var out []string
 	for _, p := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"} {
@@ -409,7 +410,7 @@ func TestRolesAreRefusedOutsideTheirGrants(t *testing.T) {
 }
 
 // columnsOf lists the columns of table.
-func columnsOf(t *testing.T, db store.DBTX, table string) []string {
+func columnsOf(t *testing.T, db database.DBTX, table string) []string {
 	t.Helper()
 	rows, err := db.Query(t.Context(), `SELECT attname FROM pg_attribute
 		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, table)

@@ -7,7 +7,7 @@
 #
 # The password is RABBITMQ_PASSWORD_<USER> (RABBITMQ_PASSWORD_ORDERS_OPERATOR
 # for orders-operator), else the user's dev password: its own name, as make
-# dev (cmd/rabbitmq-users) and docker compose's definitions set it. An empty
+# dev (lab/rabbitmq-users) and docker compose's definitions set it. An empty
 # USER leaves AMQP_URL as it is (make ctl OPERATOR_AMQP_USER= logs in as
 # AMQP_URL's user). AMQP_URL unset: the local default.
 set -euo pipefail

@@ -29,7 +29,7 @@
 #
 # Each relay and the consumer log in to RabbitMQ as their own user
 # (orders-relay, orders-consumer), with the permissions of
-# deploy/rabbitmq/definitions.json: cmd/rabbitmq-users creates them, and
+# deploy/rabbitmq/definitions.json: lab/rabbitmq-users creates them, and
 # orders-operator and orders-walkthrough, in AMQP_URL's vhost, logged in as
 # AMQP_URL's user (an administrator: guest on a local broker), through the
 # management API if the broker has one, else rabbitmqctl. Their passwords:
@@ -89,7 +89,7 @@ fi
 
 echo "[dev] building into $bin/"
 mkdir -p "$bin"
-go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./cmd/webhook-receiver ./cmd/rabbitmq-users
+go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./lab/webhook-receiver ./lab/rabbitmq-users
 echo "[dev] migrating ${DATABASE_URL%%\?*}"
 "$bin/order-api" migrate up 2>&1 | sed -u 's/^/[migrate] /'
 echo "[dev] creating the RabbitMQ users of deploy/rabbitmq/definitions.json"
@@ -150,7 +150,7 @@ supervise webhook  WEBHOOK_ADDR="$webhook_addr" FAIL_FIRST=1 -- "$bin/webhook-re
 # order-api checks bearer tokens with API_JWT_SECRET: unless .env or the
 # environment sets another, the development secret (the Makefile's too),
 # which `make token` signs with. Public, so the binaries take it in
-# development only (ORDERS_ENV=development: scripts/env.sh).
+# development only (DEV_MODE=true: scripts/env.sh).
 supervise api      "$api_db" HTTP_ADDR="$api_addr" API_JWT_SECRET="${API_JWT_SECRET:-dev-only-order-api-jwt-secret-not-for-production}" -- "$bin/order-api"
 supervise relay-1  "$relay_db" ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
 supervise relay-2  "$relay_db" ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"

@@ -2,7 +2,7 @@
 # scripts/env.sh: the settings of .env, for the processes run from this
 # checkout (make dev, make run, make run/relay, make run/consumer, make
 # migrate, make walkthrough, make psql, make db/reset), in development
-# (ORDERS_ENV=development, unless set).
+# (DEV_MODE=true, unless set).
 #
 #   scripts/env.sh COMMAND [ARGS...]   run COMMAND with .env's settings
 #   source scripts/env.sh              export them into this shell (scripts/dev.sh)
@@ -14,10 +14,24 @@
 # run` overrides the file. DOTENV names another file; DOTENV=none reads
 # none (the end-to-end tests set their own environment). With no .env,
 # nothing changes.
+#
+# docker compose reads the same .env for its own ORDERS_* variables only
+# (.env.example): when the file sets DATABASE_URL or AMQP_URL, env.sh says
+# on stderr where they lead (password masked), so that a make ctl against
+# another server than the one meant does not go unnoticed.
+
+# masked URL: URL with its password, if any, replaced by ***.
+masked() {
+	if [[ $1 =~ ^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/]*):[^@/]*@(.*)$ ]]; then
+		echo "${BASH_REMATCH[1]}:***@${BASH_REMATCH[2]}"
+	else
+		echo "$1"
+	fi
+}
 
 # load_dotenv FILE: export every NAME=value of FILE not already set.
 load_dotenv() {
-	local file=$1 line name value n=0
+	local file=$1 line name value n=0 urls=()
 	while IFS= read -r line || [[ -n $line ]]; do
 		line=${line%$'\r'}
 		[[ $line =~ ^[[:space:]]*(#|$) ]] && continue
@@ -34,8 +48,14 @@ load_dotenv() {
 		[[ -n ${!name+set} ]] && continue
 		export "$name=$value"
 		n=$((n + 1))
+		if [[ $name == DATABASE_URL || $name == AMQP_URL ]]; then
+			urls+=("$name=$(masked "$value")")
+		fi
 	done <"$file"
 	echo "[env] $n settings from $file" >&2
+	for value in "${urls[@]}"; do
+		echo "[env] $value (from $file): the host tools connect there; docker compose does not read it" >&2
+	done
 }
 
 dotenv_file="${DOTENV:-$(dirname "${BASH_SOURCE[0]}")/../.env}"
@@ -47,8 +67,8 @@ unset dotenv_file
 # What runs from this checkout runs on a developer's machine: the binaries
 # accept the development credentials (the JWT secret of make run and make
 # token, the RabbitMQ passwords of make dev) and say so at start. Outside
-# development they refuse them (README, ORDERS_ENV).
-export ORDERS_ENV="${ORDERS_ENV:-development}"
+# development they refuse them (docs/configuration.md, DEV_MODE).
+export DEV_MODE="${DEV_MODE:-true}"
 
 # Run as a command: run the rest of the command line with those settings.
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then

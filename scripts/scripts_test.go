@@ -110,6 +110,88 @@ func listed(m map[string]string, name string) bool {
 	return ok
 }
 
+// When .env sets DATABASE_URL or AMQP_URL, env.sh says where they lead,
+// the password masked: docker compose reads the same file, and a make ctl
+// that reaches another server than the one meant must not pass unnoticed.
+func TestEnvFileSaysWhereTheURLsLead(t *testing.T) {
+	t.Parallel()
+	said := func(body string) string {
+		file := filepath.Join(t.TempDir(), ".env")
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("./env.sh", "true")
+		for _, kv := range os.Environ() {
+			if name, _, _ := strings.Cut(kv, "="); name != "DATABASE_URL" && name != "AMQP_URL" {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "DOTENV="+file)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("env.sh: %v\n%s", err, stderr.String())
+		}
+		return stderr.String()
+	}
+	out := said("DATABASE_URL=postgres://postgres:s3cret@127.0.0.1:5432/orders\nAMQP_URL=amqp://guest:guest@127.0.0.1:5672/\n")
+	for _, want := range []string{
+		"DATABASE_URL=postgres://postgres:***@127.0.0.1:5432/orders (from ",
+		"AMQP_URL=amqp://guest:***@127.0.0.1:5672/ (from ",
+		"docker compose does not read it",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("env.sh does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("env.sh printed a password:\n%s", out)
+	}
+	if out := said("LOG_LEVEL=debug\n"); strings.Contains(out, "connect there") {
+		t.Errorf("no URL in the file, and env.sh named one:\n%s", out)
+	}
+}
+
+// .env.example has a section for each of its readers: docker compose's,
+// whose settings are all ORDERS_* (the only variables the compose files
+// read: deploy/env_test.go), then the host tools', where none is.
+func TestEnvExampleSeparatesComposeFromTheHostTools(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const composeHeading, hostHeading = "# ---- docker compose", "# ---- the host tools"
+	section := ""
+	names := map[string][]string{}
+	for line := range strings.Lines(string(raw)) {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, composeHeading):
+			section = "compose"
+		case strings.HasPrefix(line, hostHeading):
+			section = "host"
+		case line == "" || strings.HasPrefix(line, "#"):
+		default:
+			name, _, _ := strings.Cut(line, "=")
+			names[section] = append(names[section], name)
+		}
+	}
+	if len(names[""]) > 0 || len(names["compose"]) == 0 || len(names["host"]) == 0 {
+		t.Fatalf("want settings under %q, then under %q, and none before: %v", composeHeading, hostHeading, names)
+	}
+	for _, name := range names["compose"] {
+		if !strings.HasPrefix(name, "ORDERS_") {
+			t.Errorf("%s is in docker compose's section, which reads only ORDERS_*", name)
+		}
+	}
+	for _, name := range names["host"] {
+		if strings.HasPrefix(name, "ORDERS_") {
+			t.Errorf("%s is in the host tools' section: ORDERS_* are docker compose's", name)
+		}
+	}
+}
+
 // make stop stops a running make dev (found by its pid file) and says so
 // when there is none; a second make dev refuses to start beside the first.
 func TestDevStop(t *testing.T) {
@@ -183,10 +265,16 @@ func TestOperatorLogins(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"DATABASE_URL", []string{db}, []string{"./db-role.sh", "orders_operator"},
+		{"DATABASE_URL", []string{db, "DB_PASSWORD_ORDERS_OPERATOR="}, []string{"./db-role.sh", "orders_operator"},
 			"postgres://orders_operator@db.example:6432/orders?sslmode=disable"},
 		{"DATABASE_URL", []string{db}, []string{"./db-role.sh", ""},
 			"postgres://owner:secret@db.example:6432/orders?sslmode=disable"},
+		// The role's own URL is kept whole, its password with it.
+		{"DATABASE_URL", []string{"DATABASE_URL=postgres://orders_operator:operator-dev@127.0.0.1:5432/orders", "DB_PASSWORD_ORDERS_OPERATOR="},
+			[]string{"./db-role.sh", "orders_operator"}, "postgres://orders_operator:operator-dev@127.0.0.1:5432/orders"},
+		// A password for the role.
+		{"DATABASE_URL", []string{db, "DB_PASSWORD_ORDERS_OPERATOR=op-s3cret"}, []string{"./db-role.sh", "orders_operator"},
+			"postgres://orders_operator:op-s3cret@db.example:6432/orders?sslmode=disable"},
 		{"AMQP_URL", []string{amqpURL}, []string{"./amqp-user.sh", "orders-operator"},
 			"amqp://orders-operator:orders-operator@mq.example:5673/orders"},
 		{"AMQP_URL", []string{amqpURL, "RABBITMQ_PASSWORD_ORDERS_WALKTHROUGH=s3cret"}, []string{"./amqp-user.sh", "orders-walkthrough"},
@@ -197,6 +285,35 @@ func TestOperatorLogins(t *testing.T) {
 		if got := passedOn(t, c.name, c.env, c.args...); got != c.want {
 			t.Errorf("%v with %v: %s = %q, want %q", c.args, c.env, c.name, got, c.want)
 		}
+	}
+}
+
+// db-role.sh drops the password of another user's URL, since it is not
+// the role's, and says so on stderr with what to do; with nothing to drop
+// it says nothing.
+func TestDBRoleSaysWhenItDropsAPassword(t *testing.T) {
+	t.Parallel()
+	run := func(env ...string) (stdout, stderr string) {
+		cmd := exec.Command("./db-role.sh", "orders_operator", "sh", "-c", `printf %s "$DATABASE_URL"`)
+		cmd.Env = append(os.Environ(), append(env, "DB_PASSWORD_ORDERS_OPERATOR=")...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("db-role.sh: %v\n%s", err, errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	url, said := run("DATABASE_URL=postgres://postgres:postgres@127.0.0.1:5432/orders")
+	if url != "postgres://orders_operator@127.0.0.1:5432/orders" {
+		t.Errorf("DATABASE_URL = %q", url)
+	}
+	for _, want := range []string{"orders_operator without a password", "postgres's, not orders_operator's", "DB_PASSWORD_ORDERS_OPERATOR"} {
+		if !strings.Contains(said, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, said)
+		}
+	}
+	if _, said := run("DATABASE_URL=postgres://postgres@127.0.0.1:5432/orders"); said != "" {
+		t.Errorf("no password to drop, and db-role.sh said:\n%s", said)
 	}
 }
 

@@ -21,9 +21,9 @@ import (
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/store"
-	"github.com/yourorg/orders/internal/telemetry"
 )
 
 const service = "order-api"
@@ -105,90 +105,72 @@ func main() { app.Main(service, run) }
 // run is the whole process; environ replaces the process environment when
 // not nil (tests).
 func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
-	// Configuration and command line.
 	var cfg Config
-	if err := config.Load(&cfg, environ); err != nil {
-		return err
-	}
-	cli, err := app.ParseArgs(service, args, stderr)
-	if err != nil {
-		return err
-	}
+	return app.Start(ctx, service, &cfg, args, environ, stdout, stderr, nil, func(ctx context.Context, p *app.Process) error {
+		log := p.Log
+		// Authentication: checked here, not in Validate, so that
+		// `order-api migrate` needs no keys.
+		if err := cfg.Auth.Validate(); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+		verifier, err := cfg.Verifier()
+		if err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+		if verifier.IsOff() {
+			log.WarnContext(ctx, "API_AUTH=off: authentication is off, every request is treated as an operator's; "+
+				"for local experiments only, never where anyone else can reach the API")
+		}
 
-	// Telemetry: logs, traces and metrics.
-	tel, err := telemetry.Setup(ctx, service, cfg.Telemetry, cfg.Log, stdout)
-	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
-	log := tel.Logger
-	if len(cli.Command) > 0 { // migrate
-		return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
-	}
-	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
-	config.WarnDevelopment(ctx, log, &cfg)
-	if err := cfg.Auth.Validate(); err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	verifier, err := cfg.Verifier()
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	if verifier.IsOff() {
-		log.WarnContext(ctx, "API_AUTH=off: authentication is off, every request is treated as an operator's; "+
-			"for local experiments only, never where anyone else can reach the API")
-	}
+		// Database.
+		pool, err := p.OpenDatabase(ctx, database.PoolConfig{AppName: service})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
 
-	// Database.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+		// Background: forget expired idempotency keys.
+		go idempotencyKeyRetention(pool, cfg.IdempotencyKeyTTL, log).Run(ctx)
 
-	// Background: forget expired idempotency keys.
-	go idempotencyKeyRetention(pool, cfg.IdempotencyKeyTTL, log).Run(ctx)
-
-	// Serve until SIGINT/SIGTERM. Then /readyz answers 503 at once (ctx is
-	// done), the API goes on serving for SHUTDOWN_DELAY, and then it stops
-	// accepting connections and drains the requests in flight.
-	handler, err := httpapi.New(httpapi.Config{
-		IdempotencyKeyTTL: cfg.IdempotencyKeyTTL,
-		AcquireTimeout:    cfg.AcquireTimeout,
-		MaxInFlight:       cfg.MaxInFlight,
-		JaegerUIURL:       cfg.JaegerUIURL,
-		SecureCookie:      cfg.reachedOverHTTPS(),
-	}, httpapi.Deps{
-		Verifier:       verifier,
-		Pool:           pool,
-		Logger:         log,
-		TracerProvider: tel.TracerProvider,
-		MeterProvider:  tel.MeterProvider,
-		MetricsHandler: tel.MetricsHandler,
-		ShuttingDown:   ctx.Done(),
+		// Serve until SIGINT/SIGTERM. Then /readyz answers 503 at once (ctx
+		// is done), the API goes on serving for SHUTDOWN_DELAY, and then it
+		// stops accepting connections and drains the requests in flight.
+		handler, err := httpapi.New(httpapi.Config{
+			IdempotencyKeyTTL: cfg.IdempotencyKeyTTL,
+			AcquireTimeout:    cfg.AcquireTimeout,
+			MaxInFlight:       cfg.MaxInFlight,
+			JaegerUIURL:       cfg.JaegerUIURL,
+			SecureCookie:      cfg.reachedOverHTTPS(),
+		}, httpapi.Deps{
+			Verifier:       verifier,
+			Pool:           pool,
+			Logger:         log,
+			TracerProvider: p.Tel.TracerProvider,
+			MeterProvider:  p.Tel.MeterProvider,
+			MetricsHandler: p.Tel.MetricsHandler,
+			ShuttingDown:   ctx.Done(),
+		})
+		if err != nil {
+			return err
+		}
+		serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopServing()
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-serveCtx.Done(): // Serve failed
+				return
+			}
+			log.InfoContext(serveCtx, "shutting down: not ready; serving for SHUTDOWN_DELAY, then draining",
+				slog.Duration("shutdown_delay", cfg.ShutdownDelay))
+			select {
+			case <-time.After(cfg.ShutdownDelay):
+			case <-serveCtx.Done():
+			}
+			stopServing()
+		}()
+		return app.Serve(serveCtx, app.NewHTTPServer(cfg.HTTPAddr, handler, log), cfg.ShutdownTimeout, log, nil)
 	})
-	if err != nil {
-		return err
-	}
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServing()
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-serveCtx.Done(): // Serve failed
-			return
-		}
-		log.InfoContext(serveCtx, "shutting down: not ready; serving for SHUTDOWN_DELAY, then draining",
-			slog.Duration("shutdown_delay", cfg.ShutdownDelay))
-		select {
-		case <-time.After(cfg.ShutdownDelay):
-		case <-serveCtx.Done():
-		}
-		stopServing()
-	}()
-	err = app.Serve(serveCtx, app.NewHTTPServer(cfg.HTTPAddr, handler, log), cfg.ShutdownTimeout, log, nil)
-	log.InfoContext(ctx, "stopped", slog.Any("error", err))
-	return err
 }
 
 // idempotencyKeyRetention deletes expired keys every minute, a batch at a

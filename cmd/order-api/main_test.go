@@ -401,7 +401,7 @@ func TestDevelopmentCredentialsOnlyInDevelopment(t *testing.T) {
 
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
-	base, stop, logs := serve(t, map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "ORDERS_ENV": "development",
+	base, stop, logs := serve(t, map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "DEV_MODE": "true",
 		"API_JWT_SECRET_FILE": devSecretFile})
 	if code := postOrder(t, base, mint(t, config.DevelopmentJWTSecret, "c")); code != http.StatusCreated {
 		t.Errorf("POST /v1/orders with a token of the development secret, in development: %d", code)
@@ -411,10 +411,10 @@ func TestDevelopmentCredentialsOnlyInDevelopment(t *testing.T) {
 	}
 	var warned bool
 	for line := range strings.Lines(logs.String()) {
-		warned = warned || strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "ORDERS_ENV=development")
+		warned = warned || strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "DEV_MODE=true")
 	}
 	if !warned {
-		t.Errorf("no WARN line about ORDERS_ENV=development:\n%s", logs.String())
+		t.Errorf("no WARN line about DEV_MODE=true:\n%s", logs.String())
 	}
 }
 
@@ -450,10 +450,10 @@ func TestAuthOffWarnsAndLetsEveryoneIn(t *testing.T) {
 	}
 }
 
-// Every variable order-api reads is documented in the README.
-func TestREADMEDocumentsEveryVariable(t *testing.T) {
+// Every variable order-api reads is documented on the configuration page.
+func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	testenv.READMEDocuments(t, config.Variables(&Config{}))
+	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
 }
 
 // serve runs order-api with -migrate and environ on a free address until

@@ -9,30 +9,27 @@
 //	order-consumer migrate [up|down|status|reset]    manage the schema and exit
 //	order-consumer replay <consumer> [limit]         move parked messages back to the work queue
 //	order-consumer catalog                           print docs/catalog.md: the message types, the consumers, their queues
+//	order-consumer asyncapi                          print api/asyncapi.yaml: the same as an AsyncAPI document, with the payload schemas
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/notification"
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/store"
-	"github.com/yourorg/orders/internal/telemetry"
 )
 
 const service = "order-consumer"
@@ -126,11 +123,11 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) consumerConfig() inbox.Config {
-	return inbox.Config{
+	return consumer.Inbox(inbox.Config{
 		Prefetch: c.Prefetch, Workers: c.Workers, BatchSize: c.BatchSize, BatchWait: c.BatchWait, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
 		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout, TxTimeout: c.TxTimeout,
-		InboxRetention: c.InboxRetention, Producer: service,
-	}
+		InboxRetention: c.InboxRetention,
+	})
 }
 
 func main() { app.Main(service, run) }
@@ -138,95 +135,81 @@ func main() { app.Main(service, run) }
 // run is the whole process; environ replaces the process environment when
 // not nil (tests).
 func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
-	// Configuration and command line.
 	var cfg Config
-	if err := config.Load(&cfg, environ); err != nil {
-		return err
-	}
-	cli, err := app.ParseArgs(service, args, stderr,
+	commands := []string{
 		"replay <consumer> [limit]    move parked messages back to the work queue",
-		"catalog                      print the message types, the consumers and their queues (docs/catalog.md)")
-	if err != nil {
-		return err
+		"declare                      declare every consumer's queues and bindings, and exit",
+		"catalog                      print the message types, the consumers and their queues (docs/catalog.md)",
+		"asyncapi                     print the AsyncAPI document of the messages and queues (api/asyncapi.yaml)",
 	}
-
-	if len(cli.Command) > 0 && cli.Command[0] == "catalog" {
-		return consumer.WriteCatalog(stdout, consumer.All(consumer.Deps{}))
-	}
-
-	// Telemetry: logs, traces and metrics.
-	tel, err := telemetry.Setup(ctx, service, cfg.Telemetry, cfg.Log, stdout)
-	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
-	log := tel.Logger
-	if len(cli.Command) > 0 {
-		switch cli.Command[0] {
-		case "migrate":
-			return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
-		case "replay":
-			return replay(ctx, cfg, cli.Command[1:], log)
+	return app.Start(ctx, service, &cfg, args, environ, stdout, stderr, commands, func(ctx context.Context, p *app.Process) error {
+		if len(p.Args.Command) > 0 {
+			switch p.Args.Command[0] {
+			case "catalog":
+				return consumer.WriteCatalog(stdout, consumer.All(consumer.Deps{}))
+			case "declare":
+				return inbox.Declare(ctx, cfg.AMQPURL, cfg.consumerConfig(), consumer.All(consumer.Deps{})...)
+			case "asyncapi":
+				return writeAsyncAPI(stdout)
+			default: // replay
+				return replay(ctx, cfg, p.Args.Command[1:], p.Log)
+			}
 		}
-	}
-	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
-	config.WarnDevelopment(ctx, log, &cfg)
 
-	// Database.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service}, cfg.Database, cli.Migrate, tel)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+		// Database.
+		pool, err := p.OpenDatabase(ctx, database.PoolConfig{AppName: service})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
 
-	// The consumers, and their admin endpoints beside them.
-	selected, err := consumer.Select(consumer.All(consumer.Deps{
-		MeterProvider:    tel.MeterProvider,
-		Notifier:         notification.Config{URL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: tel.TracerProvider},
-		FulfillmentDelay: cfg.FulfillmentDelay,
-	}), cfg.Consumers)
-	if err != nil {
-		return err
-	}
-	consumers, err := inbox.NewConsumers(cfg.consumerConfig(), inbox.Deps{
-		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
-	}, selected...)
-	if err != nil {
-		return err
-	}
-	adminMux := app.AdminHandler(consumers.Ready, tel.MetricsHandler)
-	if cfg.FaultsEndpoint {
-		log.WarnContext(ctx, "fault injection endpoint enabled: POST /faults/crash-after-commit")
-		adminMux.HandleFunc("POST /faults/crash-after-commit", crashAfterCommit(consumers, log))
-	}
-	admin := app.NewHTTPServer(cfg.AdminAddr, adminMux, log)
+		// The consumers, and the walkthrough's fault when asked for.
+		selected, err := consumer.Select(consumer.All(consumer.Deps{
+			MeterProvider:    p.Tel.MeterProvider,
+			Notifier:         notification.Config{URL: cfg.WebhookURL, Timeout: cfg.WebhookTimeout, TracerProvider: p.Tel.TracerProvider},
+			FulfillmentDelay: cfg.FulfillmentDelay,
+		}), cfg.Consumers)
+		if err != nil {
+			return err
+		}
+		inboxCfg := cfg.consumerConfig()
+		// Every consumer's queues exist whichever of them this process runs:
+		// a message published while another consumer's process is down
+		// still reaches its queue.
+		inboxCfg.AlsoDeclare = others(consumer.All(consumer.Deps{}), selected)
+		var crash *crashAfterCommit
+		if cfg.FaultsEndpoint {
+			crash = &crashAfterCommit{log: p.Log, exit: os.Exit}
+			inboxCfg.Faults = crash
+		}
+		consumers, err := inbox.NewConsumers(inboxCfg, messaging.Deps{
+			Pool: pool, AMQPURL: cfg.AMQPURL, Logger: p.Log, MeterProvider: p.Tel.MeterProvider, TracerProvider: p.Tel.TracerProvider,
+		}, selected...)
+		if err != nil {
+			return err
+		}
+		admin := app.AdminHandler(consumers.Ready, p.Tel.MetricsHandler)
+		if crash != nil {
+			p.Log.WarnContext(ctx, "fault injection endpoint enabled: POST /faults/crash-after-commit")
+			admin.Handle("POST /faults/crash-after-commit", crash)
+		}
 
-	// Consume until SIGINT/SIGTERM: then stop taking deliveries, finish the
-	// ones in progress (SHUTDOWN_TIMEOUT) and leave the rest for redelivery.
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return consumers.Run(gctx) })
-	g.Go(func() error { return app.Serve(gctx, admin, 5*time.Second, log, nil) })
-	err = g.Wait()
-	log.InfoContext(ctx, "stopped", slog.Any("error", err))
-	return err
+		// Consume until SIGINT/SIGTERM: then stop taking deliveries, finish
+		// the ones in progress (SHUTDOWN_TIMEOUT) and leave the rest for
+		// redelivery.
+		return p.RunWithAdmin(ctx, cfg.AdminAddr, admin, consumers.Run)
+	})
 }
 
-// crashAfterCommit arms the one-shot crash of the next delivery of a
-// message type, between its commit and its ack: POST {"message_type": "..."}.
-func crashAfterCommit(consumers *inbox.Consumers, log *slog.Logger) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			MessageType string `json:"message_type"`
+// others returns the consumers of all that selected does not hold.
+func others(all, selected []*inbox.Consumer) []*inbox.Consumer {
+	var out []*inbox.Consumer
+	for _, c := range all {
+		if !slices.ContainsFunc(selected, func(s *inbox.Consumer) bool { return s.Name() == c.Name() }) {
+			out = append(out, c)
 		}
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || !domain.KnownMessageType(body.MessageType) {
-			http.Error(w, `want {"message_type": "<a message type of this service>"}`, http.StatusBadRequest)
-			return
-		}
-		consumers.CrashAfterCommit(body.MessageType)
-		log.WarnContext(r.Context(), "fault armed: the next delivery of this type exits after its commit, before its ack",
-			slog.String("message_type", body.MessageType))
-		w.WriteHeader(http.StatusAccepted)
 	}
+	return out
 }
 
 // replay is the replay sub-command: replay <consumer> [limit].

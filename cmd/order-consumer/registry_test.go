@@ -10,6 +10,7 @@ import (
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/testenv"
 )
 
 // The tests of this file keep the consumer registry (consumer.All), the
@@ -18,8 +19,8 @@ import (
 // consumer.All (docs/extending.md), and nothing else can fall behind.
 
 // By default order-consumer runs every consumer there is, and neither the
-// README nor .env.example lists them (a list there would fall behind the
-// first consumer a team adds).
+// configuration page nor .env.example lists them (a list there would fall
+// behind the first consumer a team adds).
 func TestEveryConsumerRunsByDefault(t *testing.T) {
 	t.Parallel()
 	var cfg Config
@@ -31,7 +32,7 @@ func TestEveryConsumerRunsByDefault(t *testing.T) {
 	if err != nil || len(selected) != len(all) {
 		t.Fatalf("the CONSUMERS default %v selects %d of %d consumers (%v)", cfg.Consumers, len(selected), len(all), err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile("../../" + testenv.ConfigurationPage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,14 +40,19 @@ func TestEveryConsumerRunsByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.Lines(string(readme)) {
+	rows := 0
+	for line := range strings.Lines(string(page)) {
 		if strings.HasPrefix(line, "| `CONSUMERS` |") {
+			rows++
 			for _, name := range consumer.Names() {
 				if strings.Contains(line, name) {
-					t.Errorf("README.md's CONSUMERS row names %s: say \"every consumer\" instead of listing them", name)
+					t.Errorf("%s's CONSUMERS row names %s: say \"every consumer\" instead of listing them", testenv.ConfigurationPage, name)
 				}
 			}
 		}
+	}
+	if rows != 1 {
+		t.Errorf("%s has %d rows for CONSUMERS, want 1", testenv.ConfigurationPage, rows)
 	}
 	for line := range strings.Lines(string(env)) {
 		if strings.HasPrefix(line, "CONSUMERS=") && strings.TrimSpace(line) != "CONSUMERS=" {
@@ -104,5 +110,23 @@ func TestCatalogPageIsCurrent(t *testing.T) {
 	}
 	if !bytes.Equal(got, want.Bytes()) {
 		t.Errorf("docs/catalog.md is out of date: run `make generate`")
+	}
+}
+
+// api/asyncapi.yaml is what `order-consumer asyncapi` prints today: the
+// message types and versions with their payload schemas, the exchange,
+// each consumer's queues and what they bind.
+func TestAsyncAPIDocumentIsCurrent(t *testing.T) {
+	t.Parallel()
+	var want bytes.Buffer
+	if err := writeAsyncAPI(&want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../api/asyncapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("api/asyncapi.yaml is out of date: run `make generate`")
 	}
 }

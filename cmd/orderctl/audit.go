@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -33,7 +34,7 @@ type Audit struct {
 
 // record writes an audit row on db: the transaction of the change when
 // the change is in the database, so that both or neither commit.
-func (c *ctl) record(ctx context.Context, db store.DBTX, action, target, reason string, details any) (Audit, error) {
+func (c *ctl) record(ctx context.Context, db database.DBTX, action, target, reason string, details any) (Audit, error) {
 	b, err := json.Marshal(details)
 	if err != nil {
 		return Audit{}, fmt.Errorf("audit details: %w", err)

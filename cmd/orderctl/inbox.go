@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/store"
 )
@@ -49,7 +50,7 @@ func scanInboxRow(r pgx.CollectableRow) (InboxRow, error) {
 
 // readInboxRow reads the row of one message for one consumer
 // (domain.ErrNotFound when there is none).
-func readInboxRow(ctx context.Context, db store.DBTX, consumer, messageID string) (InboxRow, error) {
+func readInboxRow(ctx context.Context, db database.DBTX, consumer, messageID string) (InboxRow, error) {
 	rows, err := db.Query(ctx, `SELECT `+inboxColumns+` FROM message_inbox WHERE consumer_name = $1 AND message_id = $2`, consumer, messageID)
 	if err != nil {
 		return InboxRow{}, fmt.Errorf("read inbox row: %w", err)

@@ -49,7 +49,7 @@ import (
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
-	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/telemetry"
 )
 
@@ -169,7 +169,7 @@ func run(ctx context.Context, argv []string, environ map[string]string, stdout, 
 			return err
 		}
 	}
-	c.pool, err = store.NewPool(ctx, store.PoolConfig{
+	c.pool, err = database.NewPool(ctx, database.PoolConfig{
 		URL: cfg.URL, MaxConns: min(cfg.MaxConns, 4), AppName: service, ConnectTimeout: cfg.ConnectTimeout,
 		StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
 	})
@@ -222,7 +222,7 @@ func parse(argv []string, stderr io.Writer) (command, args, error) {
 	fs.StringVar(&a.typ, "type", "", "a message type")
 	fs.IntVar(&a.limit, "limit", 0, "at most this many")
 	fs.StringVar(&a.customer, "customer", "", "token: for this customer id (its sub)")
-	fs.BoolVar(&a.operator, "operator", false, "token: for an operator (sub: ORDERCTL_USER, else the OS user)")
+	fs.BoolVar(&a.operator, "operator", false, "token: for an operator (sub: dev-operator:<ORDERCTL_USER, else the OS user>)")
 	fs.DurationVar(&a.ttl, "ttl", time.Hour, "token: how long it is valid")
 	fs.Usage = func() { usage(stderr, fs) }
 	for rest := argv; ; {

@@ -20,11 +20,12 @@ import (
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/consumer/consumertest"
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
@@ -91,7 +92,7 @@ func (e *ctlEnv) audit() []Audit {
 // change is in the audit with who and why.
 func TestParkedMessages(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
+	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
 	ctl := newCtl(t, h.Pool.Config().ConnString(), h.AMQPURL)
 	poison := []string{ // their orders do not exist: order_not_found, parked at once
 		h.Deliver(domain.OrderSubmittedV1{ID: uuid.New()}),
@@ -113,7 +114,7 @@ func TestParkedMessages(t *testing.T) {
 		return byID
 	}
 	got := parked(0, 0)
-	if m := got[poison[0]]; m.ReasonCode != "order_not_found" || m.Type != domain.TypeOrderSubmitted || m.OrderID == "" {
+	if m := got[poison[0]]; m.ReasonCode != "order_not_found" || m.Type != domain.TypeOrderSubmitted || m.AggregateID == "" {
 		t.Fatalf("parked message: %+v", m)
 	}
 
@@ -265,7 +266,7 @@ func TestOutboxRetry(t *testing.T) {
 // every consumer), with a parked message about it and its trace id.
 func TestOrderTimeline(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, consumer.All(consumer.Deps{MeterProvider: metricnoop.NewMeterProvider()})...)
+	h := consumertest.Start(t, consumer.All(consumer.Deps{MeterProvider: metricnoop.NewMeterProvider()})...)
 	dbURL := h.Pool.Config().ConnString()
 	ctl := newCtl(t, dbURL, h.AMQPURL)
 
@@ -280,7 +281,7 @@ func TestOrderTimeline(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = (outbox.Writer{Producer: "test"}).Write(t.Context(), tx, domain.Cause{CorrelationID: "corr-ctl"}, domain.SubmittedMessage(created))
+		_, err = store.OutboxWriter("test").Write(t.Context(), tx, messaging.Cause{CorrelationID: "corr-ctl"}, domain.SubmittedMessage(created))
 		return err
 	})
 	if err != nil {
@@ -398,20 +399,51 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// Every variable orderctl reads is documented in the README.
-func TestREADMEDocumentsEveryVariable(t *testing.T) {
+// orderctl pointed at a role the server does not have (a login the
+// server refuses for good, like a wrong password) stops at once and says
+// why, although DB_CONNECT_TIMEOUT would let it wait an hour for a server
+// that is starting.
+func TestRefusedLoginFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	testenv.READMEDocuments(t, config.Variables(&Config{}))
+	role := "no_such_operator_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	ctl := newCtl(t, "postgres://nobody@127.0.0.1:1/none", "amqp://127.0.0.1:1/")
+	ctl.environ["DATABASE_URL"] = testenv.AsRole(testenv.ServerURL(t, "postgres"), role) // not newCtl's orders_operator
+	ctl.environ["DB_CONNECT_TIMEOUT"] = "1h"
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"status"}, ctl.environ, io.Discard, io.Discard)
+	if err == nil {
+		t.Fatal("orderctl status connected as a role that does not exist")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "not retried") || !strings.Contains(msg, "28000") || !strings.Contains(msg, role) {
+		t.Errorf("orderctl status: %v; want the refusal, its SQLSTATE and the role named", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("orderctl status waited until the test's deadline: %v", err)
+	}
+}
+
+// Every variable orderctl reads is documented on the configuration page.
+func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
+	t.Parallel()
+	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
+}
+
+// The compose files' orderctl service (docker compose run --rm orderctl
+// ...) sets only variables orderctl reads.
+func TestComposeSetsOnlyWhatOrderctlReads(t *testing.T) {
+	t.Parallel()
+	testenv.ComposeSetsOnly(t, "orderctl", config.Variables(&Config{}))
 }
 
 func startRelay(t *testing.T, dbURL, amqpURL string) {
 	t.Helper()
-	pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: dbURL, AppName: "relay-under-test"})
+	pool, err := database.NewPool(t.Context(), database.PoolConfig{URL: dbURL, AppName: "relay-under-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-		outbox.Deps{Pool: pool, AMQPURL: amqpURL, Logger: testenv.Logger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()})
+		messaging.Deps{Pool: pool, AMQPURL: amqpURL, Logger: testenv.Logger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +493,9 @@ func TestToken(t *testing.T) {
 		want auth.Principal
 	}{
 		{[]string{"token", "-customer", "c-1"}, auth.Principal{Subject: "c-1", Role: auth.RoleCustomer}},
-		{[]string{"token", "-operator", "-ttl", "5m"}, auth.Principal{Subject: "tester", Role: auth.RoleOperator}},
+		// An operator's sub says it is a development operator token, and
+		// whose (ORDERCTL_USER).
+		{[]string{"token", "-operator", "-ttl", "5m"}, auth.Principal{Subject: "dev-operator:tester", Role: auth.RoleOperator}},
 	} {
 		out := ctl.ok(tc.args...)
 		if strings.Count(out, "\n") != 1 {

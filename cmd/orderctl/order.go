@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/store"
 )
@@ -87,7 +88,7 @@ func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 		return nil, err
 	}
 	for _, h := range history {
-		t.History = append(t.History, Transition{From: string(h.From), To: string(h.To), MessageID: store.Deref(h.MessageID), CorrelationID: h.CorrelationID, At: h.CreatedAt})
+		t.History = append(t.History, Transition{From: string(h.From), To: string(h.To), MessageID: database.Deref(h.MessageID), CorrelationID: h.CorrelationID, At: h.CreatedAt})
 	}
 	rows, err := c.pool.Query(ctx, `SELECT outbox_id, message_type, status, attempt_count, created_at, updated_at, published_at, coalesce(last_error, ''),
 			coalesce(headers->>'correlation_id', ''), coalesce(split_part(headers->>'traceparent', '-', 2), '')
@@ -124,7 +125,7 @@ func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 			break
 		}
 		for _, m := range msgs {
-			if m.OrderID == id.String() {
+			if orderOf(m) == id.String() {
 				t.Parked = append(t.Parked, ParkedOf{Consumer: name, Parked: m})
 			}
 		}

@@ -39,7 +39,7 @@ func (r parkedListReport) human(w io.Writer) {
 	}
 	var rows [][]string
 	for _, m := range r.Messages {
-		rows = append(rows, []string{m.MessageID, m.Type, orDash(m.OrderID), orDash(m.ReasonCode), fmt.Sprint(m.Attempts), orDash(m.ParkedAt), fmt.Sprint(m.ReplayCount)})
+		rows = append(rows, []string{m.MessageID, m.Type, orDash(orderOf(m)), orDash(m.ReasonCode), fmt.Sprint(m.Attempts), orDash(m.ParkedAt), fmt.Sprint(m.ReplayCount)})
 	}
 	_, _ = fmt.Fprintf(w, "%s, oldest first (left in place):\n", r.Queue)
 	table(w, []string{"message_id", "type", "order_id", "reason_code", "attempts", "parked_at", "replays"}, rows)
@@ -193,4 +193,18 @@ func parkedDiscard(ctx context.Context, c *ctl) (report, error) {
 func (r discardReport) human(w io.Writer) {
 	_, _ = fmt.Fprintf(w, "%s (%s, %s) discarded from %s. Audit #%d keeps its headers.\n",
 		r.Message.MessageID, r.Message.Type, orDash(r.Message.ReasonCode), inbox.ParkingLotName(inbox.QueueName(r.Consumer)), r.Audit.ID)
+}
+
+// orderOf is the order a parked message is about: the aggregate the
+// consumer named when it parked it, or the order_id of its body (a message
+// the broker parked at its delivery limit names none).
+func orderOf(m inbox.Parked) string {
+	if m.AggregateID != "" {
+		return m.AggregateID
+	}
+	var payload struct {
+		OrderID string `json:"order_id"`
+	}
+	_ = json.Unmarshal(m.Body, &payload) // a malformed body has no order: it is parked for that
+	return payload.OrderID
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
@@ -34,7 +35,7 @@ func retention(ctx context.Context, c *ctl) (report, error) {
 	type sweeper struct {
 		Sweep
 		keep   time.Duration
-		delete func(ctx context.Context, db store.DBTX, keep time.Duration, limit int) (int64, error)
+		delete func(ctx context.Context, db database.DBTX, keep time.Duration, limit int) (int64, error)
 	}
 	var r retentionReport
 	var errs []error

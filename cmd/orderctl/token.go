@@ -19,13 +19,19 @@ type tokenReport struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// devOperatorPrefix begins the sub of an operator's development token.
+const devOperatorPrefix = "dev-operator:"
+
 // human prints the token alone, so that TOKEN=$(orderctl token ...) works.
 func (r tokenReport) human(w io.Writer) { _, _ = fmt.Fprintln(w, r.Token) }
 
 // token mints an HS256 token with the API's secret (API_JWT_SECRET, and
 // API_JWT_ISSUER, API_JWT_AUDIENCE when set), for a customer (-customer ID)
 // or an operator (-operator), valid for -ttl. It needs no database: it is
-// run before anything connects.
+// run before anything connects. An operator's sub says what the token is
+// and who asked for it: devOperatorPrefix and the operator's name
+// (ORDERCTL_USER, else the OS user), dev-operator:alice, so that the
+// timeline page does not show a bare "root" as the one signed in.
 //
 // These are development tokens: whoever holds API_JWT_SECRET can mint any
 // token. Where an identity provider issues the tokens, order-api verifies
@@ -37,7 +43,7 @@ func (r tokenReport) human(w io.Writer) { _, _ = fmt.Fprintln(w, r.Token) }
 func token(_ context.Context, c *ctl) (report, error) {
 	p := auth.Principal{Subject: c.args.customer, Role: auth.RoleCustomer}
 	if c.args.operator {
-		p = auth.Principal{Subject: c.user, Role: auth.RoleOperator} // ORDERCTL_USER, else the OS user
+		p = auth.Principal{Subject: devOperatorPrefix + c.user, Role: auth.RoleOperator} // ORDERCTL_USER, else the OS user
 	}
 	signed, err := auth.Mint([]byte(c.cfg.JWTSecret), p, c.args.ttl, c.cfg.JWTIssuer, c.cfg.JWTAudience)
 	if err != nil {

@@ -12,16 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
-	"github.com/yourorg/orders/internal/store"
-	"github.com/yourorg/orders/internal/telemetry"
 )
 
 const service = "outbox-relay"
@@ -104,7 +103,7 @@ func (c *Config) relayConfig() outbox.Config {
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
 		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout, DBTimeout: c.DBTimeout,
-		Retention: c.Retention,
+		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(),
 	}
 }
 
@@ -113,54 +112,26 @@ func main() { app.Main(service, run) }
 // run is the whole process; environ replaces the process environment when
 // not nil (tests).
 func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
-	// Configuration and command line.
 	var cfg Config
-	if err := config.Load(&cfg, environ); err != nil {
-		return err
-	}
-	cli, err := app.ParseArgs(service, args, stderr)
-	if err != nil {
-		return err
-	}
+	return app.Start(ctx, service, &cfg, args, environ, stdout, stderr, nil, func(ctx context.Context, p *app.Process) error {
+		// Database. The relay's own writes (claims, marks) commit
+		// asynchronously: losing the last of them in a database crash only
+		// means publishing a message again, which the consumers' inbox absorbs.
+		pool, err := p.OpenDatabase(ctx, database.PoolConfig{AppName: service, AsyncCommit: true})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
 
-	// Telemetry: logs, traces and metrics.
-	tel, err := telemetry.Setup(ctx, service, cfg.Telemetry, cfg.Log, stdout)
-	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
-	log := tel.Logger
-	if len(cli.Command) > 0 { // migrate
-		return app.RunMigrate(ctx, cfg.Database, cli.Command[1:], log, stdout)
-	}
-	log.InfoContext(ctx, "starting", config.LogAttrs(&cfg)...)
-	config.WarnDevelopment(ctx, log, &cfg)
-
-	// Database. The relay's own writes (claims, marks) commit asynchronously:
-	// losing the last of them in a database crash only means publishing a
-	// message again, which the consumers' inbox absorbs.
-	pool, err := app.OpenDatabase(ctx, store.PoolConfig{AppName: service, AsyncCommit: true}, cfg.Database, cli.Migrate, tel)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
-	// The relay, and its admin endpoints beside it.
-	relay, err := outbox.NewRelay(cfg.relayConfig(), outbox.Deps{
-		Pool: pool, AMQPURL: cfg.AMQPURL, Logger: log, MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
+		// The relay, and its admin endpoints beside it, until SIGINT/SIGTERM:
+		// the relay then stops claiming, waits for the confirms of what it
+		// published (SHUTDOWN_TIMEOUT) and hands back the rest.
+		relay, err := outbox.NewRelay(cfg.relayConfig(), messaging.Deps{
+			Pool: pool, AMQPURL: cfg.AMQPURL, Logger: p.Log, MeterProvider: p.Tel.MeterProvider, TracerProvider: p.Tel.TracerProvider,
+		})
+		if err != nil {
+			return err
+		}
+		return p.RunWithAdmin(ctx, cfg.AdminAddr, app.AdminHandler(relay.Ready, p.Tel.MetricsHandler), relay.Run)
 	})
-	if err != nil {
-		return err
-	}
-	admin := app.NewHTTPServer(cfg.AdminAddr, app.AdminHandler(relay.Ready, tel.MetricsHandler), log)
-
-	// Run until SIGINT/SIGTERM: the relay then stops claiming, waits for the
-	// confirms of what it published (SHUTDOWN_TIMEOUT) and hands back the
-	// rest. If either part fails, both stop.
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return relay.Run(gctx) })
-	g.Go(func() error { return app.Serve(gctx, admin, 5*time.Second, log, nil) })
-	err = g.Wait()
-	log.InfoContext(ctx, "stopped", slog.Any("error", err))
-	return err
 }

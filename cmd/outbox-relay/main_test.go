@@ -15,9 +15,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -38,7 +40,7 @@ func TestRelayProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := messaging.DeclareExchange(ch); err != nil {
+	if err := messaging.DeclareExchange(ch, domain.EventsExchange); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ch.QueueDeclare("observer", true, false, false, false, nil); err != nil {
@@ -60,6 +62,22 @@ func TestRelayProcess(t *testing.T) {
 			"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ADMIN_ADDR": admin, "RELAY_POLL_INTERVAL": "100ms",
 		}, lockedWriter{&mu, &logs}, io.Discard)
 	})
+	// Until the consumers' queues exist, the relay publishes none of the
+	// types they read, and says so.
+	var reason string
+	testenv.WaitFor(t, 20*time.Second, "/readyz to name the missing reader queues", func() bool {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		reason = string(body)
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(reason, "orders.warehouse")
+	})
+	if err := inbox.Declare(t.Context(), amqpURL, consumer.Inbox(inbox.Config{}), consumer.All(consumer.Deps{})...); err != nil {
+		t.Fatal(err)
+	}
 	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
 
 	db, err := pgx.Connect(t.Context(), dbURL)
@@ -67,7 +85,7 @@ func TestRelayProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(t.Context())
-	ids, err := (outbox.Writer{Producer: "order-api"}).Write(t.Context(), db, domain.Cause{CorrelationID: "c-1"}, domain.OrderCancelledV1{ID: uuid.New()})
+	ids, err := store.OutboxWriter("order-api").Write(t.Context(), db, messaging.Cause{CorrelationID: "c-1"}, domain.OrderCancelledV1{ID: uuid.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +152,10 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 	}
 }
 
-// Every variable outbox-relay reads is documented in the README.
-func TestREADMEDocumentsEveryVariable(t *testing.T) {
+// Every variable outbox-relay reads is documented on the configuration page.
+func TestConfigurationPageDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
-	testenv.READMEDocuments(t, config.Variables(&Config{}))
+	testenv.ConfigurationDocuments(t, config.Variables(&Config{}))
 }
 
 func get(t *testing.T, url string) string {

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
 )
@@ -85,7 +86,7 @@ func RunMigrate(ctx context.Context, db config.Database, args []string, logger *
 	if err := ensureDatabase(ctx, db); err != nil {
 		return err
 	}
-	pool, err := store.NewPool(ctx, store.PoolConfig{URL: db.URL, MaxConns: 2, AppName: "migrate", ConnectTimeout: db.ConnectTimeout})
+	pool, err := database.NewPool(ctx, database.PoolConfig{URL: db.URL, MaxConns: 2, AppName: "migrate", ConnectTimeout: db.ConnectTimeout})
 	if err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func RunMigrate(ctx context.Context, db config.Database, args []string, logger *
 }
 
 // ensureDatabase is store.EnsureDatabase, waiting at most db.ConnectTimeout
-// (unset: 30s, as store.NewPool) for the server.
+// (unset: 30s, as database.NewPool) for the server.
 func ensureDatabase(ctx context.Context, db config.Database) error {
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(db.ConnectTimeout, 30*time.Second))
 	defer cancel()
@@ -124,7 +125,7 @@ func ensureDatabase(ctx context.Context, db config.Database) error {
 // pending migrations, under goose's advisory lock. Either way it waits up
 // to db.ConnectTimeout for a server that is not up yet. Its queries are traced
 // and its statistics exported through tel.
-func OpenDatabase(ctx context.Context, pc store.PoolConfig, db config.Database, migrate bool, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
+func OpenDatabase(ctx context.Context, pc database.PoolConfig, db config.Database, migrate bool, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
 	if migrate || db.MigrateOnStart {
 		if err := RunMigrate(ctx, db, []string{"up"}, tel.Logger, io.Discard); err != nil {
 			return nil, err
@@ -134,7 +135,7 @@ func OpenDatabase(ctx context.Context, pc store.PoolConfig, db config.Database, 
 	pc.StatementTimeout, pc.LockTimeout = db.StatementTimeout, db.LockTimeout
 	pc.ConnectTimeout = db.ConnectTimeout
 	pc.Tracer = telemetry.DBTracer(tel.TracerProvider)
-	pool, err := store.NewPool(ctx, pc)
+	pool, err := database.NewPool(ctx, pc)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/yourorg/orders/internal/config"
-	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/telemetry"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -118,7 +118,7 @@ func TestMigrateGivesUpAfterTheDeadline(t *testing.T) {
 }
 
 // Every binary's first connection waits for the server too (OpenDatabase,
-// through store.NewPool), up to the same deadline.
+// through database.NewPool), up to the same deadline.
 func TestOpenDatabaseWaitsForALateServer(t *testing.T) {
 	t.Parallel()
 	srv := newLateServer(t, testenv.NewDatabase(t).URL)
@@ -128,7 +128,7 @@ func TestOpenDatabaseWaitsForALateServer(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		// migrate false: the pool's own wait, not migrate's.
-		pool, err := OpenDatabase(t.Context(), store.PoolConfig{AppName: "test"}, db, false, tel)
+		pool, err := OpenDatabase(t.Context(), database.PoolConfig{AppName: "test"}, db, false, tel)
 		if err == nil {
 			err = pool.Ping(t.Context())
 			pool.Close()

@@ -51,14 +51,9 @@ func Load(cfg Validator, environ map[string]string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	if e, ok := cfg.(hasEnvironment); ok {
-		if err := e.environment().Validate(); err != nil {
+	if e, ok := cfg.(hasEnvironment); ok && !e.environment().DevMode {
+		if err := refuseDevelopmentCredentials(cfg); err != nil {
 			return fmt.Errorf("configuration: %w", err)
-		}
-		if e.environment().Name != Development {
-			if err := refuseDevelopmentCredentials(cfg); err != nil {
-				return fmt.Errorf("configuration: %w", err)
-			}
 		}
 	}
 	return nil
@@ -86,6 +81,22 @@ func nameVariables(cfg any, err error) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Service is the configuration of a service binary: it embeds the
+// Database, Log and Telemetry blocks (which give it the three methods
+// below) and validates itself.
+type Service interface {
+	Validator
+	DatabaseBlock() Database
+	LogBlock() Log
+	TelemetryBlock() Telemetry
+}
+
+// DatabaseBlock, LogBlock and TelemetryBlock return the blocks a service's
+// configuration embeds (Service).
+func (d Database) DatabaseBlock() Database    { return d }
+func (l Log) LogBlock() Log                   { return l }
+func (t Telemetry) TelemetryBlock() Telemetry { return t }
 
 // Database is the PostgreSQL block every binary has.
 type Database struct {

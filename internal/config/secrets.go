@@ -28,8 +28,8 @@ import (
 //
 // A process refuses to start with a credential this repository publishes
 // (the development JWT secret, the passwords of make dev and of older
-// docker compose files), unless it runs in development: ORDERS_ENV=
-// development, which it then says with a WARN line at start.
+// docker compose files), unless it runs in development: DEV_MODE=true,
+// which it then says with a WARN line at start.
 
 // resolveFiles reads the settings of cfg that lookup names files for.
 func resolveFiles(cfg any, lookup func(string) (string, bool)) error {
@@ -113,23 +113,11 @@ func fileVariables(f reflect.StructField) []string {
 // Environment says whether a process runs on a developer's machine. Every
 // binary that takes a credential embeds it.
 type Environment struct {
-	// Name is production (the default) or development. Only in
-	// development does the process start with a credential this
-	// repository publishes (DevelopmentCredential), and it says so with a
-	// WARN line at start. make dev and the other make targets run in
-	// development (scripts/env.sh).
-	Name string `env:"ORDERS_ENV" envDefault:"production"`
-}
-
-// Development is the name of the development environment.
-const Development = "development"
-
-// Validate checks the environment's name.
-func (e Environment) Validate() error {
-	if e.Name != "production" && e.Name != Development {
-		return fmt.Errorf("ORDERS_ENV %q: want production or development", e.Name)
-	}
-	return nil
+	// DevMode lets the process start with a credential this repository
+	// publishes (DevelopmentCredential), and it says so with a WARN line at
+	// start. make dev and the other make targets set it (scripts/env.sh);
+	// anywhere else the process refuses those credentials.
+	DevMode bool `env:"DEV_MODE" envDefault:"false"`
 }
 
 // environment lets Load find the block in any config that embeds it.
@@ -138,10 +126,11 @@ func (e Environment) environment() Environment { return e }
 type hasEnvironment interface{ environment() Environment }
 
 // WarnDevelopment writes the WARN line of a process that runs in
-// development (cfg embeds Environment), and nothing otherwise.
+// development (cfg embeds Environment, with DEV_MODE=true), and nothing
+// otherwise.
 func WarnDevelopment(ctx context.Context, log *slog.Logger, cfg any) {
-	if e, ok := cfg.(hasEnvironment); ok && e.environment().Name == Development {
-		log.WarnContext(ctx, "ORDERS_ENV=development: this process accepts the development credentials published in the "+
+	if e, ok := cfg.(hasEnvironment); ok && e.environment().DevMode {
+		log.WarnContext(ctx, "DEV_MODE=true: this process accepts the development credentials published in the "+
 			"repository (anyone can mint an operator's token with its JWT secret); for a machine of your own only, "+
 			"never where others can reach it")
 	}
@@ -201,7 +190,7 @@ func refuseDevelopmentCredentials(cfg any) error {
 	})
 	if len(errs) > 0 {
 		errs = append(errs, errors.New("outside development, set your own secrets (docker compose generates them; "+
-			"docs/security.md), or run with ORDERS_ENV=development on a machine of your own"))
+			"docs/security.md), or run with DEV_MODE=true on a machine of your own"))
 	}
 	return errors.Join(errs...)
 }

@@ -44,7 +44,7 @@ func secretFile(t *testing.T, content string) string {
 
 // Outside development (the default), a process refuses every credential
 // this repository publishes, in every form it takes, naming the variable;
-// in development (ORDERS_ENV=development) it starts with them.
+// in development (DEV_MODE=true) it starts with them.
 func TestDevelopmentCredentialsAreRefusedOutsideDevelopment(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
@@ -60,18 +60,18 @@ func TestDevelopmentCredentialsAreRefusedOutsideDevelopment(t *testing.T) {
 		"the administrator's password":       {map[string]string{"AMQP_URL": "amqp://orders-admin:orders-admin@mq:5672/"}, "AMQP_URL carries a development password"},
 		"a RabbitMQ password from a file":    {map[string]string{"AMQP_URL": "amqp://orders-walkthrough@mq/", "AMQP_PASSWORD_FILE": secretFile(t, "orders-walkthrough")}, "AMQP_URL carries a development password"},
 		"a database password from a file":    {map[string]string{"DATABASE_URL": "postgres://orders_api@db/orders", "DATABASE_PASSWORD_FILE": secretFile(t, "api-dev\n")}, "DATABASE_URL carries a development password"},
-		"production said out loud":           {map[string]string{"ORDERS_ENV": "production", "TEST_SECRET": config.DevelopmentJWTSecret}, "TEST_SECRET is a development credential"},
-		"an environment that is neither one": {map[string]string{"ORDERS_ENV": "staging"}, `ORDERS_ENV "staging": want production or development`},
+		"development said no to":             {map[string]string{"DEV_MODE": "false", "TEST_SECRET": config.DevelopmentJWTSecret}, "TEST_SECRET is a development credential"},
+		"a development mode that is no bool": {map[string]string{"DEV_MODE": "development"}, "DEV_MODE"},
 	} {
 		var cfg serviceConfig
 		err := config.Load(&cfg, tc.environ)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
 		}
-		if tc.environ["ORDERS_ENV"] == "staging" {
+		if tc.environ["DEV_MODE"] == "development" {
 			continue
 		}
-		tc.environ["ORDERS_ENV"] = config.Development
+		tc.environ["DEV_MODE"] = "true"
 		if err := config.Load(&cfg, tc.environ); err != nil {
 			t.Errorf("%s in development: %v", name, err)
 		}
@@ -124,7 +124,7 @@ func TestSecretsFromFiles(t *testing.T) {
 		}
 	}
 	got := strings.Join(config.Variables(&serviceConfig{}), ",")
-	for _, want := range []string{"ORDERS_ENV", "DATABASE_PASSWORD_FILE", "AMQP_PASSWORD_FILE", "TEST_SECRET_FILE"} {
+	for _, want := range []string{"DEV_MODE", "DATABASE_PASSWORD_FILE", "AMQP_PASSWORD_FILE", "TEST_SECRET_FILE"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Variables %s: no %s", got, want)
 		}
@@ -139,11 +139,11 @@ func TestSecretsFromFiles(t *testing.T) {
 // Development is said out loud: one WARN line at start, and none outside it.
 func TestWarnDevelopment(t *testing.T) {
 	t.Parallel()
-	for env, want := range map[string]bool{config.Development: true, "production": false} {
+	for _, dev := range []bool{true, false} {
 		var logs bytes.Buffer
-		config.WarnDevelopment(context.Background(), slog.New(slog.NewJSONHandler(&logs, nil)), &serviceConfig{Environment: config.Environment{Name: env}})
-		if got := strings.Contains(logs.String(), `"level":"WARN"`) && strings.Contains(logs.String(), "ORDERS_ENV=development"); got != want {
-			t.Errorf("ORDERS_ENV=%s: warned %v, want %v: %s", env, got, want, logs.String())
+		config.WarnDevelopment(context.Background(), slog.New(slog.NewJSONHandler(&logs, nil)), &serviceConfig{Environment: config.Environment{DevMode: dev}})
+		if got := strings.Contains(logs.String(), `"level":"WARN"`) && strings.Contains(logs.String(), "DEV_MODE=true"); got != dev {
+			t.Errorf("DEV_MODE=%v: warned %v: %s", dev, got, logs.String())
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // The module path is a placeholder that a team renames when it clones the
-// repository. The rename of README.md's "Use it as a template" rewrites
+// repository. The rename of docs/template.md ("Rename the module") rewrites
 // go.mod and tools/go.mod (go mod edit), and every .go file and
 // .golangci.yml (grep | sed). This test fails when any other file names the
 // module, which that rename would leave behind.
@@ -19,12 +19,19 @@ import (
 // rootDir is the repository, seen from this package.
 const rootDir = "../.."
 
+// templatePage describes the rename (relative to rootDir), and renameSection
+// is the heading of its section that does.
+const (
+	templatePage  = "docs/template.md"
+	renameSection = "## Rename the module"
+)
+
 // mayNameModule reports whether a file (a slash path relative to the root)
-// may name the module: the rename rewrites it, or, for README.md, the file
-// describes the rename, placeholder and all.
+// may name the module: the rename rewrites it, or, for the template page,
+// the file describes the rename, placeholder and all.
 func mayNameModule(rel string) bool {
 	switch rel {
-	case "go.mod", "tools/go.mod", "README.md":
+	case "go.mod", "tools/go.mod", templatePage:
 		return true
 	}
 	return strings.HasSuffix(rel, ".go") || filepath.Base(rel) == ".golangci.yml"
@@ -86,8 +93,8 @@ func TestModulePathOnlyWhereTheRenameReachesIt(t *testing.T) {
 		if bytes.Contains(raw, module) {
 			found = append(found, rel)
 			if !mayNameModule(rel) {
-				t.Errorf("%s names the module %s, and the rename of README.md (Use it as a template) does not rewrite it: "+
-					"do not name the module there, or add the file to that rename and to mayNameModule", rel, module)
+				t.Errorf("%s names the module %s, and the rename of %s (%s) does not rewrite it: "+
+					"do not name the module there, or add the file to that rename and to mayNameModule", rel, module, templatePage, renameSection)
 			}
 		}
 		return nil
@@ -103,16 +110,16 @@ func TestModulePathOnlyWhereTheRenameReachesIt(t *testing.T) {
 	}
 }
 
-// README.md's rename reaches the files mayNameModule lists.
-func TestREADMERenamesTheModuleEverywhere(t *testing.T) {
+// The template page's rename reaches the files mayNameModule lists.
+func TestTemplatePageRenamesTheModuleEverywhere(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile(filepath.Join(rootDir, "README.md"))
+	raw, err := os.ReadFile(filepath.Join(rootDir, templatePage))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(raw), "\n## Use it as a template\n")
+	_, section, ok := strings.Cut(string(raw), "\n"+renameSection+"\n")
 	if !ok {
-		t.Fatal(`README.md has no section "## Use it as a template"`)
+		t.Fatalf("%s has no section %q", templatePage, renameSection)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	for _, want := range []string{
@@ -123,7 +130,7 @@ func TestREADMERenamesTheModuleEverywhere(t *testing.T) {
 		"xargs sed -i 's#",        // the replacement itself
 	} {
 		if !strings.Contains(section, want) {
-			t.Errorf("README.md, Use it as a template: the rename lacks %q", want)
+			t.Errorf("%s, %s: the rename lacks %q", templatePage, renameSection, want)
 		}
 	}
 }

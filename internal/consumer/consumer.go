@@ -10,7 +10,9 @@ import (
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/consumer/shipping"
 	"github.com/yourorg/orders/internal/consumer/warehouse"
+	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/store"
 )
 
 // Deps is what the consumers take from the process that runs them.
@@ -46,6 +48,19 @@ func Names() []string {
 	return names
 }
 
+// Readers lists, by message type, the work queues of every consumer that
+// reads it: what the relay checks before it publishes a message of that
+// type (outbox.Config.Readers).
+func Readers() map[string][]string {
+	readers := map[string][]string{}
+	for _, c := range All(Deps{}) {
+		for _, typ := range c.Types() {
+			readers[typ] = append(readers[typ], inbox.QueueName(c.Name()))
+		}
+	}
+	return readers
+}
+
 // Select returns the consumers of all that names lists, in the order of
 // all; no names selects every one. A name that is not a consumer is an
 // error that lists the names there are.
@@ -73,4 +88,16 @@ func Select(all []*inbox.Consumer, names []string) ([]*inbox.Consumer, error) {
 		}
 	}
 	return out, nil
+}
+
+// Producer is the app_id of the follow-up messages the consumers write.
+const Producer = "order-consumer"
+
+// Inbox completes cfg with what every consumer of the order service
+// shares: the exchange their queues are bound to (domain.EventsExchange)
+// and the writer of their follow-up messages.
+func Inbox(cfg inbox.Config) inbox.Config {
+	cfg.Exchange = domain.EventsExchange
+	cfg.FollowUps = store.OutboxWriter(Producer)
+	return cfg
 }

@@ -17,7 +17,9 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
@@ -142,13 +144,13 @@ func (f *benchFlow) createOrders(b *testing.B, n int) []domain.Message {
 func (f *benchFlow) consumeQueue(b *testing.B, msgs []domain.Message, batchSize int) float64 {
 	b.Helper()
 	f.fillQueue(b, msgs)
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, MaxConns: benchWorkers + 2})
+	pool, err := database.NewPool(f.ctx, database.PoolConfig{URL: f.dbURL, MaxConns: benchWorkers + 2})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer pool.Close()
 	cs, err := inbox.NewConsumers(inbox.Config{Workers: benchWorkers, Prefetch: 256, BatchSize: batchSize},
-		inbox.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()}, fulfillmentConsumer())
+		messaging.Deps{Pool: pool, AMQPURL: f.amqpURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider()}, fulfillmentConsumer())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,7 +223,7 @@ func (f *benchFlow) fillQueue(b *testing.B, msgs []domain.Message) {
 		b.Fatal(err)
 	}
 	c := fulfillmentConsumer()
-	topo := inbox.Topology{Consumer: c.Name(), Types: c.Types(), RetryDelays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, DeliveryLimit: 20}
+	topo := inbox.Topology{Consumer: c.Name(), Exchange: domain.EventsExchange, Types: c.Types(), RetryDelays: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}, DeliveryLimit: 20}
 	if err := topo.Declare(ch); err != nil {
 		b.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func (f *benchFlow) fillQueue(b *testing.B, msgs []domain.Message) {
 // plain pgx and 8 goroutines, one transaction per message.
 func (f *benchFlow) rawLoop(b *testing.B, msgs []domain.Message) float64 {
 	b.Helper()
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: f.dbURL, MaxConns: benchWorkers + 2})
+	pool, err := database.NewPool(f.ctx, database.PoolConfig{URL: f.dbURL, MaxConns: benchWorkers + 2})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -32,8 +32,10 @@ import (
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/consumer/warehouse"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/httpapi"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
@@ -109,11 +111,11 @@ func setup(t testing.TB, o options) *flow {
 			Notifier:      notification.Config{URL: o.webhook, Timeout: time.Second, TracerProvider: f.tracerProvider()},
 			MeterProvider: metricnoop.NewMeterProvider(),
 		})
-		cs, err := inbox.NewConsumers(inbox.Config{
+		cs, err := inbox.NewConsumers(consumer.Inbox(inbox.Config{
 			Prefetch: 16, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-		}, inbox.Deps{Pool: pool, AMQPURL: brokerURL, Logger: o.logger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
+		}), messaging.Deps{Pool: pool, AMQPURL: brokerURL, Logger: o.logger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
 			all...)
 		if err != nil {
 			t.Fatal(err)
@@ -123,7 +125,7 @@ func setup(t testing.TB, o options) *flow {
 	if o.relay {
 		f.run(migrations.RoleRelay, func(ctx context.Context, pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 			r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-				outbox.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
+				messaging.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +133,7 @@ func setup(t testing.TB, o options) *flow {
 		})
 	}
 	if o.api {
-		apiPool, err := store.NewPool(f.ctx, store.PoolConfig{URL: testenv.AsRole(f.dbURL, migrations.RoleAPI), Tracer: f.dbTracer()})
+		apiPool, err := database.NewPool(f.ctx, database.PoolConfig{URL: testenv.AsRole(f.dbURL, migrations.RoleAPI), Tracer: f.dbTracer()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +184,7 @@ func (f *flow) dbTracer() pgx.QueryTracer {
 func (f *flow) run(role string, build func(context.Context, *pgxpool.Pool) (run, ready func(context.Context) error)) {
 	f.t.Helper()
 	// Short timeouts, so that a test can make a statement wait out its lock.
-	pool, err := store.NewPool(f.ctx, store.PoolConfig{URL: testenv.AsRole(f.dbURL, role), Tracer: f.dbTracer(), LockTimeout: 300 * time.Millisecond, StatementTimeout: 5 * time.Second})
+	pool, err := database.NewPool(f.ctx, database.PoolConfig{URL: testenv.AsRole(f.dbURL, role), Tracer: f.dbTracer(), LockTimeout: 300 * time.Millisecond, StatementTimeout: 5 * time.Second})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -213,7 +215,7 @@ func (f *flow) createOrder(correlationID string, skus ...string) *domain.Order {
 		if err != nil {
 			return err
 		}
-		_, err = (outbox.Writer{Producer: "test"}).Write(f.ctx, tx, domain.Cause{CorrelationID: correlationID}, domain.SubmittedMessage(created))
+		_, err = store.OutboxWriter("test").Write(f.ctx, tx, messaging.Cause{CorrelationID: correlationID}, domain.SubmittedMessage(created))
 		return err
 	})
 	if err != nil {

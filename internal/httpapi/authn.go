@@ -31,7 +31,8 @@ import (
 //     that the order exists;
 //   - an operator sees and cancels every order.
 //
-// /healthz, /readyz, /metrics and /openapi.yaml need no caller.
+// /healthz, /readyz, /metrics, /openapi.yaml and /asyncapi.yaml need no
+// caller.
 
 // uiTokenCookie holds the token of a browser signed in at /ui/login.
 //

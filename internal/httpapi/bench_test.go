@@ -22,8 +22,8 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -64,7 +64,7 @@ func BenchmarkCreateOrder(b *testing.B) {
 // returns the rate.
 func apiCreateLoop(b *testing.B) float64 {
 	db := testenv.NewDatabase(b)
-	pool, err := store.NewPool(b.Context(), store.PoolConfig{URL: db.URLAs(migrations.RoleAPI), MaxConns: 10})
+	pool, err := database.NewPool(b.Context(), database.PoolConfig{URL: db.URLAs(migrations.RoleAPI), MaxConns: 10})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/httpapi"
@@ -47,7 +48,10 @@ func TestUISignInFormIsBounded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	sameOrigin := header{"Sec-Fetch-Site": "same-origin"}
-	send := func(contentType string, body io.Reader) response {
+	// send posts body to /ui/login. The exchange is checked against
+	// api/openapi.yaml (apicheck) unless streamed: the check reads the
+	// whole body first, which is what a streamed one must not be.
+	send := func(contentType string, body io.Reader, streamed bool) response {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.server.URL+"/ui/login", body)
 		if err != nil {
@@ -55,15 +59,17 @@ func TestUISignInFormIsBounded(t *testing.T) {
 		}
 		req.Header.Set("Content-Type", contentType)
 		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		resp, err := noHangClient.Do(req)
+		client := b.client
+		if streamed {
+			client = &http.Client{Timeout: time.Minute}
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatalf("POST /ui/login (%s): %v", contentType, err)
 		}
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
-		r := response{status: resp.StatusCode, header: resp.Header, body: out}
-		b.checkAgainstOpenAPI(req, r)
-		return r
+		return response{status: resp.StatusCode, header: resp.Header, body: out}
 	}
 	isPage := func(what string, r response, status int) {
 		t.Helper()
@@ -75,16 +81,16 @@ func TestUISignInFormIsBounded(t *testing.T) {
 	// A token of 8 KiB and more, in the form the page sends: 413.
 	token := b.token("alice", auth.RoleCustomer)
 	big := url.Values{"token": {token + strings.Repeat("a", 8<<10)}}.Encode()
-	isPage("a form of 8 KiB and more", send("application/x-www-form-urlencoded", strings.NewReader(big)), http.StatusRequestEntityTooLarge)
+	isPage("a form of 8 KiB and more", send("application/x-www-form-urlencoded", strings.NewReader(big), false), http.StatusRequestEntityTooLarge)
 
 	// A multipart form of 256 MiB: 415, and the server stops reading at once.
 	const size = 256 << 20
 	huge := &countingReader{n: size, prefix: "--B\r\nContent-Disposition: form-data; name=\"token\"\r\n\r\n" + token}
-	isPage("a multipart form", send("multipart/form-data; boundary=B", huge), http.StatusUnsupportedMediaType)
+	isPage("a multipart form", send("multipart/form-data; boundary=B", huge, true), http.StatusUnsupportedMediaType)
 	if read := huge.read.Load(); read > 32<<20 {
 		t.Errorf("the client sent %d MiB of a 256 MiB multipart form before its answer: the server read it", read>>20)
 	}
-	isPage("a JSON body", send("application/json", strings.NewReader(`{"token":"`+token+`"}`)), http.StatusUnsupportedMediaType)
+	isPage("a JSON body", send("application/json", strings.NewReader(`{"token":"`+token+`"}`), false), http.StatusUnsupportedMediaType)
 
 	// The token in the query string, not the body: not taken.
 	r := b.postForm(b.server.URL, "/ui/login?token="+url.QueryEscape(token), nil, sameOrigin)

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/yourorg/orders/internal/telemetry"
+	"github.com/yourorg/orders/internal/logctx"
 )
 
 // HeaderCorrelationID carries the id that ties a request to every message
@@ -43,7 +43,7 @@ func withCorrelationID(next echo.HandlerFunc) echo.HandlerFunc {
 			id = uuid.NewString()
 		}
 		ctx := context.WithValue(req.Context(), correlationKey{}, id)
-		ctx = telemetry.WithLogAttrs(ctx, slog.String("correlation_id", id))
+		ctx = logctx.With(ctx, slog.String("correlation_id", id))
 		c.SetRequest(req.WithContext(ctx))
 		c.Response().Header().Set(HeaderCorrelationID, id)
 		return next(c)

@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 )
@@ -38,7 +39,7 @@ const Producer = "order-api"
 
 // messages writes the API's messages to the outbox, in the transaction of
 // the change they announce.
-var messages = outbox.Writer{Producer: Producer}
+var messages = outbox.Writer{Producer: Producer, Exchange: domain.EventsExchange, AggregateType: domain.AggregateOrder}
 
 // List page sizes.
 const (
@@ -200,7 +201,7 @@ func (s *Server) createOrder(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := messages.Write(ctx, tx, cause, domain.SubmittedMessage(created)); err != nil {
+		if _, err := messages.Write(ctx, tx, messaging.Cause(cause), domain.SubmittedMessage(created)); err != nil {
 			return err
 		}
 		// Its history is the one row CreateOrder wrote, at the same now():
@@ -375,7 +376,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		switch {
 		case err == nil:
 			cancelled = true
-			if _, err := messages.Write(ctx, tx, cause, domain.OrderCancelledV1{ID: id}); err != nil {
+			if _, err := messages.Write(ctx, tx, messaging.Cause(cause), domain.OrderCancelledV1{ID: id}); err != nil {
 				return err
 			}
 		case errors.Is(err, domain.ErrStaleTransition) && current == domain.StatusCancelled:

@@ -196,7 +196,7 @@ func (b *testBundle) cancelBehindLock(orderID string) (pgx.Tx, <-chan response) 
 			return
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := noHangClient.Do(req)
+		resp, err := b.client.Do(req)
 		if err != nil {
 			t.Errorf("the cancel held behind the lock: %v", err)
 			held <- response{}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store"
 )
@@ -85,7 +86,7 @@ func problemFor(err error) Problem {
 		return problem(http.StatusServiceUnavailable, "overloaded", "The server is at its limit; retry later.")
 	case errors.Is(err, context.DeadlineExceeded):
 		return problem(http.StatusServiceUnavailable, "timeout", "The request took too long; retry later.")
-	case store.IsUnavailable(err):
+	case database.IsUnavailable(err):
 		// The database is down, unreachable, read-only (a failover) or out
 		// of disk: nothing was written, and the same request will work
 		// once it is back. Not the request's fault, and not a bug.

@@ -143,6 +143,7 @@ func New(cfg Config, deps Deps) (*echo.Echo, error) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(deps.MetricsHandler))
 	e.GET("/openapi.yaml", serveOpenAPI)
+	e.GET("/asyncapi.yaml", serveAsyncAPI)
 	return e, nil
 }
 
@@ -202,4 +203,10 @@ func (s *Server) readyz(c echo.Context) error {
 
 func serveOpenAPI(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/yaml", api.OpenAPI)
+}
+
+// serveAsyncAPI serves the AsyncAPI document of the messages the API's
+// orders cause, for the teams that consume them.
+func serveAsyncAPI(c echo.Context) error {
+	return c.Blob(http.StatusOK, "application/yaml", api.AsyncAPI)
 }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -143,7 +143,7 @@ func TestCommitCutInFlight(t *testing.T) {
 	var proxy *testenv.Proxy
 	b := setupWith(t, func(_ *httpapi.Config, d *httpapi.Deps) {
 		proxy = testenv.NewProxy(t, testenv.HostPort(d.Pool.Config().ConnString()))
-		pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: proxy.Rewrite(d.Pool.Config().ConnString())})
+		pool, err := database.NewPool(t.Context(), database.PoolConfig{URL: proxy.Rewrite(d.Pool.Config().ConnString())})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,11 +30,13 @@ import (
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/notification"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
-	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 
@@ -119,7 +121,7 @@ func startFlow(t *testing.T) *flowBundle {
 
 	// Each component connects as its process's role.
 	connect := func(role string) *pgxpool.Pool {
-		pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URLAs(role)})
+		pool, err := database.NewPool(t.Context(), database.PoolConfig{URL: db.URLAs(role)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,11 +137,11 @@ func startFlow(t *testing.T) *flowBundle {
 		testenv.WaitFor(t, 15*time.Second, "a component to be ready", func() bool { return ready(t.Context()) == nil })
 	}
 	run(migrations.RoleConsumer, func(pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
-		cs, err := inbox.NewConsumers(inbox.Config{
+		cs, err := inbox.NewConsumers(consumer.Inbox(inbox.Config{
 			Prefetch: 8, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-		}, inbox.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp},
+		}), messaging.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp},
 			consumer.All(consumer.Deps{
 				Notifier:      notification.Config{URL: webhook.URL, Timeout: 5 * time.Second, TracerProvider: tp},
 				MeterProvider: metricnoop.NewMeterProvider(),
@@ -151,7 +153,7 @@ func startFlow(t *testing.T) *flowBundle {
 	})
 	run(migrations.RoleRelay, func(pool *pgxpool.Pool) (func(context.Context) error, func(context.Context) error) {
 		r, err := outbox.NewRelay(outbox.Config{PollInterval: 50 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-			outbox.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp})
+			messaging.Deps{Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tp})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,12 +179,17 @@ func startFlow(t *testing.T) *flowBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The cookie POST /ui/login sets, on every request as a browser sends it.
+	// The cookie POST /ui/login sets, on every request as a browser sends
+	// it; what the browser asks for and gets is checked against the
+	// OpenAPI document.
 	target, _ := url.Parse(api.URL)
-	browser := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(target)
-		r.Out.AddCookie(&http.Cookie{Name: "orders_ui_token", Value: operator})
-	}})
+	browser := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.AddCookie(&http.Cookie{Name: "orders_ui_token", Value: operator})
+		},
+		Transport: apicheck.Transport(t, nil),
+	})
 	t.Cleanup(browser.Close)
 	return &flowBundle{api: api, pool: db.Pool, operator: operator, browser: browser}
 }
@@ -235,7 +242,7 @@ func TestUIOrderTimelineInChromium(t *testing.T) {
 		strings.NewReader(`{"customer_id":"c-browser","currency":"EUR","items":[{"sku":"BOOK-1","quantity":1,"unit_price_cents":1999}]}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+f.operator)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apicheck.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

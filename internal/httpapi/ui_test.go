@@ -9,20 +9,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/store"
 )
 
 func init() {
-	// The pages of /ui/ are described in openapi.yaml as text/html strings.
-	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
 	// As telemetry.Setup does in each binary: W3C trace context and
 	// baggage, which the outbox rows carry.
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
@@ -90,6 +88,27 @@ func TestUIOrderTimeline(t *testing.T) {
 	}
 	if !slices.IsSorted(at) {
 		t.Errorf("the hops are not in order: created, cancelled, then the two waiting messages (at %v)", at)
+	}
+}
+
+// The list says who is signed in and what the role lets them see: an
+// operator (a development token of orderctl token -operator says so in
+// its sub) every order, a customer its own.
+func TestUIOrdersSaysTheCallersRole(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		sub  string
+		role auth.Role
+		want string
+	}{
+		{"dev-operator:tester", auth.RoleOperator, `Signed in as <span class="mono">dev-operator:tester</span> (operator): every order.`},
+		{"c-1", auth.RoleCustomer, `Signed in as <span class="mono">c-1</span> (customer): your orders only.`},
+	} {
+		r := b.do(http.MethodGet, "/ui/", nil, b.as(tc.sub, tc.role))
+		if r.status != http.StatusOK || !strings.Contains(string(r.body), tc.want) {
+			t.Errorf("/ui/ as %s (%s): %d, want %q in\n%s", tc.sub, tc.role, r.status, tc.want, r.body)
+		}
 	}
 }
 

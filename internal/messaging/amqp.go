@@ -6,8 +6,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/yourorg/orders/internal/domain"
 )
 
 // Dial opens an AMQP connection named name (shown in the management UI's
@@ -46,12 +44,26 @@ func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 	}
 }
 
-// DeclareExchange declares the durable topic exchange every message goes
-// through. Declaring is idempotent: each process does it at start and after
-// every reconnect.
-func DeclareExchange(ch *amqp.Channel) error {
-	if err := ch.ExchangeDeclare(domain.EventsExchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %s: %w", domain.EventsExchange, err)
+// Open dials the broker as Dial does and opens a channel on the
+// connection. Close the connection when done; it closes the channel.
+func Open(ctx context.Context, url, name string) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := Dial(ctx, url, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("open channel: %w", err)
+	}
+	return conn, ch, nil
+}
+
+// DeclareExchange declares a durable topic exchange named name. Declaring
+// is idempotent: each process does it at start and after every reconnect.
+func DeclareExchange(ch *amqp.Channel, name string) error {
+	if err := ch.ExchangeDeclare(name, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", name, err)
 	}
 	return nil
 }

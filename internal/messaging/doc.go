@@ -1,5 +1,7 @@
-// Package messaging is the RabbitMQ side of the service, and the home of
-// the two mechanisms this project exists to show:
+// Package messaging holds the two mechanisms this project exists to show,
+// and what they share. They know nothing of orders: the order service
+// (internal/domain, store, consumer, httpapi) is built on them, as any
+// other service would be.
 //
 //   - outbox (internal/messaging/outbox): a change and the messages it
 //     announces commit in one PostgreSQL transaction (Writer.Write); the
@@ -13,8 +15,11 @@
 //     commit; a duplicate finds its row and changes nothing. Failures go
 //     round delayed-retry queues or to a parking lot with their reason.
 //
-// This package holds what both share: the envelope's header names
-// (envelope.go), the connection (Dial) and the exchange, the trace-context
-// carrier, and the metric helpers. docs/architecture.md follows one order
-// through all of it.
+// This package holds what both share: what a message is (Message, Cause),
+// the envelope's header names, the connection (Dial, Open) and the
+// exchange, the trace-context carrier, the metric helpers, and Deps, what
+// the relay and the consumers run on. Below them stand only
+// internal/database (the PostgreSQL edge), internal/background (the
+// reconnect and retention loops) and internal/logctx.
+// docs/architecture.md follows one order through all of it.
 package messaging

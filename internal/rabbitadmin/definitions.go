@@ -6,7 +6,7 @@
 // The users and their permissions are written once, in
 // deploy/rabbitmq/definitions.json, a RabbitMQ definitions file: docker
 // compose's broker imports it at boot, make dev applies it with Apply
-// (cmd/rabbitmq-users), and the tests apply it to a vhost of their own and
+// (lab/rabbitmq-users), and the tests apply it to a vhost of their own and
 // check every process against it. docs/messaging.md explains each regular
 // expression.
 package rabbitadmin

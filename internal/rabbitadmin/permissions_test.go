@@ -12,10 +12,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/consumer/consumertest"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/store"
@@ -155,6 +156,7 @@ func get(queue string) func(ch *amqp.Channel) error {
 
 // topology is the queues of one consumer, as order-consumer declares them.
 var topology = inbox.Topology{
+	Exchange: domain.EventsExchange,
 	Consumer: "fulfillment", Types: []string{domain.TypeOrderSubmitted},
 	RetryDelays: []time.Duration{time.Second, 1500 * time.Millisecond, 2 * time.Minute}, DeliveryLimit: 20,
 }
@@ -182,7 +184,7 @@ func TestRelayUser(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, testenv.NewVhost(t))
 	const relay = rabbitadmin.RelayUser
-	b.allowed(relay, "declare orders.events", messaging.DeclareExchange)
+	b.allowed(relay, "declare orders.events", declareExchange)
 	b.allowed(relay, "publish to orders.events", publish(domain.EventsExchange, domain.TypeOrderSubmitted))
 	b.declareTopology()
 	b.refused(relay, "declare a queue", declareQueue("orders.shipping"))
@@ -246,7 +248,7 @@ func TestOperatorUser(t *testing.T) {
 	}
 
 	b.refused(operator, "declare a queue", declareQueue("orders.shipping"))
-	b.refused(operator, "declare orders.events", messaging.DeclareExchange)
+	b.refused(operator, "declare orders.events", declareExchange)
 	b.refused(operator, "consume a work queue", consume(workQueue))
 	b.refused(operator, "get from a work queue", get(workQueue))
 	b.refused(operator, "publish to orders.events", publish(domain.EventsExchange, domain.TypeOrderSubmitted))
@@ -297,7 +299,7 @@ func (b *broker) depth(queue string) int {
 // that path stops the message, and the test.
 func TestProcessesRunAsTheirUsers(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t) // a database and a vhost
+	h := consumertest.Start(t) // a database and a vhost
 	b := newBroker(t, h.AMQPURL)
 	ctx := t.Context()
 
@@ -320,12 +322,12 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 		}
 		return inbox.Outcome{}, inbox.Retryable("test_transient", errors.New("retried on purpose"))
 	})
-	pool, err := store.NewPool(ctx, store.PoolConfig{URL: h.DBURL, AppName: "consumer-as-its-user"})
+	pool, err := database.NewPool(ctx, database.PoolConfig{URL: h.DBURL, AppName: "consumer-as-its-user"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	consumers, err := inbox.NewConsumers(inboxtest.Config(), inbox.Deps{
+	consumers, err := inbox.NewConsumers(consumertest.Config(), messaging.Deps{
 		Pool: pool, AMQPURL: b.as[rabbitadmin.ConsumerUser], Logger: testenv.Logger(), MeterProvider: testenv.NewMetrics().Provider,
 	}, c)
 	if err != nil {
@@ -335,7 +337,7 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 	testenv.WaitFor(t, 15*time.Second, "the consumer to be consuming as "+rabbitadmin.ConsumerUser, func() bool { return consumers.Ready(ctx) == nil })
 
 	// The relay connects as its own PostgreSQL role, as outbox-relay does.
-	relayPool, err := store.NewPool(ctx, store.PoolConfig{URL: testenv.AsRole(h.DBURL, migrations.RoleRelay), AppName: "relay-as-its-user"})
+	relayPool, err := database.NewPool(ctx, database.PoolConfig{URL: testenv.AsRole(h.DBURL, migrations.RoleRelay), AppName: "relay-as-its-user"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +346,7 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 		BatchSize: 10, MaxInFlight: 10, PollInterval: 100 * time.Millisecond, Lease: 5 * time.Second,
 		ConfirmTimeout: 2 * time.Second, MaxAttempts: 5, BackoffBase: 10 * time.Millisecond,
 		BackoffMax: 100 * time.Millisecond, ShutdownTimeout: 2 * time.Second,
-	}, outbox.Deps{Pool: relayPool, AMQPURL: b.as[rabbitadmin.RelayUser], Logger: testenv.Logger(), MeterProvider: testenv.NewMetrics().Provider})
+	}, messaging.Deps{Pool: relayPool, AMQPURL: b.as[rabbitadmin.RelayUser], Logger: testenv.Logger(), MeterProvider: testenv.NewMetrics().Provider})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +354,7 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 
 	var ids []uuid.UUID
 	if err := pgx.BeginFunc(ctx, h.Pool, func(tx pgx.Tx) error {
-		ids, err = outbox.Writer{Producer: "order-api"}.Write(ctx, tx, domain.Cause{},
+		ids, err = store.OutboxWriter("order-api").Write(ctx, tx, messaging.Cause{},
 			domain.OrderCancelledV1{ID: retried}, domain.OrderCancelledV1{ID: parked})
 		return err
 	}); err != nil {
@@ -396,4 +398,10 @@ func run(t *testing.T, what string, fn func(context.Context) error) {
 			t.Errorf("%s: %v", what, err)
 		}
 	})
+}
+
+// declareExchange declares the order service's exchange, as the relay and
+// the consumers do.
+func declareExchange(ch *amqp.Channel) error {
+	return messaging.DeclareExchange(ch, domain.EventsExchange)
 }

@@ -1,9 +1,9 @@
-// Package store is the PostgreSQL side of the order: the connection pool,
-// the schema migrations, the orders with their items and history, and the
-// HTTP idempotency keys. It is also the edge where driver errors are
-// translated (Translate, IsTransient), for every package that talks to
-// PostgreSQL. The outbox and the inbox keep their own tables and SQL
-// (internal/messaging/outbox, internal/messaging/inbox).
+// Package store is the PostgreSQL side of the order: the schema
+// migrations, the orders with their items and history, and the HTTP
+// idempotency keys. It stands on internal/database (the pool, DBTX, the
+// classification of driver errors), as the outbox and the inbox do; they
+// keep their own tables and SQL (internal/messaging/outbox,
+// internal/messaging/inbox).
 //
 // Every function takes a DBTX (a pool, a connection or a transaction), so the
 // caller decides the transaction and it stays visible where it matters:
@@ -21,6 +21,7 @@
 //	})
 //
 // The SQL lives in queries/*.sql and is compiled to typed Go by sqlc into
-// dbsqlc (make generate). Driver errors are translated here, at the edge:
-// no row becomes domain.ErrNotFound and a unique violation domain.ErrConflict.
+// dbsqlc (make generate). Driver errors are translated into the domain's
+// words here (Translate): no row becomes domain.ErrNotFound and a unique
+// violation domain.ErrConflict.
 package store

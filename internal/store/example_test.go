@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/yourorg/orders/internal/domain"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -17,8 +17,8 @@ import (
 // package, so the package documentation that quotes it cannot go stale.
 func ExampleCreateOrder() {
 	ctx := context.Background()
-	var pool *pgxpool.Pool // from store.NewPool
-	writer := outbox.Writer{Producer: "order-api"}
+	var pool *pgxpool.Pool // from database.NewPool
+	writer := store.OutboxWriter("order-api")
 	order, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 2, UnitPriceCents: 1250}})
 	if err != nil {
 		return // a broken rule: 422
@@ -32,7 +32,7 @@ func ExampleCreateOrder() {
 		if err != nil {
 			return err
 		}
-		_, err = writer.Write(ctx, tx, cause, domain.SubmittedMessage(created))
+		_, err = writer.Write(ctx, tx, messaging.Cause(cause), domain.SubmittedMessage(created))
 		return err
 	})
 }

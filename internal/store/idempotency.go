@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store/dbsqlc"
 )
@@ -61,7 +62,7 @@ type StoredResponse struct {
 // A key older than ttl is free again. The primary key of
 // http_idempotency_key decides between concurrent requests; the advisory
 // lock only turns "wait for the other request" into ErrKeyInFlight.
-func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, ttl time.Duration) (*StoredResponse, error) {
+func ClaimIdempotencyKey(ctx context.Context, tx database.DBTX, req IdempotentRequest, ttl time.Duration) (*StoredResponse, error) {
 	locked, err := queries.TryLockIdempotencyKey(ctx, tx, req.lockKey())
 	if err != nil {
 		return nil, fmt.Errorf("lock idempotency key: %w", Translate(err))
@@ -97,12 +98,12 @@ func ClaimIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, tt
 	case row.ResponseStatus == nil:
 		return nil, ErrKeyInFlight
 	}
-	return &StoredResponse{Status: int(*row.ResponseStatus), Body: row.ResponseBody, Location: Deref(row.ResponseLocation)}, nil
+	return &StoredResponse{Status: int(*row.ResponseStatus), Body: row.ResponseBody, Location: database.Deref(row.ResponseLocation)}, nil
 }
 
 // CompleteIdempotencyKey stores the response to a key claimed in this
 // transaction.
-func CompleteIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest, resp StoredResponse) error {
+func CompleteIdempotencyKey(ctx context.Context, tx database.DBTX, req IdempotentRequest, resp StoredResponse) error {
 	status := int32(resp.Status)
 	err := queries.CompleteIdempotencyKey(ctx, tx, dbsqlc.CompleteIdempotencyKeyParams{
 		CallerRole:       req.CallerRole,
@@ -112,7 +113,7 @@ func CompleteIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest,
 		IdempotencyKey:   req.Key,
 		ResponseStatus:   &status,
 		ResponseBody:     resp.Body,
-		ResponseLocation: NilIfEmpty(resp.Location),
+		ResponseLocation: database.NilIfEmpty(resp.Location),
 	})
 	if err != nil {
 		return fmt.Errorf("store idempotent response: %w", Translate(err))
@@ -122,7 +123,7 @@ func CompleteIdempotencyKey(ctx context.Context, tx DBTX, req IdempotentRequest,
 
 // DeleteExpiredIdempotencyKeys deletes up to limit keys older than ttl and
 // returns how many it deleted.
-func DeleteExpiredIdempotencyKeys(ctx context.Context, db DBTX, ttl time.Duration, limit int) (int64, error) {
+func DeleteExpiredIdempotencyKeys(ctx context.Context, db database.DBTX, ttl time.Duration, limit int) (int64, error) {
 	n, err := queries.DeleteExpiredIdempotencyKeys(ctx, db, dbsqlc.DeleteExpiredIdempotencyKeysParams{
 		TtlSeconds: ttl.Seconds(), MaxRows: int32(limit),
 	})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -27,7 +28,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	if err := store.EnsureDatabase(ctx, url); err != nil { // idempotent
 		t.Fatal(err)
 	}
-	pool, err := store.NewPool(ctx, store.PoolConfig{URL: url})
+	pool, err := database.NewPool(ctx, database.PoolConfig{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store/dbsqlc"
 )
@@ -23,12 +24,12 @@ type HistoryEntry struct {
 
 // CreateOrder inserts a new order, its items and the first row of its
 // history. It returns the order as stored (with its timestamps).
-func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause domain.Cause) (*domain.Order, error) {
+func CreateOrder(ctx context.Context, db database.DBTX, o *domain.Order, cause domain.Cause) (*domain.Order, error) {
 	items := o.Items()
 	p := dbsqlc.CreateOrderParams{
 		OrderID: o.ID(), CustomerID: o.CustomerID(), Currency: o.Currency(),
 		Status: string(o.Status()), Version: int32(o.Version()), TotalCents: o.TotalCents(),
-		MessageID: NilIfEmpty(cause.MessageID), CorrelationID: NilIfEmpty(cause.CorrelationID),
+		MessageID: database.NilIfEmpty(cause.MessageID), CorrelationID: database.NilIfEmpty(cause.CorrelationID),
 	}
 	for i, it := range items {
 		p.LineNos = append(p.LineNos, int32(i+1))
@@ -46,7 +47,7 @@ func CreateOrder(ctx context.Context, db DBTX, o *domain.Order, cause domain.Cau
 
 // GetOrder reads an order and its items. A missing order is
 // domain.ErrNotFound.
-func GetOrder(ctx context.Context, db DBTX, id uuid.UUID) (*domain.Order, error) {
+func GetOrder(ctx context.Context, db database.DBTX, id uuid.UUID) (*domain.Order, error) {
 	row, err := queries.GetOrder(ctx, db, id)
 	if err != nil {
 		return nil, fmt.Errorf("get order %s: %w", id, Translate(err))
@@ -55,7 +56,7 @@ func GetOrder(ctx context.Context, db DBTX, id uuid.UUID) (*domain.Order, error)
 }
 
 // OrderCustomer returns the customer_id of an order, or domain.ErrNotFound.
-func OrderCustomer(ctx context.Context, db DBTX, id uuid.UUID) (string, error) {
+func OrderCustomer(ctx context.Context, db database.DBTX, id uuid.UUID) (string, error) {
 	customerID, err := queries.GetOrderCustomer(ctx, db, id)
 	if err != nil {
 		return "", fmt.Errorf("get order %s: %w", id, Translate(err))
@@ -63,7 +64,7 @@ func OrderCustomer(ctx context.Context, db DBTX, id uuid.UUID) (string, error) {
 	return customerID, nil
 }
 
-func withItems(ctx context.Context, db DBTX, row dbsqlc.Order) (*domain.Order, error) {
+func withItems(ctx context.Context, db database.DBTX, row dbsqlc.Order) (*domain.Order, error) {
 	orders, err := attachItems(ctx, db, []dbsqlc.Order{row})
 	if err != nil {
 		return nil, err
@@ -72,7 +73,7 @@ func withItems(ctx context.Context, db DBTX, row dbsqlc.Order) (*domain.Order, e
 }
 
 // attachItems reads the items of all rows in one query.
-func attachItems(ctx context.Context, db DBTX, rows []dbsqlc.Order) ([]*domain.Order, error) {
+func attachItems(ctx context.Context, db database.DBTX, rows []dbsqlc.Order) ([]*domain.Order, error) {
 	ids := make([]uuid.UUID, len(rows))
 	for i, r := range rows {
 		ids[i] = r.OrderID
@@ -113,7 +114,7 @@ type Move struct {
 // domain.ErrInvalidTransition (t is not possible yet); a missing order is
 // domain.ErrNotFound; cause.MessageID moving the same order twice is
 // domain.ErrConflict.
-func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cause domain.Cause) (Move, domain.Status, error) {
+func MoveOrder(ctx context.Context, db database.DBTX, id uuid.UUID, t domain.Trigger, cause domain.Cause) (Move, domain.Status, error) {
 	to, from, err := domain.Target(t)
 	if err != nil {
 		return Move{}, "", err
@@ -127,7 +128,7 @@ func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cau
 	}
 	row, err := queries.MoveOrder(ctx, db, dbsqlc.MoveOrderParams{
 		OrderID: id, ToStatus: string(to), FromStatuses: froms,
-		MessageID: NilIfEmpty(cause.MessageID), CorrelationID: NilIfEmpty(cause.CorrelationID),
+		MessageID: database.NilIfEmpty(cause.MessageID), CorrelationID: database.NilIfEmpty(cause.CorrelationID),
 	})
 	if err != nil {
 		return Move{}, "", fmt.Errorf("move order %s on %s: %w", id, t, Translate(err))
@@ -143,10 +144,10 @@ func MoveOrder(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, cau
 // moveFrom is MoveOrder for a trigger with one starting status: a guarded
 // UPDATE (its row lock is the only one needed), and, only when it moved
 // nothing, a read of the status to say why.
-func moveFrom(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, from, to domain.Status, cause domain.Cause) (Move, domain.Status, error) {
+func moveFrom(ctx context.Context, db database.DBTX, id uuid.UUID, t domain.Trigger, from, to domain.Status, cause domain.Cause) (Move, domain.Status, error) {
 	row, err := queries.MoveOrderFrom(ctx, db, dbsqlc.MoveOrderFromParams{
 		OrderID: id, FromStatus: string(from), ToStatus: string(to),
-		MessageID: NilIfEmpty(cause.MessageID), CorrelationID: NilIfEmpty(cause.CorrelationID),
+		MessageID: database.NilIfEmpty(cause.MessageID), CorrelationID: database.NilIfEmpty(cause.CorrelationID),
 	})
 	if err == nil {
 		return Move{From: from, To: to, Version: int(row.Version), CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt}, from, nil
@@ -165,7 +166,7 @@ func moveFrom(ctx context.Context, db DBTX, id uuid.UUID, t domain.Trigger, from
 
 // TransitionRecorded reports whether message messageID already moved order
 // id: how a consumer tells its own earlier effect from someone else's.
-func TransitionRecorded(ctx context.Context, db DBTX, id uuid.UUID, messageID string) (bool, error) {
+func TransitionRecorded(ctx context.Context, db database.DBTX, id uuid.UUID, messageID string) (bool, error) {
 	ok, err := queries.TransitionExists(ctx, db, dbsqlc.TransitionExistsParams{OrderID: id, MessageID: &messageID})
 	if err != nil {
 		return false, fmt.Errorf("look up transition of order %s by message %s: %w", id, messageID, Translate(err))
@@ -174,7 +175,7 @@ func TransitionRecorded(ctx context.Context, db DBTX, id uuid.UUID, messageID st
 }
 
 // History returns the state history of an order, oldest first.
-func History(ctx context.Context, db DBTX, id uuid.UUID) ([]HistoryEntry, error) {
+func History(ctx context.Context, db database.DBTX, id uuid.UUID) ([]HistoryEntry, error) {
 	rows, err := queries.ListTransitions(ctx, db, id)
 	if err != nil {
 		return nil, fmt.Errorf("history of order %s: %w", id, Translate(err))
@@ -182,10 +183,10 @@ func History(ctx context.Context, db DBTX, id uuid.UUID) ([]HistoryEntry, error)
 	history := make([]HistoryEntry, len(rows))
 	for i, r := range rows {
 		history[i] = HistoryEntry{
-			From:          domain.Status(Deref(r.FromStatus)),
+			From:          domain.Status(database.Deref(r.FromStatus)),
 			To:            domain.Status(r.ToStatus),
 			MessageID:     r.MessageID,
-			CorrelationID: Deref(r.CorrelationID),
+			CorrelationID: database.Deref(r.CorrelationID),
 			CreatedAt:     r.CreatedAt,
 		}
 	}
@@ -211,7 +212,7 @@ type ListParams struct {
 // next page (nil on the last page). Keyset pagination: however many orders
 // are inserted meanwhile, walking the pages returns every order that existed
 // when the walk began exactly once.
-func ListOrders(ctx context.Context, db DBTX, p ListParams) ([]*domain.Order, *Cursor, error) {
+func ListOrders(ctx context.Context, db database.DBTX, p ListParams) ([]*domain.Order, *Cursor, error) {
 	after := Cursor{CreatedAt: endOfTime, OrderID: maxUUID}
 	if p.After != nil {
 		after = *p.After
@@ -263,19 +264,3 @@ var (
 	endOfTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 	maxUUID   = uuid.Max
 )
-
-// NilIfEmpty turns "" into SQL NULL for a nullable text column.
-func NilIfEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// Deref reads a nullable text column, NULL as "".
-func Deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}

@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -43,7 +44,7 @@ func newOrder(t *testing.T) *domain.Order {
 	return o
 }
 
-func count(t *testing.T, db store.DBTX, table string) int {
+func count(t *testing.T, db database.DBTX, table string) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
@@ -59,7 +60,7 @@ func createWithOutbox(ctx context.Context, db *pgxpool.Pool, o *domain.Order, ca
 		if err != nil {
 			return err
 		}
-		if _, err := (outbox.Writer{Producer: "order-api"}).Write(ctx, tx, cause, domain.SubmittedMessage(created)); err != nil {
+		if _, err := store.OutboxWriter("order-api").Write(ctx, tx, messaging.Cause(cause), domain.SubmittedMessage(created)); err != nil {
 			return err
 		}
 		if after != nil {

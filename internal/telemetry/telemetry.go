@@ -166,7 +166,7 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 
 // NewLogger returns the JSON (or text) logger of a process, at the
 // configured level, with the service name on every line, and with the
-// trace and span ids and the WithLogAttrs attributes of the context of
+// trace and span ids and the logctx attributes of the context of
 // each *Context call. Records also go to the extra handlers.
 func NewLogger(service string, cfg config.Log, w io.Writer, extra ...slog.Handler) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.SlogLevel()}

@@ -60,7 +60,8 @@ func LoadCompose(t testing.TB, opts []cli.ProjectOptionsFn, files ...string) (*t
 }
 
 // ComposeServicesOf returns the compose services whose entrypoint runs the
-// given binary of this repository (order-api, outbox-relay, ...).
+// given binary of this repository: a command of cmd/ (order-api,
+// outbox-relay, ...) or of lab/ (walkthrough, webhook-receiver).
 func ComposeServicesOf(p *types.Project, binary string) []types.ServiceConfig {
 	var out []types.ServiceConfig
 	for _, svc := range p.Services {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,17 +42,28 @@ func WaitOK(t testing.TB, timeout time.Duration, url string) {
 	})
 }
 
-// READMEDocuments fails t for each variable the README's configuration
-// table does not name (as `VARIABLE`).
-func READMEDocuments(t testing.TB, variables []string) {
+// ConfigurationPage is the page that documents every setting, relative to
+// the repository's root.
+const ConfigurationPage = "docs/configuration.md"
+
+// ConfigurationDocuments fails t for each variable that no table row of
+// the configuration page names (as `VARIABLE` in its first cell).
+func ConfigurationDocuments(t testing.TB, variables []string) {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(RepoRoot(t), "README.md"))
+	page, err := os.ReadFile(filepath.Join(RepoRoot(t), ConfigurationPage))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var named [][]byte // the first cell of every table row
+	for line := range bytes.Lines(page) {
+		cells := bytes.Split(bytes.TrimSpace(line), []byte("|"))
+		if len(cells) > 2 && len(cells[0]) == 0 {
+			named = append(named, cells[1])
+		}
+	}
 	for _, v := range variables {
-		if !bytes.Contains(readme, []byte("`"+v+"`")) {
-			t.Errorf("README.md does not document %s", v)
+		if !slices.ContainsFunc(named, func(cell []byte) bool { return bytes.Contains(cell, []byte("`"+v+"`")) }) {
+			t.Errorf("%s does not document %s: no table row names it", ConfigurationPage, v)
 		}
 	}
 }

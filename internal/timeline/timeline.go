@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store"
 )
@@ -74,7 +75,7 @@ type Notification struct {
 // Read reads the timeline of order id; a missing order is
 // domain.ErrNotFound. Run it in one read-only transaction (see the package
 // comment), so that the tables agree.
-func Read(ctx context.Context, db store.DBTX, id uuid.UUID) (*Timeline, error) {
+func Read(ctx context.Context, db database.DBTX, id uuid.UUID) (*Timeline, error) {
 	order, err := store.GetOrder(ctx, db, id)
 	if err != nil {
 		return nil, err
@@ -100,7 +101,7 @@ func Read(ctx context.Context, db store.DBTX, id uuid.UUID) (*Timeline, error) {
 // (migrations/00008_roles.sql): order-api's role may not read the table.
 // The function returns the four headers the timeline shows, each NULL when
 // missing or not a string.
-func outboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]OutboxRow, error) {
+func outboxRows(ctx context.Context, db database.DBTX, id uuid.UUID) ([]OutboxRow, error) {
 	rows, err := db.Query(ctx, `
 		SELECT outbox_id, message_type, status, attempt_count, coalesce(producer, ''), coalesce(correlation_id, ''),
 		       coalesce(causation_id, ''), coalesce(traceparent, ''), created_at, updated_at,
@@ -129,7 +130,7 @@ func outboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]OutboxRow, 
 
 // inboxRows reads the consumers' inbox rows of the order through
 // order_timeline_inbox: order-api's role may not read the table.
-func inboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]InboxRow, error) {
+func inboxRows(ctx context.Context, db database.DBTX, id uuid.UUID) ([]InboxRow, error) {
 	rows, err := db.Query(ctx, `
 		SELECT consumer_name, message_id, message_type, status, coalesce(outcome, ''), coalesce(outcome_reason, ''),
 		       attempt_count, first_received_at, last_received_at, processed_at,
@@ -152,7 +153,7 @@ func inboxRows(ctx context.Context, db store.DBTX, id uuid.UUID) ([]InboxRow, er
 	return out, nil
 }
 
-func notifications(ctx context.Context, db store.DBTX, id uuid.UUID) ([]Notification, error) {
+func notifications(ctx context.Context, db database.DBTX, id uuid.UUID) ([]Notification, error) {
 	rows, err := db.Query(ctx, `
 		SELECT notification_id, kind, status, message_id, attempt_count, coalesce(last_error, ''), created_at, sent_at
 		FROM customer_notification WHERE order_id = $1
@@ -198,11 +199,14 @@ func (t *Timeline) TraceID() string {
 	return ""
 }
 
-// Actor names who did a hop.
+// Actor names who did a hop; a consumer's hops carry its name.
 const (
 	ActorAPI     = "order-api"
 	ActorRelay   = "outbox-relay"
 	ActorWebhook = "webhook"
+	// ActorConsumer is the actor of a transition made on a message whose
+	// inbox rows retention has deleted: no consumer's name is left.
+	ActorConsumer = "a consumer"
 )
 
 // Kind tells the hops apart.
@@ -229,7 +233,7 @@ const (
 // Hop is one step of the order's flow.
 type Hop struct {
 	At      time.Time
-	Actor   string // order-api, outbox-relay, a consumer's name, webhook
+	Actor   string // order-api, outbox-relay, a consumer's name (transitionActor), webhook
 	Kind    Kind
 	Summary string   // one line: what happened
 	Details []Detail // the facts behind it, in a fixed order
@@ -261,11 +265,11 @@ func (t *Timeline) Hops() []Hop {
 	for _, r := range t.Outbox {
 		types[r.ID.String()] = r.Type
 	}
-	applied := map[string][]string{}    // message id -> the consumers that applied it
+	applied := map[string][]InboxRow{}  // message id -> the consumers' rows that applied it
 	delivered := map[string]time.Time{} // message id -> its first delivery to any consumer
 	for _, r := range t.Inbox {
 		if r.Outcome == "APPLIED" {
-			applied[r.MessageID] = append(applied[r.MessageID], r.Consumer)
+			applied[r.MessageID] = append(applied[r.MessageID], r)
 		}
 		if first, ok := delivered[r.MessageID]; !ok || r.FirstReceivedAt.Before(first) {
 			delivered[r.MessageID] = r.FirstReceivedAt
@@ -296,10 +300,9 @@ func (t *Timeline) Hops() []Hop {
 	return hops
 }
 
-// transitionHop is a change of status. One caused by a message names the
-// consumer that applied the message when only one did; the history itself
-// does not record which consumer it was.
-func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]string) Hop {
+// transitionHop is a change of status. One caused by a message is a
+// consumer's hop, named as its delivery is (transitionActor).
+func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]InboxRow) Hop {
 	hop := Hop{At: h.CreatedAt, Kind: KindTransition, Health: HealthOK}
 	switch {
 	case h.MessageID == nil && h.From == "":
@@ -307,10 +310,7 @@ func transitionHop(h store.HistoryEntry, types map[string]string, applied map[st
 	case h.MessageID == nil:
 		hop.Actor, hop.Summary = ActorAPI, fmt.Sprintf("%s → %s (HTTP request)", h.From, h.To)
 	default:
-		hop.Actor = "a consumer"
-		if by := applied[*h.MessageID]; len(by) == 1 {
-			hop.Actor = by[0]
-		}
+		hop.Actor = transitionActor(h, applied[*h.MessageID])
 		hop.Summary = fmt.Sprintf("%s → %s on %s", h.From, h.To, cmp.Or(types[*h.MessageID], "a message"))
 		hop.Details = append(hop.Details, Detail{"message id", *h.MessageID})
 	}
@@ -318,6 +318,32 @@ func transitionHop(h store.HistoryEntry, types map[string]string, applied map[st
 		hop.Details = append(hop.Details, Detail{"correlation id", h.CorrelationID})
 	}
 	return hop
+}
+
+// transitionActor names the consumer whose transaction made a transition
+// on a message, of those whose rows applied it. The history does not
+// record the consumer, but its transaction had started by the time of the
+// transition (a transition's time is the clock's, taken in the
+// transaction; an inbox row's processed_at is the start of the transaction
+// that applied it): a consumer that applied the message later, such as the
+// notifier after its webhook call, did not make it. When more than one
+// remains, each may have, and all are named ("fulfillment or
+// notification"); when no row is left (inbox retention), ActorConsumer.
+func transitionActor(h store.HistoryEntry, applied []InboxRow) string {
+	var before, all []string
+	for _, r := range applied {
+		all = append(all, r.Consumer)
+		if r.ProcessedAt != nil && !r.ProcessedAt.After(h.CreatedAt) {
+			before = append(before, r.Consumer)
+		}
+	}
+	switch {
+	case len(before) > 0:
+		return strings.Join(before, " or ")
+	case len(all) > 0:
+		return strings.Join(all, " or ")
+	}
+	return ActorConsumer
 }
 
 // publishHop is an outbox row and its publish. published_at is when the

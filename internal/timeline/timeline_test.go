@@ -15,7 +15,9 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
@@ -43,7 +45,7 @@ var requestTrace = trace.NewSpanContext(trace.SpanContextConfig{
 // outbox and the inbox only through the timeline's functions.
 func apiPool(t *testing.T, db *testenv.Database) *pgxpool.Pool {
 	t.Helper()
-	pool, err := store.NewPool(t.Context(), store.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
+	pool, err := database.NewPool(t.Context(), database.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := outbox.Writer{Producer: "order-api"}
+	api := store.OutboxWriter("order-api")
 	var submitted uuid.UUID
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		cause := domain.Cause{CorrelationID: "corr-1"}
@@ -90,7 +92,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 			return err
 		}
 		traced := trace.ContextWithSpanContext(ctx, requestTrace)
-		ids, err := api.Write(traced, tx, cause, domain.SubmittedMessage(created))
+		ids, err := api.Write(traced, tx, messaging.Cause(cause), domain.SubmittedMessage(created))
 		if err != nil {
 			return err
 		}
@@ -132,6 +134,20 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	if _, err := inbox.RecordFailure(ctx, pool, failed, inbox.Failure{Status: inbox.StatusRetryableFailed, Code: "lock_timeout", Message: "the stock row was locked"}); err != nil {
 		t.Fatal(err)
 	}
+	// The notifier applied it too, after its webhook call: a second
+	// consumer that applied the message, but not the one that moved the
+	// order (the page used to say "a consumer" for that transition).
+	notified := entry
+	notified.Consumer = "notification"
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := inbox.Begin(ctx, tx, notified, time.Minute); err != nil {
+			return err
+		}
+		return inbox.MarkProcessed(ctx, tx, notified.Consumer, notified.MessageID, inbox.OutcomeApplied, "")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The notifier recorded a notification and sent it on its second call.
 	if _, err := pool.Exec(ctx, `
@@ -147,7 +163,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 		if _, _, err := store.MoveOrder(ctx, tx, order.ID(), domain.TriggerCancel, cause); err != nil {
 			return err
 		}
-		_, err := api.Write(ctx, tx, cause, domain.OrderCancelledV1{ID: order.ID()})
+		_, err := api.Write(ctx, tx, messaging.Cause(cause), domain.OrderCancelledV1{ID: order.ID()})
 		return err
 	})
 	if err != nil {
@@ -168,7 +184,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	}
 
 	tl := readTimeline(t, db, order.ID())
-	if tl.Order.Status() != domain.StatusCancelled || len(tl.History) != 3 || len(tl.Outbox) != 2 || len(tl.Inbox) != 2 || len(tl.Notifications) != 1 {
+	if tl.Order.Status() != domain.StatusCancelled || len(tl.History) != 3 || len(tl.Outbox) != 2 || len(tl.Inbox) != 3 || len(tl.Notifications) != 1 {
 		t.Fatalf("timeline: %s, %d transitions, %d outbox, %d inbox, %d notifications",
 			tl.Order.Status(), len(tl.History), len(tl.Outbox), len(tl.Inbox), len(tl.Notifications))
 	}
@@ -192,6 +208,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 		{"fulfillment", timeline.KindDelivery, "order.submitted: PROCESSED (APPLIED)", timeline.HealthOK},
 		{"fulfillment", timeline.KindTransition, "SUBMITTED → FULFILLMENT_REQUESTED on order.submitted", timeline.HealthOK},
 		{"warehouse", timeline.KindDelivery, "order.submitted: RETRYABLE_FAILED", timeline.HealthPending},
+		{"notification", timeline.KindDelivery, "order.submitted: PROCESSED (APPLIED)", timeline.HealthOK},
 		{"webhook", timeline.KindNotification, "notification order_received: SENT", timeline.HealthOK},
 		{"order-api", timeline.KindTransition, "FULFILLMENT_REQUESTED → CANCELLED (HTTP request)", timeline.HealthOK},
 		// Waiting: after everything that happened.
@@ -202,7 +219,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	}
 
 	hops := tl.Hops()
-	if !slices.IsSortedFunc(hops[:7], func(a, b timeline.Hop) int { return a.At.Compare(b.At) }) || !hops[7].Waiting {
+	if !slices.IsSortedFunc(hops[:8], func(a, b timeline.Hop) int { return a.At.Compare(b.At) }) || !hops[8].Waiting {
 		t.Errorf("hops are not in time order, the waiting one last")
 	}
 	facts := func(h timeline.Hop) string {
@@ -215,15 +232,54 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	for i, want := range map[int][]string{
 		1: {"message id=" + submitted.String(), "written by=order-api", "attempts=1", "marked published at="},
 		4: {"attempts=1", "last error=lock_timeout: the stock row was locked", "processed=not yet"},
-		5: {"webhook calls=2", "last error=webhook answered 503"},
-		6: {"correlation id=corr-2"},
-		7: {"written by=order-api", "next attempt at="},
+		6: {"webhook calls=2", "last error=webhook answered 503"},
+		7: {"correlation id=corr-2"},
+		8: {"written by=order-api", "next attempt at="},
 	} {
 		for _, w := range want {
 			if !strings.Contains(facts(hops[i]), w) {
 				t.Errorf("hop %d (%s) has no %q: %s", i, hops[i].Summary, w, facts(hops[i]))
 			}
 		}
+	}
+}
+
+// A transition made on a message is labelled like every consumer's hop, by
+// the consumer's name: of the consumers that applied the message, those
+// whose transaction had started by the transition's time.
+func TestTransitionIsLabelledByItsConsumer(t *testing.T) {
+	t.Parallel()
+	msg := uuid.NewString()
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { v := t0.Add(d); return &v }
+	applied := func(consumer string, processed *time.Time) timeline.InboxRow {
+		return timeline.InboxRow{Consumer: consumer, MessageID: msg, Type: domain.TypeOrderSubmitted, Status: "PROCESSED",
+			Outcome: "APPLIED", FirstReceivedAt: t0.Add(-time.Second), ProcessedAt: processed}
+	}
+	for _, tc := range []struct {
+		name  string
+		inbox []timeline.InboxRow
+		want  string
+	}{
+		{"one consumer applied it", []timeline.InboxRow{applied("fulfillment", at(-time.Millisecond))}, "fulfillment"},
+		{"another applied it after the transition", []timeline.InboxRow{applied("fulfillment", at(-time.Millisecond)), applied("notification", at(time.Second))}, "fulfillment"},
+		{"the transaction started at the transition's time", []timeline.InboxRow{applied("notification", at(time.Millisecond)), applied("fulfillment", at(0))}, "fulfillment"},
+		{"two applied it before: either may have", []timeline.InboxRow{applied("notification", at(-time.Second)), applied("fulfillment", at(-time.Millisecond))}, "notification or fulfillment"},
+		{"a failed delivery is no candidate", []timeline.InboxRow{applied("fulfillment", at(-time.Millisecond)), {Consumer: "warehouse", MessageID: msg, Status: "RETRYABLE_FAILED", FirstReceivedAt: t0.Add(-time.Second)}}, "fulfillment"},
+		{"the inbox rows deleted by retention", nil, timeline.ActorConsumer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tl := timeline.Timeline{
+				History: []store.HistoryEntry{{From: domain.StatusSubmitted, To: domain.StatusFulfillmentRequested, MessageID: &msg, CreatedAt: t0}},
+				Inbox:   tc.inbox,
+			}
+			for _, h := range tl.Hops() {
+				if h.Kind == timeline.KindTransition && h.Actor != tc.want {
+					t.Errorf("the transition's actor is %q, want %q", h.Actor, tc.want)
+				}
+			}
+		})
 	}
 }
 

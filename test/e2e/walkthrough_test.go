@@ -21,6 +21,7 @@ import (
 
 	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 
@@ -55,7 +56,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 
 	root := testenv.RepoRoot(t)
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/walkthrough", "./cmd/orderctl")
+	build := exec.Command("go", "build", "-o", bin+"/", "./lab/walkthrough", "./cmd/orderctl")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -121,8 +122,10 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	// The walkthrough and orderctl connect as the operators' role, as make
 	// walkthrough and make ctl run them; make dev's processes as theirs.
 	operatorURL := testenv.AsRole(dbURL, migrations.RoleOperator)
+	// Its requests to order-api go through a proxy that checks them, and
+	// the answers, against api/openapi.yaml.
 	walk.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.WalkthroughUser), "API_JWT_SECRET=", "API_TOKEN="+strings.TrimSpace(string(token)),
-		"API_URL=http://"+addr["DEV_API_ADDR"], "CONSUMER_ADMIN_URL=http://"+addr["DEV_CONSUMER_ADDR"],
+		"API_URL="+apicheck.Proxy(t, "http://"+addr["DEV_API_ADDR"]), "CONSUMER_ADMIN_URL=http://"+addr["DEV_CONSUMER_ADDR"],
 		"WEBHOOK_RECEIVER_URL=http://"+addr["DEV_WEBHOOK_ADDR"])
 	out, err := walk.CombinedOutput()
 	if err != nil {
@@ -146,7 +149,7 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 		// As make ctl runs it: in development (scripts/env.sh), where the
 		// development password of its RabbitMQ user is taken.
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.OperatorUser), "ORDERCTL_USER=e2e",
-			"ORDERS_ENV=development")
+			"DEV_MODE=true")
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("orderctl %v: %v\n%s", args, err, out)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -60,27 +61,26 @@ type fulfillment struct {
 // carries the lines of the submitted order: its payload is the order as it
 // was accepted, and lines never change.
 func (f *fulfillment) submitted(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderSubmittedV1) (inbox.Outcome, error) {
-	return f.transition(ctx, tx, d, domain.TriggerSubmitted, domain.FulfillmentRequestedV1{ID: m.ID, Items: m.Items})
+	return f.transition(ctx, tx, d, m.ID, domain.TriggerSubmitted, domain.FulfillmentRequestedV1{ID: m.ID, Items: m.Items})
 }
 
 // completed finishes an order the warehouse reserved.
 func (f *fulfillment) completed(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.FulfillmentCompletedV1) (inbox.Outcome, error) {
-	return f.transition(ctx, tx, d, domain.TriggerFulfillmentCompleted, domain.OrderFulfilledV1{ID: m.ID})
+	return f.transition(ctx, tx, d, m.ID, domain.TriggerFulfillmentCompleted, domain.OrderFulfilledV1{ID: m.ID})
 }
 
 // rejected finishes an order the warehouse could not reserve.
 func (f *fulfillment) rejected(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.FulfillmentRejectedV1) (inbox.Outcome, error) {
-	return f.transition(ctx, tx, d, domain.TriggerFulfillmentRejected, domain.OrderRejectedV1{ID: m.ID, Reason: m.Reason})
+	return f.transition(ctx, tx, d, m.ID, domain.TriggerFulfillmentRejected, domain.OrderRejectedV1{ID: m.ID, Reason: m.Reason})
 }
 
-// transition moves the order of d by trigger (one guarded statement that
+// transition moves order id by trigger (one guarded statement that
 // also records the move with d's message_id) and emits followUp. A message
 // that finds the order past it is acknowledged and ignored; one the order
 // is not ready for, or about an order that does not exist, is parked: no
 // message is published before its order commits, so waiting would not help.
-func (f *fulfillment) transition(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, trigger domain.Trigger, followUp domain.Message) (inbox.Outcome, error) {
-	id := d.Message.OrderID()
-	move, current, err := store.MoveOrder(ctx, tx, id, trigger, d.Cause())
+func (f *fulfillment) transition(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, id uuid.UUID, trigger domain.Trigger, followUp domain.Message) (inbox.Outcome, error) {
+	move, current, err := store.MoveOrder(ctx, tx, id, trigger, domain.Cause(d.Cause()))
 	switch {
 	case err == nil:
 		out := inbox.Applied(followUp)

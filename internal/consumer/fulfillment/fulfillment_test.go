@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/yourorg/orders/internal/consumer/consumertest"
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -23,7 +23,7 @@ import (
 // transition, and one about an order that does not exist as not found.
 func TestMovesTheOrder(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
+	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), 0))
 	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestMovesTheOrder(t *testing.T) {
 func TestDelayLeavesTimeToCancel(t *testing.T) {
 	t.Parallel()
 	const delay = 2 * time.Second
-	h := inboxtest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), delay))
+	h := consumertest.Start(t, fulfillment.New(metricnoop.NewMeterProvider(), delay))
 	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
 	if err != nil {
 		t.Fatal(err)

@@ -90,17 +90,17 @@ func New(cfg Config) *inbox.Consumer {
 	}
 	n := &notifier{cfg: cfg, where: config.URLOrigin(cfg.URL), tracer: messaging.Tracer(cfg.TracerProvider, "github.com/yourorg/orders/internal/consumer/notification")}
 	c := inbox.NewConsumer(Name)
-	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderSubmittedV1) (inbox.Outcome, error) {
-		return n.notify(ctx, tx, d, "order_received")
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderSubmittedV1) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, m.ID, "order_received")
 	})
-	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderCancelledV1) (inbox.Outcome, error) {
-		return n.notify(ctx, tx, d, "order_cancelled")
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderCancelledV1) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, m.ID, "order_cancelled")
 	})
-	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderFulfilledV1) (inbox.Outcome, error) {
-		return n.notify(ctx, tx, d, "order_fulfilled")
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderFulfilledV1) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, m.ID, "order_fulfilled")
 	})
-	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderRejectedV1) (inbox.Outcome, error) {
-		return n.notify(ctx, tx, d, "order_rejected")
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderRejectedV1) (inbox.Outcome, error) {
+		return n.notify(ctx, tx, d, m.ID, "order_rejected")
 	})
 	return c
 }
@@ -111,10 +111,10 @@ type notifier struct {
 	tracer trace.Tracer
 }
 
-// notify records the notification of kind for the order of d, once, and
+// notify records the notification of kind for order orderID, once, and
 // delivers it: in two steps when a webhook is set, else it is SKIPPED.
-func (n *notifier) notify(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, kind string) (inbox.Outcome, error) {
-	note := notification{ID: uuid.Must(uuid.NewV7()), OrderID: d.Message.OrderID(), Kind: kind, Status: notificationPending, MessageID: d.MessageID}
+func (n *notifier) notify(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, orderID uuid.UUID, kind string) (inbox.Outcome, error) {
+	note := notification{ID: uuid.Must(uuid.NewV7()), OrderID: orderID, Kind: kind, Status: notificationPending, MessageID: d.MessageID}
 	if n.cfg.URL == "" {
 		note.Status = notificationSkipped
 	}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/yourorg/orders/internal/consumer/consumertest"
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 )
 
 // webhook records the Idempotency-Key of every call.
@@ -42,7 +42,7 @@ func TestOneNotificationPerOrderAndKind(t *testing.T) {
 	hook := &webhook{}
 	srv := httptest.NewServer(hook)
 	t.Cleanup(srv.Close)
-	h := inboxtest.Start(t, notification.New(notification.Config{URL: srv.URL, Timeout: time.Second}))
+	h := consumertest.Start(t, notification.New(notification.Config{URL: srv.URL, Timeout: time.Second}))
 	order := uuid.New()
 
 	first := h.Deliver(domain.OrderCancelledV1{ID: order})
@@ -72,7 +72,7 @@ func TestOneNotificationPerOrderAndKind(t *testing.T) {
 // Without a webhook URL, notifications are recorded as SKIPPED.
 func TestNoWebhookSkips(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, notification.New(notification.Config{}))
+	h := consumertest.Start(t, notification.New(notification.Config{}))
 	order := uuid.New()
 	h.WaitDone(notification.Name, h.Deliver(domain.OrderFulfilledV1{ID: order}))
 	if n := h.Count("SELECT count(*) FROM customer_notification WHERE order_id = $1 AND status = 'SKIPPED'", order); n != 1 {
@@ -99,7 +99,7 @@ func TestWebhookRedirectIsNotFollowed(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	h := inboxtest.Start(t, notification.New(notification.Config{URL: srv.URL + "/hook", Timeout: time.Second}))
+	h := consumertest.Start(t, notification.New(notification.Config{URL: srv.URL + "/hook", Timeout: time.Second}))
 	row := h.WaitDone(notification.Name, h.Deliver(domain.OrderCancelledV1{ID: uuid.New()}))
 	mu.Lock()
 	defer mu.Unlock()

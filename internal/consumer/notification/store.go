@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -25,7 +26,7 @@ type notification struct {
 
 // createNotification inserts n unless the order has a notification of
 // that kind already, and reports whether it did.
-func createNotification(ctx context.Context, tx store.DBTX, n notification) (bool, error) {
+func createNotification(ctx context.Context, tx database.DBTX, n notification) (bool, error) {
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO customer_notification (notification_id, order_id, kind, status, message_id)
 		VALUES ($1, $2, $3, $4, $5)
@@ -39,7 +40,7 @@ func createNotification(ctx context.Context, tx store.DBTX, n notification) (boo
 
 // lockNotification reads and locks the notification of an order of a kind
 // (domain.ErrNotFound when there is none).
-func lockNotification(ctx context.Context, tx store.DBTX, orderID uuid.UUID, kind string) (*notification, error) {
+func lockNotification(ctx context.Context, tx database.DBTX, orderID uuid.UUID, kind string) (*notification, error) {
 	n := notification{OrderID: orderID, Kind: kind}
 	err := tx.QueryRow(ctx, `
 		SELECT notification_id, status, message_id, attempt_count
@@ -54,12 +55,12 @@ func lockNotification(ctx context.Context, tx store.DBTX, orderID uuid.UUID, kin
 // recordNotificationAttempt records one delivery attempt of a notification
 // and its result: SENT, or still PENDING (retry), or FAILED, with the error.
 // A SENT notification stays SENT, whatever a late attempt says.
-func recordNotificationAttempt(ctx context.Context, db store.DBTX, id uuid.UUID, status, lastError string) error {
+func recordNotificationAttempt(ctx context.Context, db database.DBTX, id uuid.UUID, status, lastError string) error {
 	_, err := db.Exec(ctx, `
 		UPDATE customer_notification
 		SET status = $1, attempt_count = attempt_count + 1, last_error = $2,
 		    sent_at = CASE WHEN $1 = 'SENT' THEN now() ELSE sent_at END
-		WHERE notification_id = $3 AND status <> 'SENT'`, status, store.NilIfEmpty(lastError), id)
+		WHERE notification_id = $3 AND status <> 'SENT'`, status, database.NilIfEmpty(lastError), id)
 	if err != nil {
 		return fmt.Errorf("record notification attempt: %w", store.Translate(err))
 	}

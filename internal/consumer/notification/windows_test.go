@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/yourorg/orders/internal/consumer/consumertest"
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -81,7 +81,7 @@ func (rc *receiver) waitStart(t *testing.T, n int) {
 
 // notificationRow reads the notification of an order: status, attempts
 // recorded, last error.
-func notificationRow(t *testing.T, h *inboxtest.Harness, order uuid.UUID) (status string, attempts int, lastError string) {
+func notificationRow(t *testing.T, h *consumertest.Harness, order uuid.UUID) (status string, attempts int, lastError string) {
 	t.Helper()
 	var lastErr *string
 	if err := h.Pool.QueryRow(h.Ctx, "SELECT status, attempt_count, last_error FROM customer_notification WHERE order_id = $1", order).
@@ -109,7 +109,7 @@ func TestWebhookTimeoutRetriesWithTheSameKey(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	h := inboxtest.Start(t, notification.New(notification.Config{URL: srv.URL, Timeout: 300 * time.Millisecond}))
+	h := consumertest.Start(t, notification.New(notification.Config{URL: srv.URL, Timeout: 300 * time.Millisecond}))
 	order := uuid.New()
 	id := h.Deliver(domain.OrderCancelledV1{ID: order})
 	if row := h.WaitDone(notification.Name, id); row.Status != inbox.StatusProcessed {
@@ -154,8 +154,8 @@ func TestTakeoverNeverOverlapsTheLateOriginal(t *testing.T) {
 	})
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the server's Close
 
-	h := inboxtest.Start(t)
-	cfg := inboxtest.Config()
+	h := consumertest.Start(t)
+	cfg := consumertest.Config()
 	cfg.ProcessingLease, cfg.TxTimeout = 5*time.Second, time.Second
 	notifier := notification.Config{URL: srv.URL, Timeout: 4 * time.Second}
 	// The original: one delivery at a time, its database behind a proxy.

@@ -5,10 +5,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/yourorg/orders/internal/consumer/consumertest"
 	"github.com/yourorg/orders/internal/consumer/shipping"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 )
 
 // A fulfilled order gets one shipment, ready to ship: a redelivery of the
@@ -17,7 +17,7 @@ import (
 // ignored by the shipment's own key. Either way there is one shipment.
 func TestOneShipmentPerFulfilledOrder(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, shipping.New())
+	h := consumertest.Start(t, shipping.New())
 	order := uuid.New()
 	shipments := func() int { return h.Count("SELECT count(*) FROM shipment WHERE order_id = $1", order) }
 

@@ -5,14 +5,14 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/yourorg/orders/internal/consumer/consumertest"
 	"github.com/yourorg/orders/internal/consumer/warehouse"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 )
 
 // reservation reads the status of an order's reservation.
-func reservation(t *testing.T, h *inboxtest.Harness, order uuid.UUID) string {
+func reservation(t *testing.T, h *consumertest.Harness, order uuid.UUID) string {
 	t.Helper()
 	var status string
 	if err := h.Pool.QueryRow(h.Ctx, "SELECT status FROM stock_reservation WHERE order_id = $1", order).Scan(&status); err != nil {
@@ -23,7 +23,7 @@ func reservation(t *testing.T, h *inboxtest.Harness, order uuid.UUID) string {
 
 // answer reads the type of the message the warehouse wrote to the outbox
 // in answer to message id (its causation_id).
-func answer(t *testing.T, h *inboxtest.Harness, id string) string {
+func answer(t *testing.T, h *consumertest.Harness, id string) string {
 	t.Helper()
 	var typ string
 	if err := h.Pool.QueryRow(h.Ctx, "SELECT message_type FROM message_outbox WHERE headers->>'causation_id' = $1", id).Scan(&typ); err != nil {
@@ -37,7 +37,7 @@ func answer(t *testing.T, h *inboxtest.Harness, id string) string {
 // A request with an out-of-stock line is rejected, and answered so.
 func TestReserveAnswerAndRelease(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, warehouse.New())
+	h := consumertest.Start(t, warehouse.New())
 	inStock, outOfStock := uuid.New(), uuid.New()
 
 	req := h.Deliver(domain.FulfillmentRequestedV1{ID: inStock, Items: []domain.ItemLine{{SKU: "A-1", Quantity: 1}}})
@@ -72,7 +72,7 @@ func TestReserveAnswerAndRelease(t *testing.T) {
 // nothing.
 func TestCancelBeforeRequest(t *testing.T) {
 	t.Parallel()
-	h := inboxtest.Start(t, warehouse.New())
+	h := consumertest.Start(t, warehouse.New())
 	order := uuid.New()
 	h.WaitDone(warehouse.Name, h.Deliver(domain.OrderCancelledV1{ID: order}))
 	req := h.Deliver(domain.FulfillmentRequestedV1{ID: order, Items: []domain.ItemLine{{SKU: "A-1", Quantity: 1}}})

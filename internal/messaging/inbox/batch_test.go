@@ -26,7 +26,7 @@ func TestBatchesApplyEachMessageOnce(t *testing.T) {
 	cfg := testConsumerConfig()
 	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 64, 16
 	cfg.BatchWait = 50 * time.Millisecond // batches however slow the machine
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestPoisonInsideABatch(t *testing.T) {
 	cfg := testConsumerConfig()
 	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 32, 16
 	cfg.BatchWait = 50 * time.Millisecond
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestBatchCrashAfterCommitBeforeAck(t *testing.T) {
 	cfg := testConsumerConfig()
 	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 32, 16
 	cfg.BatchWait = time.Second // the whole backlog in the first batch
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +116,12 @@ func TestBatchCrashAfterCommitBeforeAck(t *testing.T) {
 	}
 	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
 	var cut atomic.Bool
-	b.start(cfg, proxy.Rewrite(b.amqpURL), func(cs *inbox.Consumers) {
-		inbox.SetAfterCommit(cs, func(*inbox.Delivery) {
-			if cut.CompareAndSwap(false, true) {
-				proxy.Cut() // before the first ack of the committed batch
-				go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
-			}
-		})
-	})
+	b.start(cfg, proxy.Rewrite(b.amqpURL), inbox.AfterCommit(func(*inbox.Delivery) {
+		if cut.CompareAndSwap(false, true) {
+			proxy.Cut() // before the first ack of the committed batch
+			go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
+		}
+	}))
 	testenv.WaitFor(t, 30*time.Second, "the redeliveries to be recognised", func() bool {
 		return b.counter("consumer.messages.duplicates") >= int64(len(msgs))-1 // the first ack may be out before the cut
 	})
@@ -151,7 +149,7 @@ func TestBatchWithRowsSeenBefore(t *testing.T) {
 	cfg := testConsumerConfig()
 	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 32, 16
 	cfg.BatchWait = time.Second // the whole backlog in the first batch
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +222,7 @@ func TestBatchFollowUpWriteFails(t *testing.T) {
 	cfg := testConsumerConfig()
 	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 32, 16
 	cfg.BatchWait = time.Second
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +232,7 @@ func TestBatchFollowUpWriteFails(t *testing.T) {
 	}
 	bad := msgs[4]
 	var badOrder struct {
-		ID string `json:"order_id"`
+		ID string `json:"id"`
 	}
 	if err := json.Unmarshal(bad.Body, &badOrder); err != nil {
 		t.Fatal(err)
@@ -293,7 +291,7 @@ func TestBatchExternalCallEndsWithinTheLease(t *testing.T) {
 	cfg.BatchWait = 50 * time.Millisecond
 	cfg.ProcessingLease = 3 * time.Second
 	slow := 1500 * time.Millisecond // the second delivery's handler, after the first's hold
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}

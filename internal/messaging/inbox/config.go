@@ -2,15 +2,26 @@ package inbox
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // Config configures the consumers of a process. Zero fields take
 // the defaults noted on each.
 type Config struct {
+	// Exchange is the topic exchange the consumers' queues are bound to,
+	// by message type. Required.
+	Exchange string
+	// FollowUps writes the follow-up messages handlers return to the
+	// outbox, in the transaction of their delivery. Its Exchange defaults to
+	// Exchange, its Producer to "consumer"; its AggregateType is required
+	// when a handler returns follow-ups.
+	FollowUps outbox.Writer
 	// Prefetch is how many unacknowledged deliveries the broker sends each
 	// consumer at once. Default 32.
 	Prefetch int
@@ -51,9 +62,24 @@ type Config struct {
 	// as long as a message may be delivered or replayed again. 0 keeps them
 	// forever.
 	InboxRetention time.Duration
-	// Producer is the app_id of the follow-up messages. Default
-	// "order-consumer".
-	Producer string
+	// AlsoDeclare lists consumers this process does not run whose queues
+	// and bindings it declares too, at every connect: so that the whole
+	// topology exists whichever consumer processes run, and a message
+	// published while one of them is down still reaches its queue.
+	AlsoDeclare []*Consumer
+	// Faults, when set, injects failures (tests, drills). Nil in production.
+	Faults Faults
+}
+
+// Faults are the points where tests and drills inject failures into
+// running consumers. Production leaves Config.Faults nil; each is called
+// from one line.
+type Faults interface {
+	// AfterCommit runs after a delivery's transaction committed and before
+	// its ack: the crash window of the inbox. A crash here leaves the
+	// delivery unacknowledged; the broker delivers it again, and its inbox
+	// row makes that delivery a duplicate.
+	AfterCommit(ctx context.Context, d *Delivery)
 }
 
 func (c *Config) setDefaults() {
@@ -68,12 +94,16 @@ func (c *Config) setDefaults() {
 	c.ProcessingLease = cmp.Or(c.ProcessingLease, time.Minute)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 15*time.Second)
 	c.TxTimeout = cmp.Or(c.TxTimeout, 30*time.Second)
-	c.Producer = cmp.Or(c.Producer, "order-consumer")
+	c.FollowUps.Exchange = cmp.Or(c.FollowUps.Exchange, c.Exchange)
+	c.FollowUps.Producer = cmp.Or(c.FollowUps.Producer, "consumer")
 }
 
 // Validate reports settings that cannot work.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.Exchange == "" {
+		errs = append(errs, errors.New("the exchange to bind the queues to is not set"))
+	}
 	if c.Prefetch < 1 || c.Workers < 1 || c.MaxAttempts < 1 || c.DeliveryLimit < 1 || c.BatchSize < 1 {
 		errs = append(errs, errors.New("prefetch, workers, batch size, max attempts and delivery limit must be at least 1"))
 	}

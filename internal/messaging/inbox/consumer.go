@@ -1,14 +1,17 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 )
 
 // Consumer is one consumer: its name (its consumer_name in the inbox and
@@ -18,7 +21,7 @@ import (
 // all come from them, so none of these can drift from the code.
 //
 //	c := inbox.NewConsumer("shipping")
-//	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderFulfilledV1) (inbox.Outcome, error) {
+//	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m OrderFulfilledV1) (inbox.Outcome, error) {
 //		// change the database in tx; say what you did
 //		return inbox.Applied(), nil
 //	})
@@ -34,8 +37,13 @@ type handlerKey struct {
 	version int
 }
 
-// handler runs one delivery whose payload is known to be of its type.
-type handler func(ctx context.Context, tx pgx.Tx, d *Delivery) (Outcome, error)
+// handler reads and runs the deliveries of one (type, version).
+type handler struct {
+	// decode reads a body into the handler's message type.
+	decode func(body []byte) (messaging.Message, error)
+	// run runs a delivery whose Message decode made.
+	run func(ctx context.Context, tx pgx.Tx, d *Delivery) (Outcome, error)
+}
 
 // NewConsumer returns a consumer named name, with no handlers yet.
 func NewConsumer(name string) *Consumer {
@@ -45,41 +53,66 @@ func NewConsumer(name string) *Consumer {
 // Wait makes the consumer wait d after it receives a message of type M
 // and before it processes it, outside any transaction and holding no lock
 // or connection: a demo knob that leaves time to act by hand between a
-// message and its effect (fulfillment's FULFILLMENT_DELAY, to cancel an
-// order before it is requested). A worker waits with its delivery
-// unacknowledged; when the consumer stops meanwhile, the delivery comes
-// again. A consumer that waits for some type takes its deliveries one at
-// a time, never in batches, so that each waits its own time. 0 waits not
-// at all.
-func Wait[M domain.Message](c *Consumer, d time.Duration) {
+// message and its effect (the order service's FULFILLMENT_DELAY, to cancel
+// an order before its fulfillment is requested). A worker waits with its
+// delivery unacknowledged; when the consumer stops meanwhile, the delivery
+// comes again. A consumer that waits for some type takes its deliveries
+// one at a time, never in batches, so that each waits its own time. 0 waits
+// not at all.
+func Wait[M messaging.Message](c *Consumer, d time.Duration) {
 	var zero M
 	if d > 0 {
 		c.waits[zero.MessageType()] = d
 	}
 }
 
-// Handle registers h for the messages of type M (one version of one
-// message type of the domain's catalogue). The handler gets the payload
-// decoded and typed; it runs in the transaction that holds the message's
-// inbox row, and knows nothing of acknowledgements: the consumer commits,
-// acknowledges, retries or parks by what it returns. Wrap an error with
-// Permanent when no retry can help.
+// Handle registers h for the messages of type M: one version of one
+// message type, whose JSON encoding is the body. The handler gets the
+// payload decoded and typed; it runs in the transaction that holds the
+// message's inbox row, and knows nothing of acknowledgements: the consumer
+// commits, acknowledges, retries or parks by what it returns. Wrap an
+// error with Permanent when no retry can help.
+//
+// A body is decoded as one JSON value into M (unknown fields are ignored:
+// a newer producer may add optional ones); when M has a method Validate()
+// error, a body it refuses is malformed. Either way the message is parked
+// as malformed_message, with the reason.
 //
 // Registering a type twice on one consumer is a programming error: Handle
 // panics, at start-up.
-func Handle[M domain.Message](c *Consumer, h func(ctx context.Context, tx pgx.Tx, d *Delivery, m M) (Outcome, error)) {
+func Handle[M messaging.Message](c *Consumer, h func(ctx context.Context, tx pgx.Tx, d *Delivery, m M) (Outcome, error)) {
 	var zero M
 	k := handlerKey{zero.MessageType(), zero.MessageVersion()}
 	if _, dup := c.handlers[k]; dup {
 		panic(fmt.Sprintf("inbox: consumer %s registers %s version %d twice", c.name, k.typ, k.version))
 	}
-	c.handlers[k] = func(ctx context.Context, tx pgx.Tx, d *Delivery) (Outcome, error) {
-		m, ok := d.Message.(M)
-		if !ok { // the catalogue decodes each (type, version) into one Go type
-			return Outcome{}, Permanent("unexpected_type", fmt.Errorf("%s version %d decoded as %T, want %T", d.Type, d.Version, d.Message, zero))
-		}
-		return h(ctx, tx, d, m)
+	c.handlers[k] = handler{
+		decode: decodeAs[M],
+		run: func(ctx context.Context, tx pgx.Tx, d *Delivery) (Outcome, error) {
+			return h(ctx, tx, d, d.Message.(M)) // decodeAs[M] made it
+		},
 	}
+}
+
+// decodeAs reads body as a message of type M (see Handle).
+func decodeAs[M messaging.Message](body []byte) (messaging.Message, error) {
+	var m M
+	malformed := func(err error) error {
+		return Permanent("malformed_message", fmt.Errorf("%s version %d: %w", m.MessageType(), m.MessageVersion(), err))
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&m); err != nil {
+		return nil, malformed(err)
+	}
+	if dec.More() {
+		return nil, malformed(errors.New("data after the JSON value"))
+	}
+	if v, ok := any(m).(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, malformed(err)
+		}
+	}
+	return m, nil
 }
 
 // Name is the consumer's name.
@@ -105,7 +138,7 @@ func (c *Consumer) handlerOf(d *Delivery) (handler, error) {
 		return h, nil
 	}
 	if slices.Contains(c.Types(), d.Type) {
-		return nil, Permanent("unsupported_version", fmt.Errorf("consumer %s has no handler for %s version %d", c.name, d.Type, d.Version))
+		return handler{}, Permanent("unsupported_version", fmt.Errorf("consumer %s has no handler for %s version %d", c.name, d.Type, d.Version))
 	}
-	return nil, Permanent("unexpected_type", fmt.Errorf("consumer %s does not handle %s", c.name, d.Type))
+	return handler{}, Permanent("unknown_type", fmt.Errorf("consumer %s does not handle %q", c.name, d.Type))
 }

@@ -5,91 +5,75 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/metric"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
-// Deps is what the consumers run on.
-type Deps struct {
-	Pool           *pgxpool.Pool
-	AMQPURL        string
-	Logger         *slog.Logger
-	MeterProvider  metric.MeterProvider
-	TracerProvider trace.TracerProvider // default: the global one
-}
-
-// Consumers runs the consumers of a process, each on its own connection,
-// and the retention of the inbox rows they share.
+// Consumers runs the consumers of a process, each subscribed to its own
+// queue on a connection of its own, and the retention of the inbox rows
+// they share.
 type Consumers struct {
-	cfg     Config
-	deps    Deps
-	loops   []*loop
-	metrics *consumerMetrics
-	tracer  trace.Tracer
-	outbox  outbox.Writer // writes the handlers' follow-up messages
-
-	// afterCommit, when set (tests only), runs after a delivery's
-	// transaction committed and before its ack: the crash window.
-	afterCommit func(*Delivery)
-	// crashAfterCommit, when set, names a message type: the next delivery of
-	// that type exits the process between its commit and its ack (see
-	// CrashAfterCommit). exit is os.Exit, or a stand-in in tests.
-	crashAfterCommit atomic.Pointer[string]
-	exit             func(code int)
+	cfg           Config
+	pool          *pgxpool.Pool
+	log           *slog.Logger
+	subscriptions []*subscription
 }
 
-// CrashAfterCommit arms a one-shot fault, for demonstrations (the
-// walkthrough) and drills: the next delivery of messageType that commits
-// makes the process exit at once, before its ack, as a crash in the worst
-// place would. The broker then delivers the message again, and the inbox
-// turns the redelivery into a duplicate. Off unless asked for; the admin
-// endpoint that arms it exists only with CONSUMER_FAULTS_ENDPOINT=true.
-func (cs *Consumers) CrashAfterCommit(messageType string) {
-	cs.crashAfterCommit.Store(&messageType)
-}
+// subscription runs one consumer on its queue: a broker session at a time
+// (reconnecting when one ends), each with Workers workers.
+type subscription struct {
+	consumer *Consumer
+	topology Topology
+	others   []Topology // of Config.AlsoDeclare: declared, not consumed
+	cfg      Config
+	pool     *pgxpool.Pool
+	amqpURL  string
+	log      *slog.Logger
+	tracer   trace.Tracer
+	metrics  *consumerMetrics
 
-// loop runs one consumer: its broker sessions and its workers.
-type loop struct {
-	*Consumers
-	def       *Consumer
-	topology  Topology
-	log       *slog.Logger
 	consuming atomic.Bool
 	held      atomic.Int64                     // deliveries held while the database is unavailable
 	pub       atomic.Pointer[confirmPublisher] // the session's, for tests
 }
 
 // NewConsumers prepares the given consumers; Run starts them.
-func NewConsumers(cfg Config, deps Deps, consumers ...*Consumer) (*Consumers, error) {
+func NewConsumers(cfg Config, deps messaging.Deps, consumers ...*Consumer) (*Consumers, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer config: %w", err)
 	}
-	cs := &Consumers{cfg: cfg, deps: deps, tracer: messaging.Tracer(deps.TracerProvider, scope), exit: os.Exit,
-		outbox: outbox.Writer{Producer: cfg.Producer}}
+	cs := &Consumers{cfg: cfg, pool: deps.Pool, log: deps.Logger}
 	m, err := newConsumerMetrics(deps.MeterProvider.Meter(scope), cs)
 	if err != nil {
 		return nil, err
 	}
-	cs.metrics = m
+	tracer := messaging.Tracer(deps.TracerProvider, scope)
+	var others []Topology
+	for _, c := range cfg.AlsoDeclare {
+		others = append(others, cfg.topology(c))
+	}
 	for _, c := range consumers {
 		m.zero(c)
-		cs.loops = append(cs.loops, &loop{
-			Consumers: cs,
-			def:       c,
-			topology:  Topology{Consumer: c.name, Types: c.Types(), RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit},
-			log:       deps.Logger.With(slog.String("consumer_name", c.name)),
+		cs.subscriptions = append(cs.subscriptions, &subscription{
+			consumer: c,
+			topology: cfg.topology(c),
+			others:   others,
+			cfg:      cfg,
+			pool:     deps.Pool,
+			amqpURL:  deps.AMQPURL,
+			log:      deps.Logger.With(slog.String("consumer_name", c.name)),
+			tracer:   tracer,
+			metrics:  m,
 		})
 	}
 	return cs, nil
@@ -98,15 +82,15 @@ func NewConsumers(cfg Config, deps Deps, consumers ...*Consumer) (*Consumers, er
 // Ready reports whether every consumer is consuming, none holds deliveries
 // for an unavailable database, and the database answers.
 func (cs *Consumers) Ready(ctx context.Context) error {
-	for _, c := range cs.loops {
-		if !c.consuming.Load() {
-			return fmt.Errorf("consumer %s is not consuming", c.def.name)
+	for _, s := range cs.subscriptions {
+		if !s.consuming.Load() {
+			return fmt.Errorf("consumer %s is not consuming", s.consumer.name)
 		}
-		if n := c.held.Load(); n > 0 {
-			return fmt.Errorf("consumer %s holds %d deliveries: the database takes no writes", c.def.name, n)
+		if n := s.held.Load(); n > 0 {
+			return fmt.Errorf("consumer %s holds %d deliveries: the database takes no writes", s.consumer.name, n)
 		}
 	}
-	if err := cs.deps.Pool.Ping(ctx); err != nil {
+	if err := cs.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
 	return nil
@@ -117,14 +101,14 @@ func (cs *Consumers) Ready(ctx context.Context) error {
 // rest unacknowledged, for the broker to deliver again.
 func (cs *Consumers) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, c := range cs.loops {
-		wg.Go(func() { c.run(ctx) })
+	for _, s := range cs.subscriptions {
+		wg.Go(func() { s.run(ctx) })
 	}
 	if cs.cfg.InboxRetention > 0 {
 		retention := background.Retention{
-			What: "processed inbox rows", Logger: cs.deps.Logger,
+			What: "processed inbox rows", Logger: cs.log,
 			Delete: func(ctx context.Context, limit int) (int64, error) {
-				return DeleteProcessed(ctx, cs.deps.Pool, cs.cfg.InboxRetention, limit)
+				return DeleteProcessed(ctx, cs.pool, cs.cfg.InboxRetention, limit)
 			},
 		}
 		wg.Go(func() { retention.Run(ctx) })
@@ -133,62 +117,62 @@ func (cs *Consumers) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *loop) run(ctx context.Context) {
-	c.log.InfoContext(ctx, "consumer starting", slog.String("queue", QueueName(c.def.name)),
-		slog.Int("workers", c.cfg.Workers), slog.Int("prefetch", c.cfg.Prefetch))
+func (s *subscription) run(ctx context.Context) {
+	s.log.InfoContext(ctx, "consumer starting", slog.String("queue", s.topology.Queue()),
+		slog.Int("workers", s.cfg.Workers), slog.Int("prefetch", s.cfg.Prefetch))
 	background.Reconnect{
 		What: "broker session", Base: 500 * time.Millisecond, MaxDelay: 30 * time.Second,
-		Logger: c.log, Session: c.session,
+		Logger: s.log, Session: s.session,
 	}.Run(ctx)
-	c.log.InfoContext(ctx, "consumer stopped")
+	s.log.InfoContext(ctx, "consumer stopped")
 }
 
 // session is the life of one broker connection: declare the topology,
-// consume with Workers goroutines, stop on shutdown or when the channel
-// dies.
-func (c *loop) session(ctx context.Context) error {
-	conn, err := messaging.Dial(ctx, c.deps.AMQPURL, "order-consumer "+c.def.name)
+// consume with Workers workers, stop on shutdown or when the channel dies.
+func (s *subscription) session(ctx context.Context) error {
+	conn, ch, err := messaging.Open(ctx, s.amqpURL, "order-consumer "+s.consumer.name)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
+	for _, t := range append([]Topology{s.topology}, s.others...) {
+		if err := t.Declare(ch); err != nil {
+			return err
+		}
 	}
-	if err := c.topology.Declare(ch); err != nil {
-		return err
-	}
-	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("set prefetch: %w", err)
 	}
 	pub, err := newConfirmPublisher(conn)
 	if err != nil {
 		return err
 	}
-	c.pub.Store(pub)
-	tag := fmt.Sprintf("%s-%d-%d", c.def.name, os.Getpid(), time.Now().UnixNano())
-	deliveries, err := ch.Consume(QueueName(c.def.name), tag, false, false, false, false, nil)
+	s.pub.Store(pub)
+	queue := s.topology.Queue()
+	tag := fmt.Sprintf("%s-%d-%d", s.consumer.name, os.Getpid(), time.Now().UnixNano())
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", QueueName(c.def.name), err)
+		return fmt.Errorf("consume %s: %w", queue, err)
 	}
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 1))
-	c.consuming.Store(true)
-	defer c.consuming.Store(false)
-	c.log.InfoContext(ctx, "consuming", slog.String("queue", QueueName(c.def.name)))
+	s.consuming.Store(true)
+	defer s.consuming.Store(false)
+	s.log.InfoContext(ctx, "consuming", slog.String("queue", queue))
 
 	// workCtx bounds the processing: it ends ShutdownTimeout after ctx.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.ShutdownTimeout, cancelWork) })
+	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(s.cfg.ShutdownTimeout, cancelWork) })
 	defer stopTimer()
 	stopTaking := make(chan struct{})
 
 	var wg sync.WaitGroup
 	deliveriesClosed := make(chan struct{})
 	var closeOnce sync.Once
-	for range c.cfg.Workers {
+	for range s.cfg.Workers {
+		w := &worker{consumer: s.consumer, cfg: s.cfg, pool: s.pool, pub: pub, topology: s.topology,
+			log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held}
 		wg.Go(func() {
 			for {
 				select { // stopping wins over a delivery that is ready too
@@ -204,14 +188,14 @@ func (c *loop) session(ctx context.Context) error {
 						closeOnce.Do(func() { close(deliveriesClosed) })
 						return
 					}
-					if !c.waitBefore(ctx, stopTaking, raw) {
+					if !s.waitBefore(ctx, stopTaking, raw) {
 						return // stopping: the delivery stays unacknowledged, and comes again
 					}
-					if c.cfg.BatchSize > 1 && len(c.def.waits) == 0 { // a consumer that waits takes one at a time: each waits its own time
-						c.handleBatch(workCtx, pub, c.collect([]amqp.Delivery{raw}, deliveries, stopTaking))
-					} else {
-						c.handle(workCtx, pub, raw)
+					batch := []amqp.Delivery{raw}
+					if len(s.consumer.waits) == 0 { // a consumer that waits takes one at a time: each waits its own time
+						batch = s.collect(batch, deliveries, stopTaking)
 					}
+					w.handle(workCtx, batch)
 				}
 			}
 		})
@@ -228,11 +212,11 @@ func (c *loop) session(ctx context.Context) error {
 	case amqpErr := <-chClosed:
 		sessionErr = fmt.Errorf("channel closed: %w", amqpErr)
 	case <-cancelled:
-		sessionErr = fmt.Errorf("the broker cancelled the consumer of %s", QueueName(c.def.name))
+		sessionErr = fmt.Errorf("the broker cancelled the consumer of %s", queue)
 	case <-deliveriesClosed:
-		sessionErr = fmt.Errorf("the deliveries of %s stopped", QueueName(c.def.name))
+		sessionErr = fmt.Errorf("the deliveries of %s stopped", queue)
 	}
-	c.consuming.Store(false)
+	s.consuming.Store(false)
 	close(stopTaking)
 	wg.Wait()
 	return sessionErr
@@ -241,12 +225,12 @@ func (c *loop) session(ctx context.Context) error {
 // waitBefore waits, before a delivery is processed, as long as the
 // consumer's Wait asks for its type (none for most), outside any
 // transaction. It returns false when the session stops meanwhile.
-func (c *loop) waitBefore(ctx context.Context, stop <-chan struct{}, raw amqp.Delivery) bool {
-	wait := c.def.waits[raw.Type]
+func (s *subscription) waitBefore(ctx context.Context, stop <-chan struct{}, raw amqp.Delivery) bool {
+	wait := s.consumer.waits[raw.Type]
 	if wait <= 0 {
 		return true
 	}
-	c.log.InfoContext(ctx, "waiting before processing", slog.String("message_id", raw.MessageId),
+	s.log.InfoContext(ctx, "waiting before processing", slog.String("message_id", raw.MessageId),
 		slog.String("message_type", raw.Type), slog.Duration("wait", wait))
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -256,4 +240,70 @@ func (c *loop) waitBefore(ctx context.Context, stop <-chan struct{}, raw amqp.De
 	case <-stop:
 		return false
 	}
+}
+
+// collect adds to batch the deliveries that are already waiting, up to
+// BatchSize, and, with BatchWait set, those that arrive within BatchWait.
+// It never waits for a first one, so a quiet queue gets no added latency.
+// The client hands deliveries over one at a time from a goroutine of its
+// own, so "already waiting" means: there after that goroutine has had a
+// chance to run (a few yields).
+func (s *subscription) collect(batch []amqp.Delivery, deliveries <-chan amqp.Delivery, stop <-chan struct{}) []amqp.Delivery {
+	var wait <-chan time.Time
+	if s.cfg.BatchWait > 0 {
+		t := time.NewTimer(s.cfg.BatchWait)
+		defer t.Stop()
+		wait = t.C
+	}
+	for misses := 0; len(batch) < s.cfg.BatchSize; {
+		select {
+		case raw, ok := <-deliveries:
+			if !ok {
+				return batch
+			}
+			batch, misses = append(batch, raw), 0
+			continue
+		default:
+		}
+		if wait == nil {
+			if misses++; misses > 3 {
+				return batch
+			}
+			runtime.Gosched()
+			continue
+		}
+		select {
+		case raw, ok := <-deliveries:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, raw)
+		case <-wait:
+			return batch
+		case <-stop:
+			return batch
+		}
+	}
+	return batch
+}
+
+// Declare declares the queues and bindings of consumers (and the exchange)
+// once, and returns: for a deployment step that must create the whole
+// topology before any relay publishes (order-consumer declare).
+func Declare(ctx context.Context, amqpURL string, cfg Config, consumers ...*Consumer) error {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("consumer config: %w", err)
+	}
+	conn, ch, err := messaging.Open(ctx, amqpURL, "declare topology")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
+	for _, c := range consumers {
+		if err := cfg.topology(c).Declare(ch); err != nil {
+			return err
+		}
+	}
+	return nil
 }

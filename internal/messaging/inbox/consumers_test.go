@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,12 +22,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/yourorg/orders/internal/config"
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/logctx"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/store"
-	"github.com/yourorg/orders/internal/telemetry"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -77,7 +77,7 @@ func setupConsumer(t *testing.T) *consumerBundle {
 	b := &consumerBundle{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t),
 		metrics: testenv.NewMetrics(), handler: &effectHandler{failures: map[string]int{}}}
 	b.ch = testenv.NewChannel(t, b.amqpURL)
-	if err := messaging.DeclareExchange(b.ch); err != nil {
+	if err := messaging.DeclareExchange(b.ch, testExchange); err != nil {
 		t.Fatal(err)
 	}
 	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), txid bigint NOT NULL DEFAULT txid_current())`)
@@ -96,7 +96,7 @@ func (b *consumerBundle) counter(name string) int64 {
 // with h.
 func testerConsumer(h func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery) (inbox.Outcome, error)) *inbox.Consumer {
 	c := inbox.NewConsumer(testConsumer)
-	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ domain.OrderCancelledV1) (inbox.Outcome, error) {
+	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, _ cancelledV1) (inbox.Outcome, error) {
 		return h(ctx, tx, d)
 	})
 	return c
@@ -141,8 +141,8 @@ func (h *effectHandler) Handle(ctx context.Context, tx pgx.Tx, d *inbox.Delivery
 		if _, err := tx.Exec(ctx, "INSERT INTO test_effect (message_id) VALUES ($1)", d.MessageID); err != nil {
 			return inbox.Outcome{}, err
 		}
-		var order *domain.Order
-		_ = order.Status() // a nil dereference: the kind of bug no retry fixes
+		var effects map[string]*int
+		*effects["x"]++ // a nil dereference: the kind of bug no retry fixes
 	}
 	if permanent {
 		return inbox.Outcome{}, inbox.Permanent("test_permanent", errors.New("this message can never work"))
@@ -156,7 +156,7 @@ func (h *effectHandler) Handle(ctx context.Context, tx pgx.Tx, d *inbox.Delivery
 	if failAfter {
 		return inbox.Outcome{}, errors.New("failed after the effect")
 	}
-	return inbox.Applied(domain.OrderFulfilledV1{ID: d.Message.OrderID()}), nil
+	return inbox.Applied(fulfilledV1{ID: d.Message.(cancelledV1).ID}), nil
 }
 
 func (h *effectHandler) set(f func(h *effectHandler)) {
@@ -167,6 +167,7 @@ func (h *effectHandler) set(f func(h *effectHandler)) {
 
 func testConsumerConfig() inbox.Config {
 	return inbox.Config{
+		Exchange: testExchange, FollowUps: outbox.Writer{Producer: "tester", AggregateType: "test"},
 		Prefetch: 8, Workers: 4, MaxAttempts: 3,
 		RetryDelays:   []time.Duration{100 * time.Millisecond, 200 * time.Millisecond},
 		DeliveryLimit: 5, ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
@@ -179,9 +180,9 @@ type runningConsumers struct {
 }
 
 // start runs the test consumer (and any other specs) until the test ends.
-func (b *consumerBundle) start(cfg inbox.Config, amqpURL string, hook func(*inbox.Consumers), consumers ...*inbox.Consumer) *runningConsumers {
+func (b *consumerBundle) start(cfg inbox.Config, amqpURL string, faults inbox.Faults, consumers ...*inbox.Consumer) *runningConsumers {
 	b.t.Helper()
-	pool, err := store.NewPool(b.ctx, store.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test", Tracer: b.dbTracer})
+	pool, err := database.NewPool(b.ctx, database.PoolConfig{URL: cmp.Or(b.consumerDB, b.dbURL), AppName: "consumer-under-test", Tracer: b.dbTracer})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -190,17 +191,15 @@ func (b *consumerBundle) start(cfg inbox.Config, amqpURL string, hook func(*inbo
 		consumers = []*inbox.Consumer{testerConsumer(b.handler.Handle)}
 	}
 	logger := testenv.Logger()
-	if b.logs != nil { // the real JSON logger of the binaries
-		logger = telemetry.NewLogger("order-consumer", config.Log{Level: "info", Format: "json"}, b.logs)
+	if b.logs != nil { // JSON logs with the context's attributes, as the binaries write them
+		logger = slog.New(logctx.NewHandler(slog.NewJSONHandler(b.logs, nil)))
 	}
-	cs, err := inbox.NewConsumers(cfg, inbox.Deps{
+	cfg.Faults = faults
+	cs, err := inbox.NewConsumers(cfg, messaging.Deps{
 		Pool: pool, AMQPURL: amqpURL, Logger: logger, MeterProvider: b.metrics.Provider, TracerProvider: b.tracer,
 	}, consumers...)
 	if err != nil {
 		b.t.Fatal(err)
-	}
-	if hook != nil {
-		hook(cs)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -217,9 +216,9 @@ func (b *consumerBundle) start(cfg inbox.Config, amqpURL string, hook func(*inbo
 
 // message is a valid order.cancelled delivery with a fresh id.
 func message() amqp.Publishing {
-	body := fmt.Sprintf(`{"order_id":%q}`, uuid.NewString())
+	body := fmt.Sprintf(`{"id":%q}`, uuid.NewString())
 	return amqp.Publishing{
-		MessageId: uuid.NewString(), Type: domain.TypeOrderCancelled, ContentType: messaging.ContentTypeJSON,
+		MessageId: uuid.NewString(), Type: typeCancelled, ContentType: messaging.ContentTypeJSON,
 		DeliveryMode: amqp.Persistent, CorrelationId: "corr-" + uuid.NewString()[:8],
 		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(1)}, Body: []byte(body),
 	}
@@ -229,7 +228,7 @@ func message() amqp.Publishing {
 // for the broker's confirm.
 func (b *consumerBundle) publish(msg amqp.Publishing) {
 	b.t.Helper()
-	b.publishTo(domain.EventsExchange, msg.Type, msg)
+	b.publishTo(testExchange, msg.Type, msg)
 }
 
 func (b *consumerBundle) publishTo(exchange, key string, msg amqp.Publishing) {
@@ -264,7 +263,7 @@ func (b *consumerBundle) effects(messageID string) int {
 func (b *consumerBundle) inboxRow(messageID string) inbox.Row {
 	b.t.Helper()
 	row, err := inbox.Get(b.ctx, b.pool, testConsumer, messageID)
-	if err != nil && !errors.Is(err, domain.ErrNotFound) {
+	if err != nil && !errors.Is(err, database.ErrNotFound) {
 		b.t.Fatal(err)
 	}
 	return row
@@ -325,8 +324,8 @@ func TestFirstDeliveryAppliesAndDuplicateIsAcknowledged(t *testing.T) {
 	}
 	var causation, correlation, producer string
 	err := b.pool.QueryRow(b.ctx, `SELECT headers->>'causation_id', headers->>'correlation_id', headers->>'app_id'
-		FROM message_outbox WHERE message_type = 'order.fulfilled'`).Scan(&causation, &correlation, &producer)
-	if err != nil || causation != msg.MessageId || correlation != msg.CorrelationId || producer != "order-consumer" {
+		FROM message_outbox WHERE message_type = 'test.fulfilled'`).Scan(&causation, &correlation, &producer)
+	if err != nil || causation != msg.MessageId || correlation != msg.CorrelationId || producer != "tester" {
 		t.Fatalf("follow-up outbox row: causation %q correlation %q producer %q: %v", causation, correlation, producer, err)
 	}
 
@@ -431,9 +430,9 @@ func TestPoisonMessagesAreParkedAndTheQueueFlows(t *testing.T) {
 	queue := inbox.QueueName(testConsumer)
 
 	badJSON := message()
-	badJSON.Body = []byte(`{"order_id":`)
+	badJSON.Body = []byte(`{"id":`)
 	unknownType := message()
-	unknownType.Type = "order.exploded"
+	unknownType.Type = "test.exploded"
 	badVersion := message()
 	badVersion.Headers = amqp.Table{messaging.HeaderMessageVersion: int32(9)}
 	noVersion := message()
@@ -470,6 +469,10 @@ func TestPoisonMessagesAreParkedAndTheQueueFlows(t *testing.T) {
 			if row := b.inboxRow(p.MessageId); row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != code {
 				t.Errorf("inbox of parked %s: %+v", p.MessageId, row)
 			}
+		}
+		// A message whose payload was read names what it is about.
+		if p.MessageId == permanent.MessageId && !bytes.Contains(permanent.Body, []byte(fmt.Sprint(p.Headers[inbox.HeaderParkedAggregateID]))) {
+			t.Errorf("parked %s names aggregate %v, body %s", p.MessageId, p.Headers[inbox.HeaderParkedAggregateID], permanent.Body)
 		}
 	}
 	want := map[string]int{"malformed_message": 3, "unknown_type": 1, "unsupported_version": 1, "missing_version": 1,
@@ -528,14 +531,12 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 	b := setupConsumer(t)
 	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
 	var cut atomic.Bool
-	b.start(testConsumerConfig(), proxy.Rewrite(b.amqpURL), func(cs *inbox.Consumers) {
-		inbox.SetAfterCommit(cs, func(*inbox.Delivery) {
-			if cut.CompareAndSwap(false, true) {
-				proxy.Cut()
-				go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
-			}
-		})
-	})
+	b.start(testConsumerConfig(), proxy.Rewrite(b.amqpURL), inbox.AfterCommit(func(*inbox.Delivery) {
+		if cut.CompareAndSwap(false, true) {
+			proxy.Cut()
+			go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
+		}
+	}))
 	msg := message()
 	b.publish(msg)
 	testenv.WaitFor(t, 20*time.Second, "the redelivery to be recognised", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
@@ -601,7 +602,7 @@ func TestParkingFailureDoesNotAcknowledge(t *testing.T) {
 	if row := b.inboxRow(bad.MessageId); row.Status != inbox.StatusPermanentFailed {
 		t.Fatalf("inbox %+v", row)
 	}
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{domain.TypeOrderCancelled}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{typeCancelled}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}
@@ -693,7 +694,7 @@ func TestParkedMessageLogLine(t *testing.T) {
 	b.start(testConsumerConfig(), b.amqpURL, nil)
 	msg := message()
 	msg.Headers = amqp.Table{messaging.HeaderMessageVersion: int32(7)}
-	msg.Body = []byte(`{"order_id":"` + uuid.NewString() + `","customer_email":"jane@example.com"}`)
+	msg.Body = []byte(`{"id":"` + uuid.NewString() + `","customer_email":"jane@example.com"}`)
 	b.publish(msg)
 	b.waitInbox(msg.MessageId, inbox.StatusPermanentFailed)
 	b.parked(1)
@@ -797,38 +798,28 @@ func TestReusedMessageIDWithAnotherBodyIsCounted(t *testing.T) {
 	}
 }
 
-// The crash-after-commit fault exits (here: calls the stand-in) right after
-// the commit of the next delivery of its type, once, without the ack; the
-// redelivery is a duplicate.
-func TestCrashAfterCommitFault(t *testing.T) {
+// A process declares the queues of the consumers it does not run too
+// (Config.AlsoDeclare), so that a message published while another
+// consumer's process is down, or not started yet, still reaches that
+// consumer's queue: mandatory would not notice it missing while any other
+// reader's queue took the message.
+func TestConsumersDeclareTheQueuesOfOthers(t *testing.T) {
 	t.Parallel()
 	b := setupConsumer(t)
-	exited := make(chan int, 1)
-	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
-	rc := b.start(testConsumerConfig(), proxy.Rewrite(b.amqpURL), func(cs *inbox.Consumers) {
-		inbox.SetExit(cs, func(code int) {
-			exited <- code
-			// What the process's death does to its connection:
-			proxy.Cut()
-			go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
-		})
+	late := inbox.NewConsumer("late")
+	inbox.Handle(late, func(context.Context, pgx.Tx, *inbox.Delivery, cancelledV1) (inbox.Outcome, error) {
+		return inbox.Applied(), nil
 	})
-	rc.CrashAfterCommit(domain.TypeOrderCancelled)
+	cfg := testConsumerConfig()
+	cfg.AlsoDeclare = []*inbox.Consumer{late}
+	b.start(cfg, b.amqpURL, nil)
 	msg := message()
 	b.publish(msg)
-	if code := <-exited; code != 3 {
-		t.Fatalf("exit code %d", code)
+	b.waitInbox(msg.MessageId, inbox.StatusProcessed)
+	if n := b.ready(inbox.QueueName("late")); n != 1 {
+		t.Fatalf("the late consumer's queue holds %d messages, want the one published before it started", n)
 	}
-	testenv.WaitFor(t, 20*time.Second, "the redelivery to be a duplicate", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
-	if n := b.effects(msg.MessageId); n != 1 {
-		t.Fatalf("%d effects", n)
-	}
-	other := message() // disarmed: the next one is acked normally
-	b.publish(other)
-	b.waitInbox(other.MessageId, inbox.StatusProcessed)
-	select {
-	case <-exited:
-		t.Fatal("the fault fired twice")
-	case <-time.After(300 * time.Millisecond):
+	if n := b.ready(inbox.ParkingLotName(inbox.QueueName("late"))); n != 0 {
+		t.Fatalf("its parking lot holds %d", n)
 	}
 }

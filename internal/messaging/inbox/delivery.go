@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
@@ -24,7 +22,8 @@ type Delivery struct {
 	CorrelationID string
 	CausationID   string
 	TraceID       string // of the span processing the delivery
-	Message       domain.Message
+	// Message is the payload, decoded into the type of its handler.
+	Message messaging.Message
 	// Attempt is this delivery's attempt (1 for the first, then one more
 	// for each trip through a retry queue).
 	Attempt     int
@@ -36,16 +35,17 @@ type Delivery struct {
 // Cause is the cause of the changes the handler makes: this message, in
 // the flow of its correlation id. The follow-up messages carry it as their
 // causation_id and correlation_id.
-func (d *Delivery) Cause() domain.Cause {
-	return domain.Cause{MessageID: d.MessageID, CorrelationID: d.CorrelationID}
+func (d *Delivery) Cause() messaging.Cause {
+	return messaging.Cause{MessageID: d.MessageID, CorrelationID: d.CorrelationID}
 }
 
-// OrderID is the order the message is about.
-func (d *Delivery) OrderID() string {
+// AggregateID is the entity the message is about, once its payload is
+// decoded; "" before.
+func (d *Delivery) AggregateID() string {
 	if d.Message == nil {
 		return ""
 	}
-	return d.Message.OrderID().String()
+	return d.Message.AggregateID()
 }
 
 // Outcome is what a handler did.
@@ -56,8 +56,10 @@ type Outcome struct {
 	Ignored string
 	// Publish are follow-up messages. They are written to the outbox in the
 	// same transaction, with causation_id = this message's id, the same
-	// correlation id, and the trace context of this processing.
-	Publish []domain.Message
+	// correlation id, and the trace context of this processing. With
+	// External, they are written with its second step, once the call
+	// succeeded (see External).
+	Publish []messaging.Message
 	// External, when set, is a side effect outside the database: see
 	// External.
 	External *External
@@ -68,24 +70,10 @@ type Outcome struct {
 }
 
 // Applied is the outcome of a handler that made its change.
-func Applied(publish ...domain.Message) Outcome { return Outcome{Publish: publish} }
+func Applied(publish ...messaging.Message) Outcome { return Outcome{Publish: publish} }
 
 // Ignore is the outcome of a handler that changed nothing, and why.
 func Ignore(reason string) Outcome { return Outcome{Ignored: reason} }
-
-// External is a side effect no database transaction can cover (an HTTP
-// call to another system), done in the two-step shape: the handler's
-// transaction records the intent and commits with the inbox row still
-// PROCESSING; Call runs outside any transaction; Record then stores the
-// result in a second transaction, which marks the inbox row PROCESSED if
-// Call succeeded. A failed Call is classified like any handler error. A
-// worker that dies between the steps leaves the row PROCESSING; after the
-// processing lease another delivery takes it over and calls again, so Call
-// must be idempotent on the other side (an Idempotency-Key).
-type External struct {
-	Call   func(ctx context.Context) error
-	Record func(ctx context.Context, tx pgx.Tx, callErr error) error
-}
 
 // AMQP headers the consumers read and write.
 const (
@@ -98,7 +86,10 @@ const (
 	HeaderParkedAttempts  = "parked_attempts"
 	HeaderParkedAt        = "parked_at"
 	HeaderParkedFromQueue = "parked_from_queue"
-	HeaderOriginalKey     = "original_routing_key"
+	// HeaderParkedAggregateID names the entity the message is about, when
+	// its payload could be read (not for a malformed one).
+	HeaderParkedAggregateID = "parked_aggregate_id"
+	HeaderOriginalKey       = "original_routing_key"
 	// HeaderReplayedAt marks a message replayed from the parking lot;
 	// HeaderReplayCount counts its replays, and HeaderReplayID names the
 	// last replay that moved it (a replay leaves alone what it moved once).
@@ -107,8 +98,9 @@ const (
 	HeaderReplayID    = "replay_id"
 )
 
-// parseDelivery validates the envelope of raw and decodes its payload. The
-// Delivery is returned even on error, filled as far as it could be.
+// parseDelivery validates the envelope of raw. The Delivery is returned
+// even on error, filled as far as it could be; its payload is decoded once
+// its handler is known (Consumer.handlerOf).
 func parseDelivery(raw amqp.Delivery) (*Delivery, error) {
 	d := &Delivery{
 		MessageID:     raw.MessageId,
@@ -136,11 +128,6 @@ func parseDelivery(raw amqp.Delivery) (*Delivery, error) {
 	if raw.ContentType != "" && raw.ContentType != messaging.ContentTypeJSON {
 		return d, Permanent("malformed_message", fmt.Errorf("content type %q, want %s", raw.ContentType, messaging.ContentTypeJSON))
 	}
-	msg, err := domain.DecodeMessage(d.Type, d.Version, raw.Body)
-	if err != nil {
-		return d, err // classified by Classify
-	}
-	d.Message = msg
 	return d, nil
 }
 
@@ -148,7 +135,7 @@ func (d *Delivery) inboxEntry(consumer string) Entry {
 	sum := sha256.Sum256(d.Body)
 	return Entry{
 		Consumer: consumer, MessageID: d.MessageID, Type: d.Type, Version: d.Version,
-		AggregateID: d.OrderID(), PayloadHash: hex.EncodeToString(sum[:]),
+		AggregateID: d.AggregateID(), PayloadHash: hex.EncodeToString(sum[:]),
 		CorrelationID: d.CorrelationID, CausationID: d.CausationID, TraceID: d.TraceID,
 	}
 }

@@ -3,31 +3,37 @@
 // crashes and replays, and never loses one.
 //
 // A consumer (consumer.go) is a name and one typed handler per message
-// type it reads:
+// type it reads; a message is any type with a MessageType, a
+// MessageVersion and an AggregateID (messaging.Message), whose JSON is the
+// body:
 //
 //	c := inbox.NewConsumer("shipping")
-//	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderFulfilledV1) (inbox.Outcome, error) {
+//	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m OrderFulfilledV1) (inbox.Outcome, error) {
 //		// change the database in tx only
 //		return inbox.Applied(), nil
 //	})
 //
-// Consumers (consumers.go) runs a process's consumers, each on its own
-// connection and queues (topology.go), and for every delivery the same
-// pipeline (pipeline.go):
+// Consumers (consumers.go) runs a process's consumers, each subscribed to
+// its own queues (topology.go) with Workers workers. Read worker.handle
+// first: it is the whole promise, top to bottom,
 //
-//	validate the envelope -> BEGIN -> inbox row (insert, or find: a
-//	duplicate) -> handler -> follow-up outbox rows -> COMMIT -> ack
+//	open the deliveries -> BEGIN -> inbox rows (insert, or find: a
+//	duplicate) -> handlers -> follow-up outbox rows -> COMMIT -> ack
 //
-// The inbox row (rows.go, queries/inbox.sql) is keyed on (consumer_name,
-// message_id); a concurrent delivery of the same message waits on that key.
-// A failure (failure.go) is recorded on the row and classified: transient
-// ones go round delayed-retry queues, permanent ones and exhausted retries
-// to the consumer's parking lot with headers that say why; the delivery is
+// for a batch of deliveries (a single one is a batch of one). The inbox
+// row (rows.go, queries/inbox.sql) is keyed on (consumer_name, message_id);
+// a concurrent delivery of the same message waits on that key. A failure
+// (failure.go) is recorded on the row and classified: transient ones go
+// round delayed-retry queues, permanent ones and exhausted retries to the
+// consumer's parking lot with headers that say why; the delivery is
 // acknowledged only once the message is safely somewhere else. An effect
-// outside the database (a webhook) takes two transactions (External).
+// outside the database (a webhook) takes two transactions (external.go).
 // Replay (replay.go) moves parked messages back, keeping their ids; Browse
 // and Discard (parked.go) look at parked messages without moving them, and
-// remove one for good (cmd/orderctl).
+// remove one for good.
+//
+// Tests and drills inject failures through Config.Faults, called from one
+// line between a delivery's commit and its ack; production leaves it nil.
 //
 // docs/messaging.md draws the queues and the wrapper; docs/extending.md is
 // the recipe for a new consumer.

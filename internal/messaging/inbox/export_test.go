@@ -2,11 +2,10 @@ package inbox
 
 import "context"
 
-// SetAfterCommit makes cs call f between a delivery's commit and its ack.
-func SetAfterCommit(cs *Consumers, f func(*Delivery)) { cs.afterCommit = f }
+// AfterCommit is a Faults whose AfterCommit calls the function.
+type AfterCommit func(*Delivery)
 
-// SetExit replaces os.Exit for the crash-after-commit fault.
-func SetExit(cs *Consumers, exit func(int)) { cs.exit = exit }
+func (f AfterCommit) AfterCommit(_ context.Context, d *Delivery) { f(d) }
 
 // ReplayAs is Replay under the replay id id.
 func ReplayAs(ctx context.Context, amqpURL, consumer string, r ReplayRequest, id string) ([]string, error) {
@@ -25,8 +24,8 @@ func ReplayAs(ctx context.Context, amqpURL, consumer string, r ReplayRequest, id
 // KillPublisherChannels closes the channel each consumer publishes its
 // retries and parkings on, as the broker does when it refuses a publish.
 func KillPublisherChannels(cs *Consumers) {
-	for _, c := range cs.loops {
-		if p := c.pub.Load(); p != nil {
+	for _, s := range cs.subscriptions {
+		if p := s.pub.Load(); p != nil {
 			p.mu.Lock()
 			_ = p.ch.Close()
 			p.mu.Unlock()

@@ -13,9 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/background"
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/store"
 )
 
 // failure is a classified processing error.
@@ -38,28 +37,23 @@ func Permanent(code string, err error) error { return &failure{code: code, perma
 func Retryable(code string, err error) error { return &failure{code: code, err: err} }
 
 // Classify names a processing error and says whether a retry can help.
-// Invalid messages and impossible transitions are permanent; database
+// An error a handler wrapped with Permanent or Retryable says so itself;
+// invalid messages (the consumer's own checks) are permanent, and so is a
+// row the handler's query did not find (database.ErrNotFound); database
 // trouble (lock_timeout, statement_timeout, serialization_failure,
-// deadlock, database_unavailable) and errors nobody classified are
-// transient: retried with growing delays, then parked as poison.
+// deadlock, database_unavailable), a unique violation (conflict) and
+// errors nobody classified are transient: retried with growing delays,
+// then parked as poison.
 func Classify(err error) (code string, permanent bool) {
 	var f *failure
 	switch {
 	case errors.As(err, &f):
 		return f.code, f.permanent
-	case errors.Is(err, domain.ErrUnknownMessageType):
-		return "unknown_type", true
-	case errors.Is(err, domain.ErrUnsupportedVersion):
-		return "unsupported_version", true
-	case errors.Is(err, domain.ErrMalformedMessage):
-		return "malformed_message", true
-	case errors.Is(err, domain.ErrInvalidTransition):
-		return "invalid_transition", true
-	case errors.Is(err, domain.ErrNotFound):
+	case errors.Is(err, database.ErrNotFound):
 		return "not_found", true
-	case store.IsTransient(err):
-		return store.TransientCode(err), false
-	case errors.Is(err, domain.ErrConflict):
+	case dbTransient(err):
+		return database.TransientCode(err), false
+	case errors.Is(err, database.ErrUniqueViolation):
 		return "conflict", false
 	}
 	return "handler_error", false
@@ -70,11 +64,12 @@ func Classify(err error) (code string, permanent bool) {
 // (permanent, or attempts exhausted), then acknowledges it. The inbox row
 // and the broker always agree: if either step fails, the delivery is not
 // acknowledged, and the broker delivers it again.
-func (c *loop) fail(ctx context.Context, pub *confirmPublisher, raw amqp.Delivery, d *Delivery, cause error, start time.Time) {
+func (w *worker) fail(d *delivery, cause error) {
+	ctx := d.ctx
 	if ctx.Err() != nil {
 		// Shutting down: the transaction was cut short. Leave the delivery
 		// unacknowledged; the broker gives it to the next consumer.
-		c.log.InfoContext(ctx, "delivery left for redelivery at shutdown")
+		w.log.InfoContext(ctx, "delivery left for redelivery at shutdown")
 		return
 	}
 	code, permanent := Classify(cause)
@@ -86,7 +81,7 @@ func (c *loop) fail(ctx context.Context, pub *confirmPublisher, raw amqp.Deliver
 	switch {
 	case permanent:
 		status = StatusPermanentFailed
-	case d.Attempt >= c.cfg.MaxAttempts && !store.IsTransient(cause):
+	case d.Attempt >= w.cfg.MaxAttempts && !dbTransient(cause):
 		// Only failures of the message's own handling spend its retry
 		// budget. Database contention (a lock or statement timeout, a
 		// deadlock that outlived its in-place retries) is the
@@ -99,81 +94,96 @@ func (c *loop) fail(ctx context.Context, pub *confirmPublisher, raw amqp.Deliver
 	if d.MessageID != "" {
 		// Remember the failure in a transaction of its own (the attempt's
 		// rolled back), before the message leaves this consumer.
-		err := c.untilWritable(ctx, func() error {
-			recordCtx, cancel := context.WithTimeout(ctx, c.cfg.TxTimeout)
+		err := w.untilWritable(ctx, 1, func() error {
+			recordCtx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 			defer cancel()
-			_, err := RecordFailure(recordCtx, c.deps.Pool, d.inboxEntry(c.def.name), Failure{Status: status, Code: code, Message: reason})
-			return err
+			_, err := RecordFailure(recordCtx, w.pool, d.inboxEntry(w.consumer.name), Failure{
+				Status: status, Code: code, Message: reason, HeldAttempt: d.heldAttempt, Lease: w.cfg.ProcessingLease,
+			})
+			if errors.Is(err, ErrProcessed) || errors.Is(err, ErrTakenOver) {
+				return err
+			}
+			return fromDatabase(err)
 		})
-		if errors.Is(err, domain.ErrConflict) {
-			// PROCESSED meanwhile (a concurrent delivery finished it).
-			_ = raw.Ack(false)
-			c.metrics.duplicates.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name), messaging.AttrMessageType.String(d.Type)))
-			c.log.InfoContext(ctx, "duplicate acknowledged", slog.String("outcome", "duplicate"), slog.String("reason", "processed by another delivery"))
+		if errors.Is(err, ErrProcessed) || errors.Is(err, ErrTakenOver) {
+			// PROCESSED meanwhile, or held by another delivery that took the
+			// message over: that one settles it.
+			why := "processed by another delivery"
+			if errors.Is(err, ErrTakenOver) {
+				why = "taken over by another delivery after the processing lease; this attempt's failure is not recorded"
+			}
+			_ = d.raw.Ack(false)
+			w.metrics.duplicates.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), messaging.AttrMessageType.String(d.Type)))
+			w.log.InfoContext(ctx, "duplicate acknowledged", slog.String("outcome", "duplicate"), slog.String("reason", why))
 			return
 		}
 		if err != nil {
-			c.requeue(ctx, raw, "cannot record the failure: "+err.Error())
+			w.requeue(d, "cannot record the failure: "+err.Error())
 			return
 		}
 	}
 
 	if status == StatusRetryableFailed {
-		c.metrics.retried.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name), attrCode.String(code)))
-		c.retryLater(ctx, pub, raw, d, d.Attempt+1, code, reason, start)
+		w.metrics.retried.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), attrCode.String(code)))
+		w.retryLater(d, d.Attempt+1, code, reason)
 		return
 	}
 	if status == StatusPoisoned {
-		c.metrics.poisoned.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name)))
+		w.metrics.poisoned.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name)))
 	} else {
-		c.metrics.permanent.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name), attrCode.String(code)))
+		w.metrics.permanent.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), attrCode.String(code)))
 	}
-	c.park(ctx, pub, raw, d, code, reason, start)
+	w.park(d, code, reason)
 }
 
 // retryLater republishes the message to the retry queue for attempt and
 // acknowledges the original once the broker confirmed the copy.
-func (c *loop) retryLater(ctx context.Context, pub *confirmPublisher, raw amqp.Delivery, d *Delivery, attempt int, code, reason string, start time.Time) {
-	msg := republish(raw)
+func (w *worker) retryLater(d *delivery, attempt int, code, reason string) {
+	ctx, start := d.ctx, d.start
+	msg := republish(d.raw)
 	msg.Headers[HeaderRetryAttempt] = int32(attempt)
-	queue := c.topology.retryQueue(attempt - 1)
-	if err := pub.publish(ctx, queue, msg); err != nil {
-		c.requeue(ctx, raw, "cannot schedule the retry: "+err.Error())
+	queue := w.topology.retryQueue(attempt - 1)
+	if err := w.pub.publish(ctx, queue, msg); err != nil {
+		w.requeue(d, "cannot schedule the retry: "+err.Error())
 		return
 	}
-	if err := raw.Ack(false); err != nil {
-		c.log.WarnContext(ctx, "ack failed after scheduling the retry; the redelivery will be retried too", slog.String("error", err.Error()))
+	if err := d.raw.Ack(false); err != nil {
+		w.log.WarnContext(ctx, "ack failed after scheduling the retry; the redelivery will be retried too", slog.String("error", err.Error()))
 		return
 	}
-	c.metrics.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(c.def.name), messaging.AttrOutcome.String("retried")))
-	c.log.WarnContext(ctx, "retry scheduled", slog.String("outcome", "retried"), slog.String("reason_code", code),
+	w.metrics.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(w.consumer.name), messaging.AttrOutcome.String("retried")))
+	w.log.WarnContext(ctx, "retry scheduled", slog.String("outcome", "retried"), slog.String("reason_code", code),
 		slog.String("reason", reason), slog.Int("next_attempt", attempt), slog.String("retry_queue", queue),
 		slog.Duration("took", time.Since(start)))
 }
 
 // park publishes the message to the parking lot with headers that say why,
 // and acknowledges the original once the broker confirmed the copy.
-func (c *loop) park(ctx context.Context, pub *confirmPublisher, raw amqp.Delivery, d *Delivery, code, reason string, start time.Time) {
-	queue := QueueName(c.def.name)
-	msg := republish(raw)
+func (w *worker) park(d *delivery, code, reason string) {
+	ctx, start := d.ctx, d.start
+	queue := w.topology.Queue()
+	msg := republish(d.raw)
 	msg.Headers[HeaderParkedCode] = code
 	msg.Headers[HeaderParkedReason] = reason
-	msg.Headers[HeaderParkedConsumer] = c.def.name
+	msg.Headers[HeaderParkedConsumer] = w.consumer.name
 	msg.Headers[HeaderParkedAttempts] = int32(d.Attempt)
 	msg.Headers[HeaderParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	msg.Headers[HeaderParkedFromQueue] = queue
-	msg.Headers[HeaderOriginalKey] = raw.RoutingKey
-	if err := pub.publish(ctx, ParkingLotName(queue), msg); err != nil {
-		c.requeue(ctx, raw, "cannot park the message: "+err.Error())
+	msg.Headers[HeaderOriginalKey] = d.raw.RoutingKey
+	if id := d.AggregateID(); id != "" {
+		msg.Headers[HeaderParkedAggregateID] = id
+	}
+	if err := w.pub.publish(ctx, ParkingLotName(queue), msg); err != nil {
+		w.requeue(d, "cannot park the message: "+err.Error())
 		return
 	}
-	if err := raw.Ack(false); err != nil {
-		c.log.WarnContext(ctx, "ack failed after parking; the redelivery will be parked again", slog.String("error", err.Error()))
+	if err := d.raw.Ack(false); err != nil {
+		w.log.WarnContext(ctx, "ack failed after parking; the redelivery will be parked again", slog.String("error", err.Error()))
 		return
 	}
-	c.metrics.parked.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name), attrCode.String(code)))
-	c.metrics.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(c.def.name), messaging.AttrOutcome.String("parked")))
-	c.log.ErrorContext(ctx, "message parked", slog.String("outcome", "parked"), slog.String("reason_code", code),
+	w.metrics.parked.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), attrCode.String(code)))
+	w.metrics.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(w.consumer.name), messaging.AttrOutcome.String("parked")))
+	w.log.ErrorContext(ctx, "message parked", slog.String("outcome", "parked"), slog.String("reason_code", code),
 		slog.String("reason", reason), slog.String("parking_lot", ParkingLotName(queue)), slog.Duration("took", time.Since(start)))
 }
 
@@ -183,11 +193,12 @@ func (c *loop) park(ctx context.Context, pub *confirmPublisher, raw amqp.Deliver
 // per second, not a hot loop; the work queue's delivery limit bounds the
 // rest, and what it parks says why (ParkedReason). Database trouble never
 // comes here: those deliveries are held (untilWritable).
-func (c *loop) requeue(ctx context.Context, raw amqp.Delivery, why string) {
-	c.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))
-	c.metrics.requeued.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(c.def.name)))
+func (w *worker) requeue(d *delivery, why string) {
+	ctx := d.ctx
+	w.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))
+	w.metrics.requeued.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name)))
 	background.Sleep(ctx, time.Second)
-	_ = raw.Nack(false, true)
+	_ = d.raw.Nack(false, true)
 }
 
 // ParkedReason says why a message is in a parking lot: the parked_reason_code

@@ -100,7 +100,7 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		stats, err := Stats(ctx, cs.deps.Pool)
+		stats, err := Stats(ctx, cs.pool)
 		if err != nil {
 			return err
 		}
@@ -109,10 +109,11 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 		type key struct{ consumer, status string }
 		counts := map[key]int64{}
 		oldestBy, processingBy := map[string]time.Duration{}, map[string]time.Duration{}
-		for _, c := range cs.loops {
-			oldestBy[c.def.name], processingBy[c.def.name] = 0, 0
+		for _, s := range cs.subscriptions {
+			name := s.consumer.name
+			oldestBy[name], processingBy[name] = 0, 0
 			for _, status := range []string{StatusProcessing, StatusRetryableFailed, StatusPermanentFailed, StatusPoisoned} {
-				counts[key{c.def.name, status}] = 0
+				counts[key{name, status}] = 0
 			}
 		}
 		for _, s := range stats {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
@@ -22,26 +21,22 @@ import (
 type Parked struct {
 	MessageID   string     `json:"message_id"`
 	Type        string     `json:"type"`
-	OrderID     string     `json:"order_id,omitempty"` // the payload's order_id, when it has one
-	ReasonCode  string     `json:"reason_code"`        // parked_reason_code, or delivery_limit (ParkedReason)
-	Reason      string     `json:"reason"`             // parked_reason, or what the broker's x-death says
-	Attempts    int        `json:"attempts"`           // parked_attempts
-	ParkedAt    string     `json:"parked_at"`          // parked_at, RFC 3339
-	ReplayCount int        `json:"replay_count"`       // how often it was replayed before
-	PayloadHash string     `json:"payload_hash"`       // SHA-256 of the body, as the inbox row keeps it
+	AggregateID string     `json:"aggregate_id,omitempty"` // parked_aggregate_id: what the message is about, when its payload was read
+	ReasonCode  string     `json:"reason_code"`            // parked_reason_code, or delivery_limit (ParkedReason)
+	Reason      string     `json:"reason"`                 // parked_reason, or what the broker's x-death says
+	Attempts    int        `json:"attempts"`               // parked_attempts
+	ParkedAt    string     `json:"parked_at"`              // parked_at, RFC 3339
+	ReplayCount int        `json:"replay_count"`           // how often it was replayed before
+	PayloadHash string     `json:"payload_hash"`           // SHA-256 of the body, as the inbox row keeps it
 	Headers     amqp.Table `json:"headers"`
 	Body        []byte     `json:"-"`
 }
 
 func parkedMessage(d amqp.Delivery) Parked {
-	var payload struct {
-		OrderID string `json:"order_id"`
-	}
-	_ = json.Unmarshal(d.Body, &payload) // a malformed body has no order: it is parked for that
 	sum := sha256.Sum256(d.Body)
 	code, reason := ParkedReason(d.Headers)
 	return Parked{
-		MessageID: d.MessageId, Type: d.Type, OrderID: payload.OrderID, ReasonCode: code, Reason: reason,
+		MessageID: d.MessageId, Type: d.Type, AggregateID: messaging.HeaderString(d.Headers, HeaderParkedAggregateID), ReasonCode: code, Reason: reason,
 		Attempts: headerInt(d.Headers, HeaderParkedAttempts), ParkedAt: messaging.HeaderString(d.Headers, HeaderParkedAt),
 		ReplayCount: headerInt(d.Headers, HeaderReplayCount), PayloadHash: hex.EncodeToString(sum[:]),
 		Headers: d.Headers, Body: d.Body,
@@ -177,12 +172,15 @@ func Browse(ctx context.Context, amqpURL, consumer string, limit int) ([]Parked,
 	return out, err
 }
 
+// ErrNotParked says that a message is not in the parking lot.
+var ErrNotParked = errors.New("not in the parking lot")
+
 // Discard takes message messageID out of consumer's parking lot for good
 // (every copy of it, if it was parked more than once). record runs first,
 // with the message as it is: only if it succeeds is the message
 // acknowledged away, so that no discard goes unrecorded. The message's
 // inbox row, if any, stays as it is. A message that is not there is
-// domain.ErrNotFound.
+// ErrNotParked.
 func Discard(ctx context.Context, amqpURL, consumer, messageID string, record func(Parked) error) (Parked, error) {
 	lot, err := openParkingLot(ctx, amqpURL, consumer, "discard")
 	if err != nil {
@@ -208,7 +206,7 @@ func Discard(ctx context.Context, amqpURL, consumer, messageID string, record fu
 		return Parked{}, err
 	}
 	if len(found) == 0 {
-		return Parked{}, fmt.Errorf("%w: no message %s in %s", domain.ErrNotFound, messageID, lot.name)
+		return Parked{}, fmt.Errorf("%w: no message %s in %s", ErrNotParked, messageID, lot.name)
 	}
 	return found[0], nil
 }

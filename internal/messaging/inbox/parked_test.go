@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -17,7 +16,7 @@ import (
 func TestParkingLotBrowseReplayDiscard(t *testing.T) {
 	t.Parallel()
 	b := setupConsumer(t)
-	topology := inbox.Topology{Consumer: testConsumer, Types: []string{domain.TypeOrderCancelled},
+	topology := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{typeCancelled},
 		RetryDelays: []time.Duration{time.Second}, DeliveryLimit: 5}
 	if err := topology.Declare(b.ch); err != nil {
 		t.Fatal(err)
@@ -30,6 +29,7 @@ func TestParkingLotBrowseReplayDiscard(t *testing.T) {
 		msg.Headers[inbox.HeaderParkedCode] = "handler_error"
 		msg.Headers[inbox.HeaderParkedReason] = "handler_error: boom"
 		msg.Headers[inbox.HeaderParkedAttempts] = int32(3)
+		msg.Headers[inbox.HeaderParkedAggregateID] = "aggregate-1"
 		if i == 1 { // moved by replay "run-1" before, and parked again
 			msg.Headers[inbox.HeaderReplayID] = "run-1"
 			msg.Headers[inbox.HeaderReplayCount] = int32(1)
@@ -50,7 +50,7 @@ func TestParkingLotBrowseReplayDiscard(t *testing.T) {
 		if !slices.Equal(got, ids) {
 			t.Fatalf("browsed %v, want %v in that order", got, ids)
 		}
-		if p := parked[0]; p.ReasonCode != "handler_error" || p.Reason != "handler_error: boom" || p.Attempts != 3 || p.OrderID == "" || len(p.Body) == 0 {
+		if p := parked[0]; p.ReasonCode != "handler_error" || p.Reason != "handler_error: boom" || p.Attempts != 3 || p.AggregateID != "aggregate-1" || len(p.Body) == 0 {
 			t.Fatalf("parked message: %+v", p)
 		}
 		// Browse returns once the broker has them back: a command straight
@@ -90,7 +90,7 @@ func TestParkingLotBrowseReplayDiscard(t *testing.T) {
 		t.Fatalf("discard: %+v, %v, recorded %d", p, err, len(recorded))
 	}
 	testenv.WaitFor(t, 10*time.Second, "an empty parking lot", func() bool { return b.ready(lot) == 0 })
-	if _, err := inbox.Discard(b.ctx, b.amqpURL, testConsumer, ids[1], record); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := inbox.Discard(b.ctx, b.amqpURL, testConsumer, ids[1], record); !errors.Is(err, inbox.ErrNotParked) {
 		t.Fatalf("discard of a message not there: %v", err)
 	}
 }

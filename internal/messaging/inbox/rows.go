@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
-	"github.com/yourorg/orders/internal/store"
 )
 
 var queries = dbsqlc.New()
@@ -71,16 +72,16 @@ type Decision struct {
 // this transaction ends, then sees what it committed. The row is written
 // as PROCESSED from the start: nothing outside this transaction sees it
 // before the commit, and a rollback removes it together with the effect.
-func Begin(ctx context.Context, tx store.DBTX, e Entry, lease time.Duration) (Decision, error) {
+func Begin(ctx context.Context, tx database.DBTX, e Entry, lease time.Duration) (Decision, error) {
 	attempt, err := queries.InsertInbox(ctx, tx, dbsqlc.InsertInboxParams{
 		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
-		AggregateID: store.NilIfEmpty(e.AggregateID), PayloadHash: e.PayloadHash, CorrelationID: store.NilIfEmpty(e.CorrelationID),
-		CausationID: store.NilIfEmpty(e.CausationID), TraceID: store.NilIfEmpty(e.TraceID),
+		AggregateID: database.NilIfEmpty(e.AggregateID), PayloadHash: e.PayloadHash, CorrelationID: database.NilIfEmpty(e.CorrelationID),
+		CausationID: database.NilIfEmpty(e.CausationID), TraceID: database.NilIfEmpty(e.TraceID),
 	})
 	if err == nil {
 		return Decision{Process: true, Attempt: int(attempt)}, nil
 	}
-	if err = store.Translate(err); !errors.Is(err, domain.ErrNotFound) {
+	if !errors.Is(err, pgx.ErrNoRows) { // no row back: the row exists
 		return Decision{}, fmt.Errorf("insert inbox row: %w", err)
 	}
 	return beginSeen(ctx, tx, e, lease)
@@ -88,31 +89,31 @@ func Begin(ctx context.Context, tx store.DBTX, e Entry, lease time.Duration) (De
 
 // beginSeen is Begin for a delivery whose inbox row exists already: its
 // insert found the row (InsertInbox or insertRows returned nothing for it).
-func beginSeen(ctx context.Context, tx store.DBTX, e Entry, lease time.Duration) (Decision, error) {
+func beginSeen(ctx context.Context, tx database.DBTX, e Entry, lease time.Duration) (Decision, error) {
 	hash, err := queries.TouchProcessedInbox(ctx, tx, dbsqlc.TouchProcessedInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err == nil { // the common case of a row seen before: a duplicate, in one statement
 		return Decision{Duplicate: true, PayloadMismatch: hash != e.PayloadHash}, nil
 	}
-	if err = store.Translate(err); !errors.Is(err, domain.ErrNotFound) {
+	if !errors.Is(err, pgx.ErrNoRows) { // no row back: not PROCESSED
 		return Decision{}, fmt.Errorf("touch processed inbox row: %w", err)
 	}
 
 	row, err := queries.LockInbox(ctx, tx, dbsqlc.LockInboxParams{LeaseSeconds: lease.Seconds(), ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err != nil {
-		return Decision{}, fmt.Errorf("lock inbox row: %w", store.Translate(err))
+		return Decision{}, fmt.Errorf("lock inbox row: %w", database.Translate(err))
 	}
 	switch {
 	case row.Status == StatusProcessed:
 		if err := queries.TouchInbox(ctx, tx, dbsqlc.TouchInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID}); err != nil {
-			return Decision{}, fmt.Errorf("touch inbox row: %w", store.Translate(err))
+			return Decision{}, fmt.Errorf("touch inbox row: %w", database.Translate(err))
 		}
 		return Decision{Duplicate: true, PayloadMismatch: row.PayloadHash != e.PayloadHash}, nil
 	case row.Status == StatusProcessing && !row.Stale:
 		return Decision{Busy: true}, nil
 	}
-	attempt, err := queries.RestartInbox(ctx, tx, dbsqlc.RestartInboxParams{TraceID: store.NilIfEmpty(e.TraceID), ConsumerName: e.Consumer, MessageID: e.MessageID})
+	attempt, err := queries.RestartInbox(ctx, tx, dbsqlc.RestartInboxParams{TraceID: database.NilIfEmpty(e.TraceID), ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err != nil {
-		return Decision{}, fmt.Errorf("restart inbox row: %w", store.Translate(err))
+		return Decision{}, fmt.Errorf("restart inbox row: %w", database.Translate(err))
 	}
 	return Decision{Process: true, Attempt: int(attempt)}, nil
 }
@@ -123,7 +124,7 @@ func beginSeen(ctx context.Context, tx store.DBTX, e Entry, lease time.Duration)
 // would decide. Each of the others found its row (written before, or by an
 // entry earlier in entries with the same message id) and goes through
 // beginSeen, at its turn in the batch, as Begin would take it.
-func insertRows(ctx context.Context, tx store.DBTX, consumer string, entries []Entry) ([]bool, error) {
+func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries []Entry) ([]bool, error) {
 	p := dbsqlc.InsertInboxRowsParams{ConsumerName: consumer}
 	for _, e := range entries {
 		p.MessageIds = append(p.MessageIds, e.MessageID)
@@ -137,7 +138,7 @@ func insertRows(ctx context.Context, tx store.DBTX, consumer string, entries []E
 	}
 	ids, err := queries.InsertInboxRows(ctx, tx, p)
 	if err != nil {
-		return nil, fmt.Errorf("insert %d inbox rows: %w", len(entries), store.Translate(err))
+		return nil, fmt.Errorf("insert %d inbox rows: %w", len(entries), database.Translate(err))
 	}
 	fresh := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -153,21 +154,21 @@ func insertRows(ctx context.Context, tx store.DBTX, consumer string, entries []E
 
 // MarkProcessed records, in the transaction of the effect, how a
 // message ended: outcome APPLIED, or IGNORED with the reason.
-func MarkProcessed(ctx context.Context, tx store.DBTX, consumer, messageID, outcome, reason string) error {
+func MarkProcessed(ctx context.Context, tx database.DBTX, consumer, messageID, outcome, reason string) error {
 	err := queries.MarkInboxProcessed(ctx, tx, dbsqlc.MarkInboxProcessedParams{
-		Outcome: &outcome, OutcomeReason: store.NilIfEmpty(reason), ConsumerName: consumer, MessageID: messageID,
+		Outcome: &outcome, OutcomeReason: database.NilIfEmpty(reason), ConsumerName: consumer, MessageID: messageID,
 	})
 	if err != nil {
-		return fmt.Errorf("mark inbox row processed: %w", store.Translate(err))
+		return fmt.Errorf("mark inbox row processed: %w", database.Translate(err))
 	}
 	return nil
 }
 
 // Hold leaves the row PROCESSING when the transaction commits: the
 // first step of a two-step side effect. MarkProcessed ends it.
-func Hold(ctx context.Context, tx store.DBTX, consumer, messageID string) error {
+func Hold(ctx context.Context, tx database.DBTX, consumer, messageID string) error {
 	if err := queries.HoldInbox(ctx, tx, dbsqlc.HoldInboxParams{ConsumerName: consumer, MessageID: messageID}); err != nil {
-		return fmt.Errorf("hold inbox row: %w", store.Translate(err))
+		return fmt.Errorf("hold inbox row: %w", database.Translate(err))
 	}
 	return nil
 }
@@ -180,9 +181,9 @@ var ErrTakenOver = errors.New("another delivery took the message over after the 
 // Fence locks the row of a message held PROCESSING by attempt, in the
 // transaction of the second step of an external side effect, or returns
 // ErrTakenOver when the row is no longer that attempt's.
-func Fence(ctx context.Context, tx store.DBTX, consumer, messageID string, attempt int) error {
+func Fence(ctx context.Context, tx database.DBTX, consumer, messageID string, attempt int) error {
 	_, err := queries.FenceInbox(ctx, tx, dbsqlc.FenceInboxParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
-	if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrTakenOver
 	} else if err != nil {
 		return fmt.Errorf("fence inbox row: %w", err)
@@ -192,9 +193,9 @@ func Fence(ctx context.Context, tx store.DBTX, consumer, messageID string, attem
 
 // fenceProcessed is Fence then MarkProcessed (APPLIED), in one statement:
 // the second step of a call that succeeded.
-func fenceProcessed(ctx context.Context, tx store.DBTX, consumer, messageID string, attempt int) error {
+func fenceProcessed(ctx context.Context, tx database.DBTX, consumer, messageID string, attempt int) error {
 	_, err := queries.FenceInboxProcessed(ctx, tx, dbsqlc.FenceInboxProcessedParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
-	if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrTakenOver
 	} else if err != nil {
 		return fmt.Errorf("fence and mark inbox row processed: %w", err)
@@ -207,23 +208,46 @@ type Failure struct {
 	Status  string // RETRYABLE_FAILED, PERMANENT_FAILED or POISONED
 	Code    string // a short, stable error code
 	Message string // what went wrong, without payload data
+	// HeldAttempt is the attempt whose committed hold the failure ends: a
+	// failed external call, after its first step committed the row
+	// PROCESSING. 0 when the attempt committed nothing.
+	HeldAttempt int
+	// Lease is the processing lease: a PROCESSING row another attempt
+	// holds is left alone while its lease runs. 0 treats every hold as
+	// expired (tools, tests).
+	Lease time.Duration
 }
 
+// ErrProcessed says that a message's row is PROCESSED: a failure of
+// another delivery of it is not recorded, since what committed stays.
+var ErrProcessed = errors.New("the message is PROCESSED already")
+
 // RecordFailure writes a failed attempt of e, after the transaction of
-// the attempt rolled back, and returns the row's attempt count. A PROCESSED
-// row is never touched (domain.ErrConflict): what committed stays.
-func RecordFailure(ctx context.Context, db store.DBTX, e Entry, f Failure) (int, error) {
+// the attempt rolled back, and returns the row's attempt count. It never
+// touches a PROCESSED row (ErrProcessed): what committed stays; nor a row
+// another attempt holds PROCESSING within its lease (ErrTakenOver): a
+// failure recorded late, after a takeover, must not undo the takeover.
+func RecordFailure(ctx context.Context, db database.DBTX, e Entry, f Failure) (int, error) {
 	row, err := queries.RecordInboxFailure(ctx, db, dbsqlc.RecordInboxFailureParams{
 		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
-		AggregateID: store.NilIfEmpty(e.AggregateID), Status: f.Status, PayloadHash: e.PayloadHash,
-		LastErrorCode: store.NilIfEmpty(f.Code), LastErrorMessage: store.NilIfEmpty(f.Message),
-		CorrelationID: store.NilIfEmpty(e.CorrelationID), CausationID: store.NilIfEmpty(e.CausationID), TraceID: store.NilIfEmpty(e.TraceID),
+		AggregateID: database.NilIfEmpty(e.AggregateID), Status: f.Status, PayloadHash: e.PayloadHash,
+		LastErrorCode: database.NilIfEmpty(f.Code), LastErrorMessage: database.NilIfEmpty(f.Message),
+		CorrelationID: database.NilIfEmpty(e.CorrelationID), CausationID: database.NilIfEmpty(e.CausationID), TraceID: database.NilIfEmpty(e.TraceID),
+		HeldAttempt: int32(f.HeldAttempt), LeaseSeconds: f.Lease.Seconds(),
 	})
-	if err != nil {
-		if err = store.Translate(err); errors.Is(err, domain.ErrNotFound) {
-			return 0, fmt.Errorf("%w: message %s is already PROCESSED by %s", domain.ErrConflict, e.MessageID, e.Consumer)
+	if errors.Is(err, pgx.ErrNoRows) { // the row is there, and not ours to change: whose is it?
+		current, getErr := queries.GetInbox(ctx, db, dbsqlc.GetInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID})
+		switch {
+		case getErr != nil:
+			return 0, fmt.Errorf("record inbox failure: %w", database.Translate(getErr))
+		case current.Status == StatusProcessed:
+			return 0, fmt.Errorf("%w: message %s, consumer %s", ErrProcessed, e.MessageID, e.Consumer)
+		default:
+			return 0, fmt.Errorf("%w: message %s, consumer %s, attempt %d holds it", ErrTakenOver, e.MessageID, e.Consumer, current.AttemptCount)
 		}
-		return 0, fmt.Errorf("record inbox failure: %w", err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("record inbox failure: %w", database.Translate(err))
 	}
 	return int(row.AttemptCount), nil
 }
@@ -235,23 +259,23 @@ type Row struct {
 }
 
 // Get reads the inbox row of a message (tests, tools).
-func Get(ctx context.Context, db store.DBTX, consumer, messageID string) (Row, error) {
+func Get(ctx context.Context, db database.DBTX, consumer, messageID string) (Row, error) {
 	row, err := queries.GetInbox(ctx, db, dbsqlc.GetInboxParams{ConsumerName: consumer, MessageID: messageID})
 	if err != nil {
-		return Row{}, fmt.Errorf("get inbox row: %w", store.Translate(err))
+		return Row{}, fmt.Errorf("get inbox row: %w", database.Translate(err))
 	}
 	return Row{
-		Status: row.Status, Outcome: store.Deref(row.Outcome), OutcomeReason: store.Deref(row.OutcomeReason),
-		LastErrorCode: store.Deref(row.LastErrorCode), LastErrorMessage: store.Deref(row.LastErrorMessage), Attempts: int(row.AttemptCount),
+		Status: row.Status, Outcome: database.Deref(row.Outcome), OutcomeReason: database.Deref(row.OutcomeReason),
+		LastErrorCode: database.Deref(row.LastErrorCode), LastErrorMessage: database.Deref(row.LastErrorMessage), Attempts: int(row.AttemptCount),
 	}, nil
 }
 
 // DeleteProcessed deletes up to limit rows processed longer than
 // retention ago, and says how many.
-func DeleteProcessed(ctx context.Context, db store.DBTX, retention time.Duration, limit int) (int64, error) {
+func DeleteProcessed(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
 	n, err := queries.DeleteProcessedInbox(ctx, db, dbsqlc.DeleteProcessedInboxParams{RetentionSeconds: retention.Seconds(), MaxRows: int32(limit)})
 	if err != nil {
-		return 0, fmt.Errorf("delete processed inbox rows: %w", store.Translate(err))
+		return 0, fmt.Errorf("delete processed inbox rows: %w", database.Translate(err))
 	}
 	return n, nil
 }
@@ -264,10 +288,10 @@ type Stat struct {
 }
 
 // Stats counts the inbox rows that are not PROCESSED.
-func Stats(ctx context.Context, db store.DBTX) ([]Stat, error) {
+func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 	rows, err := queries.InboxStats(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("inbox stats: %w", store.Translate(err))
+		return nil, fmt.Errorf("inbox stats: %w", database.Translate(err))
 	}
 	out := make([]Stat, len(rows))
 	for i, r := range rows {

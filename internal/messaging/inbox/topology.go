@@ -6,13 +6,12 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
 // The queues of a consumer named N (docs/messaging.md draws them):
 //
-//	orders.N             its work queue: a quorum queue bound to orders.events
+//	orders.N             its work queue: a quorum queue bound to the exchange
 //	                     for N's message types, with an explicit delivery limit
 //	orders.N.retry.<d>   one per retry delay d: no consumer; a message waits
 //	                     there d (x-message-ttl), then dead-letters back to
@@ -39,17 +38,24 @@ func RetryQueueName(queue string, delay time.Duration) string {
 // Topology describes the queues of one consumer.
 type Topology struct {
 	Consumer      string
+	Exchange      string          // the topic exchange its queue is bound to
 	Types         []string        // the message types it is bound to
 	RetryDelays   []time.Duration // the delayed-retry steps, shortest first
 	DeliveryLimit int             // x-delivery-limit of the work queue
 }
 
+// Queue is the consumer's work queue.
+func (t Topology) Queue() string { return QueueName(t.Consumer) }
+
 // Declare declares the exchange and the consumer's queues and bindings.
 func (t Topology) Declare(ch *amqp.Channel) error {
-	if err := messaging.DeclareExchange(ch); err != nil {
+	if t.Exchange == "" {
+		return fmt.Errorf("topology of consumer %s: no exchange to bind its queue to", t.Consumer)
+	}
+	if err := messaging.DeclareExchange(ch, t.Exchange); err != nil {
 		return err
 	}
-	queue := QueueName(t.Consumer)
+	queue := t.Queue()
 	dlq := ParkingLotName(queue)
 	declare := func(name string, args amqp.Table) error {
 		args["x-queue-type"] = "quorum"
@@ -85,7 +91,7 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		}
 	}
 	for _, typ := range t.Types {
-		if err := ch.QueueBind(queue, typ, domain.EventsExchange, false, nil); err != nil {
+		if err := ch.QueueBind(queue, typ, t.Exchange, false, nil); err != nil {
 			return fmt.Errorf("bind %s to %s: %w", queue, typ, err)
 		}
 	}
@@ -97,4 +103,9 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 func (t Topology) retryQueue(attempt int) string {
 	i := min(max(attempt, 1), len(t.RetryDelays)) - 1
 	return RetryQueueName(QueueName(t.Consumer), t.RetryDelays[i])
+}
+
+// topology is the topology of consumer c under cfg.
+func (c Config) topology(consumer *Consumer) Topology {
+	return Topology{Consumer: consumer.name, Exchange: c.Exchange, Types: consumer.Types(), RetryDelays: c.RetryDelays, DeliveryLimit: c.DeliveryLimit}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -153,7 +152,7 @@ func TestDeliveryLimitParksRecognisablyAndReplays(t *testing.T) {
 	t.Parallel()
 	b := setupConsumer(t)
 	cfg := testConsumerConfig()
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +380,7 @@ func TestReplayCutOffMidway(t *testing.T) {
 	t.Parallel()
 	b := setupConsumer(t)
 	cfg := testConsumerConfig()
-	topo := inbox.Topology{Consumer: testConsumer, Types: []string{domain.TypeOrderCancelled}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{typeCancelled}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
 	if err := topo.Declare(b.ch); err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,33 @@ type Config struct {
 	// Retention is how long PUBLISHED rows are kept; 0 keeps them forever.
 	// Default 0 (the binary sets its own default).
 	Retention time.Duration
+	// MessageTypes lists the message types the relay is expected to
+	// publish, so that their metric series exist at zero before the first
+	// message. Optional.
+	MessageTypes []string
+	// Readers lists, by message type, the queues of every consumer that
+	// reads that type. mandatory has the broker return a message only when
+	// no queue at all matches it; a message that reaches one of its readers
+	// and not another, whose queue is missing (not declared yet, deleted
+	// and declared again), is confirmed, and lost for that reader. So the
+	// relay checks these queues when it connects and at every poll, and
+	// claims no row of a type while any of its readers' queues is missing:
+	// it is not ready then, and says which. Optional: a type not listed is
+	// published whatever queues exist.
+	Readers map[string][]string
+	// Faults, when set, injects failures (tests, drills). Nil in production.
+	Faults Faults
+}
+
+// Faults are the points where tests and drills inject failures into a
+// running relay. Production leaves Config.Faults nil; each is called from
+// one line.
+type Faults interface {
+	// BeforeMark runs after the broker confirmed the published rows of a
+	// batch and before they are marked PUBLISHED. An error stops the relay
+	// right there, as a crash would: the rows stay PUBLISHING until their
+	// lease ends, and are published again.
+	BeforeMark(published []Claim) error
 }
 
 func (c *Config) setDefaults() {

@@ -31,26 +31,28 @@ const (
 	outcomeShutdown       = "shutdown"
 )
 
-// confirmLoop waits for the confirms of each batch, in order, and marks its
-// rows (mark says how); when ctx ends first (the shutdown deadline),
-// unconfirmed ones are handed back untried. A confirm that never comes means
-// the channel cannot be trusted: stop ends the session, and the loop goes
+// confirmLoop is steps 3 and 4: for each published batch, in order, it
+// waits for the broker's confirms (awaitConfirms) and marks the rows by
+// them (Relay.mark). When ctx ends first (the shutdown deadline),
+// unconfirmed rows are handed back untried. A confirm that never comes
+// means the channel cannot be trusted: the session ends, and the loop goes
 // on marking what is still in flight.
-func (s *session) confirmLoop(ctx context.Context, stop context.CancelCauseFunc) error {
+func (s *session) confirmLoop(ctx context.Context, published <-chan *batch) error {
+	r := s.relay
 	var fatal error
-	for b := range s.inflight {
+	for b := range published {
 		outcomes := s.awaitConfirms(ctx, b)
 		endSpans(b, outcomes)
-		err := s.mark(outcomes)
+		err := r.mark(outcomes)
 		s.window.Release(int64(len(b.rows)))
-		s.inFlight.Add(-int64(len(b.rows)))
+		r.inFlight.Add(-int64(len(b.rows)))
 		if err != nil {
 			return err
 		}
 		for _, o := range outcomes {
 			if o.result == outcomeTimeout && fatal == nil {
 				fatal = errors.New("publisher confirm timed out")
-				stop(fatal)
+				s.stop(fatal)
 			}
 		}
 	}
@@ -60,7 +62,7 @@ func (s *session) confirmLoop(ctx context.Context, stop context.CancelCauseFunc)
 // awaitConfirms waits for the confirms of batch b until its confirm
 // deadline or the shutdown deadline (ctx), and says what became of each row.
 func (s *session) awaitConfirms(ctx context.Context, b *batch) []outcome {
-	deadline := time.NewTimer(time.Until(b.publishedAt.Add(s.cfg.ConfirmTimeout)))
+	deadline := time.NewTimer(time.Until(b.publishedAt.Add(s.relay.cfg.ConfirmTimeout)))
 	defer deadline.Stop()
 	timedOut, stopping := false, false
 	for _, dc := range b.confirms {
@@ -93,14 +95,14 @@ func (s *session) awaitConfirms(ctx context.Context, b *batch) []outcome {
 			o.result, o.reason = outcomeShutdown, "no confirm before shutdown"
 		case !isDone(dc):
 			o.result = outcomeTimeout
-			o.reason = fmt.Sprintf("no publisher confirm within %s (RELAY_CONFIRM_TIMEOUT; the broker may have the message: a duplicate is possible)", s.cfg.ConfirmTimeout)
+			o.reason = fmt.Sprintf("no publisher confirm within %s (RELAY_CONFIRM_TIMEOUT; the broker may have the message: a duplicate is possible)", s.relay.cfg.ConfirmTimeout)
 		case wasReturned:
 			o.result = outcomeUnroutable
 			o.reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
 				ret.ReplyCode, ret.ReplyText, row.Exchange, row.RoutingKey)
 		case dc.Acked():
 			o.result = outcomeConfirmed
-			s.metrics.confirmLatency.Record(context.Background(), time.Since(b.publishedAt).Seconds())
+			s.relay.metrics.confirmLatency.Record(context.Background(), time.Since(b.publishedAt).Seconds())
 		case s.ch.IsClosed():
 			o.result, o.reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
 		default:

@@ -4,28 +4,39 @@
 //
 // Writing (write.go) is one statement in the caller's transaction:
 //
+//	writer := outbox.Writer{Producer: "order-api", Exchange: "orders.events", AggregateType: "order"}
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 //		order, err := store.CreateOrder(ctx, tx, o, cause)
 //		if err != nil {
 //			return err
 //		}
-//		_, err = writer.Write(ctx, tx, cause, domain.SubmittedMessage(order))
+//		_, err = writer.Write(ctx, tx, cause, OrderSubmitted{ID: order.ID()})
 //		return err
 //	})
+//
+// A message is any type with a MessageType (its routing key), a
+// MessageVersion and an AggregateID (messaging.Message); its JSON is the
+// body.
 //
 // A statement trigger sends NOTIFY message_outbox on commit, which wakes the
 // relay (listen.go); a poll tick covers lost notifications.
 //
-// The relay (relay.go, session.go, confirm.go, mark.go) claims due PENDING
-// rows with FOR UPDATE SKIP LOCKED and a lease (rows.go,
-// queries/outbox.sql), publishes them on one confirm channel with mandatory
-// set and the confirms pipelined (publish.go builds each message's
-// envelope), and marks each row by what the broker said: PUBLISHED when
+// The relay (relay.go) runs one session per broker connection; read
+// session.run first: it names the four steps every batch goes through, in
+// order, and the loop that runs each. It claims due PENDING rows with FOR
+// UPDATE SKIP LOCKED and a lease (rows.go, queries/outbox.sql), publishes
+// them on one confirm channel with mandatory set and the confirms
+// pipelined (publish.go builds each message's envelope), awaits the
+// confirms (confirm.go) and marks each row by what the broker said
+// (mark.go): PUBLISHED when
 // confirmed; back to PENDING with a backoff on a return, a nack or no
 // confirm in time; FAILED after the last attempt. Every mark names the
 // attempt that claimed the row, so a relay whose lease ran out cannot
 // overwrite a newer claim, and a vanished relay's rows come back when its
 // lease ends. Run as many relays as you like.
+//
+// Tests and drills inject failures through Config.Faults, called from one
+// line between the broker's confirm and the mark; production leaves it nil.
 //
 // docs/outbox-relay.md draws the relay; docs/state-machines.md the row's
 // life cycle; metrics.go lists the relay's instruments.

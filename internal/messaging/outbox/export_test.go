@@ -1,5 +1,6 @@
 package outbox
 
-// SetBeforeMark makes r call f after the broker confirmed a batch and before
-// its rows are marked; an error from f stops r there, as a crash would.
-func SetBeforeMark(r *Relay, f func([]Claim) error) { r.beforeMark = f }
+// BeforeMark is a Faults whose BeforeMark calls the function.
+type BeforeMark func([]Claim) error
+
+func (f BeforeMark) BeforeMark(published []Claim) error { return f(published) }

@@ -6,7 +6,6 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
@@ -42,7 +41,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	// Counters start at zero for every label value known in advance, so
 	// that rate() and alerts see a series before the first event.
 	ctx := context.Background()
-	for _, typ := range domain.MessageTypes() {
+	for _, typ := range r.cfg.MessageTypes {
 		attrs := metric.WithAttributes(messaging.AttrMessageType.String(typ))
 		m.published.Add(ctx, 0, attrs)
 		m.unroutable.Add(ctx, 0, attrs)
@@ -96,6 +95,11 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	missingReaders, err := meter.Int64ObservableGauge("relay.readers.missing", metric.WithUnit("{queue}"),
+		metric.WithDescription("Reader queues missing (RELAY readers of a message type): the relay holds the messages of their types back, by message type."))
+	if err != nil {
+		return nil, err
+	}
 	connected, err := meter.Int64ObservableGauge("relay.broker.connected",
 		metric.WithDescription("1 while this relay holds an open confirm channel to RabbitMQ."))
 	if err != nil {
@@ -104,6 +108,11 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		o.ObserveInt64(inFlight, r.inFlight.Load())
 		o.ObserveInt64(connected, boolInt(r.connected.Load()))
+		if check := r.readers.Load(); check != nil {
+			for typ := range r.cfg.Readers {
+				o.ObserveInt64(missingReaders, int64(len(check.missing[typ])), metric.WithAttributes(messaging.AttrMessageType.String(typ)))
+			}
+		}
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		stats, err := Stats(ctx, r.pool)
@@ -112,7 +121,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		}
 		// Every known type is reported, at zero when it has no rows.
 		counts := map[string]map[string]int64{"PENDING": {}, "PUBLISHING": {}, "FAILED": {}}
-		for _, typ := range domain.MessageTypes() {
+		for _, typ := range r.cfg.MessageTypes {
 			for status := range counts {
 				counts[status][typ] = 0
 			}
@@ -131,7 +140,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		}
 		o.ObserveFloat64(oldest, oldestAge.Seconds())
 		return nil
-	}, pending, oldest, publishing, failedRows, inFlight, connected)
+	}, pending, oldest, publishing, failedRows, inFlight, connected, missingReaders)
 	return &m, err
 }
 

@@ -10,21 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
 )
-
-// Deps is what a relay runs on.
-type Deps struct {
-	Pool           *pgxpool.Pool
-	AMQPURL        string
-	Logger         *slog.Logger
-	MeterProvider  metric.MeterProvider
-	TracerProvider trace.TracerProvider // default: the global one
-}
 
 // Relay publishes committed outbox rows. Run several at once if you like:
 // claims never overlap (SKIP LOCKED) and a dead relay's rows come back
@@ -39,19 +29,21 @@ type Relay struct {
 
 	wake      chan struct{} // a rows-may-be-due signal; holds at most one
 	connected atomic.Bool   // a confirm channel is open
-	inFlight  atomic.Int64
-
-	// beforeMark, when set (tests only), runs after the broker confirmed a
-	// batch and before its rows are marked. An error stops the relay right
-	// there, as a crash would.
-	beforeMark func([]Claim) error
+	inFlight  atomic.Int64  // published, not yet confirmed
+	// refusals counts the batches in a row that the broker nacked some of:
+	// the broker's own trouble, so the wait before the next try grows with
+	// it, not with the rows' attempts.
+	refusals atomic.Int64
+	// readers is the last look at the readers' queues (Config.Readers).
+	readers atomic.Pointer[readerCheck]
 }
 
-// errStopped ends Run on a beforeMark error: the test's stand-in for a crash.
+// errStopped ends Run when Faults.BeforeMark fails: a test's stand-in for a
+// crash.
 var errStopped = errors.New("relay stopped before marking confirmed rows")
 
 // NewRelay returns a relay; Run starts it.
-func NewRelay(cfg Config, deps Deps) (*Relay, error) {
+func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
@@ -63,6 +55,9 @@ func NewRelay(cfg Config, deps Deps) (*Relay, error) {
 		log:    deps.Logger.With(slog.String("relay_id", cfg.ID)),
 		wake:   make(chan struct{}, 1),
 		tracer: messaging.Tracer(deps.TracerProvider, scope),
+	}
+	if len(cfg.Readers) > 0 {
+		r.readers.Store(uncheckedReaders(cfg.Readers))
 	}
 	m, err := newRelayMetrics(deps.MeterProvider.Meter(scope), r)
 	if err != nil {
@@ -76,10 +71,14 @@ func NewRelay(cfg Config, deps Deps) (*Relay, error) {
 func (r *Relay) ID() string { return r.cfg.ID }
 
 // Ready reports whether the relay can publish: it holds an open confirm
-// channel and the database answers.
+// channel, every reader's queue is there (Config.Readers), and the
+// database answers.
 func (r *Relay) Ready(ctx context.Context) error {
 	if !r.connected.Load() {
 		return errors.New("not connected to RabbitMQ")
+	}
+	if err := r.readers.Load().notReady(); err != nil {
+		return err
 	}
 	if err := r.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("database: %w", err)
@@ -90,8 +89,12 @@ func (r *Relay) Ready(ctx context.Context) error {
 // Run publishes until ctx ends, then stops claiming, waits up to
 // ShutdownTimeout for the confirms of what it published, marks those rows,
 // and hands the rest back. Lost broker connections are re-established with
-// backoff; nothing claimed is lost meanwhile (its rows are marked failed
-// and retried, or recovered when their lease ends).
+// backoff; nothing claimed is lost meanwhile (its rows are handed back, or
+// recovered when their lease ends).
+//
+// Its goroutines: listen (LISTEN/NOTIFY wakes the claim loop), maintain
+// (the poll tick, lease recovery, retention), and one session per broker
+// connection (session.go), which runs the publishing pipeline.
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -104,11 +107,11 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.InfoContext(ctx, "relay starting", slog.Int("batch_size", r.cfg.BatchSize),
 		slog.Int("max_in_flight", r.cfg.MaxInFlight), slog.Bool("notify", !r.cfg.NotifyOff))
-	var crashed error // a test's stand-in for a crash (beforeMark) ends the relay
+	var crashed error // Faults.BeforeMark stands in for a crash: it ends the relay
 	background.Reconnect{
 		What: "broker session", Base: 500 * time.Millisecond, MaxDelay: 30 * time.Second, Logger: r.log,
 		Session: func(ctx context.Context) error {
-			err := r.session(ctx)
+			err := newSession(r).run(ctx)
 			if errors.Is(err, errStopped) {
 				crashed = err
 				cancel()
@@ -155,16 +158,23 @@ func (r *Relay) maintain(ctx context.Context) {
 	}
 }
 
-// recoverExpired hands back the rows of relays whose lease ran out.
+// recoverExpired hands back the rows of relays whose lease ran out, and
+// names them: a message whose publish keeps outliving its relay (one that
+// crashes relays) shows up here, again and again.
 func (r *Relay) recoverExpired(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
-	n, err := RecoverExpiredClaims(ctx, r.pool, r.cfg.MaxAttempts)
+	ids, err := RecoverExpiredClaims(ctx, r.pool)
 	if err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "recovering expired claims failed", slog.String("error", err.Error()))
 	}
-	if n > 0 {
-		r.metrics.recovered.Add(ctx, n)
-		r.log.WarnContext(ctx, "recovered outbox rows whose relay lease expired", slog.Int64("rows", n))
+	if len(ids) > 0 {
+		r.metrics.recovered.Add(ctx, int64(len(ids)))
+		names := make([]string, 0, min(len(ids), 10))
+		for _, id := range ids[:min(len(ids), 10)] {
+			names = append(names, id.String())
+		}
+		r.log.WarnContext(ctx, "recovered outbox rows whose relay lease expired", slog.Int("rows", len(ids)),
+			slog.Any("message_ids", names))
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
@@ -25,10 +25,10 @@ import (
 
 const benchRows = 20_000
 
-func benchPayload() domain.Message {
-	return domain.OrderSubmittedV1{
-		ID: uuid.New(), CustomerID: "customer-1234", Currency: "EUR", TotalCents: 2599,
-		Items: []domain.ItemLine{{SKU: "SKU-A-1", Quantity: 2, UnitPriceCents: 1250}, {SKU: "SKU-B-2", Quantity: 1, UnitPriceCents: 99}},
+func benchPayload() messaging.Message {
+	return testMessage{
+		Type: typeSubmitted, ID: uuid.New(),
+		Lines: []line{{SKU: "SKU-A-1", Quantity: 2, UnitPriceCents: 1250}, {SKU: "SKU-B-2", Quantity: 1, UnitPriceCents: 99}},
 	}
 }
 
@@ -117,12 +117,12 @@ func (bb *benchBundle) enqueueBench(b *testing.B, n int) {
 	b.Helper()
 	for n > 0 {
 		size := min(n, 1000)
-		msgs := make([]domain.Message, size)
+		msgs := make([]messaging.Message, size)
 		for i := range msgs {
 			msgs[i] = benchPayload()
 		}
 		if err := pgx.BeginFunc(bb.ctx, bb.pool, func(tx pgx.Tx) error {
-			_, err := writer.Write(bb.ctx, tx, domain.Cause{CorrelationID: uuid.NewString()}, msgs...)
+			_, err := writer.Write(bb.ctx, tx, messaging.Cause{CorrelationID: uuid.NewString()}, msgs...)
 			return err
 		}); err != nil {
 			b.Fatal(err)
@@ -148,8 +148,8 @@ func (bb *benchBundle) rawPublish(b *testing.B, n int) float64 {
 	if err := ch.Confirm(false); err != nil {
 		b.Fatal(err)
 	}
-	row := outbox.Row{ID: uuid.New(), Type: domain.TypeOrderSubmitted, Version: 1, Exchange: domain.EventsExchange,
-		RoutingKey: domain.TypeOrderSubmitted, Headers: map[string]string{"correlation_id": uuid.NewString(), "app_id": "bench"}, CreatedAt: time.Now()}
+	row := outbox.Row{ID: uuid.New(), Type: typeSubmitted, Version: 1, Exchange: testExchange,
+		RoutingKey: typeSubmitted, Headers: map[string]string{"correlation_id": uuid.NewString(), "app_id": "bench"}, CreatedAt: time.Now()}
 	row.Payload, _ = json.Marshal(benchPayload())
 	const window = 2000
 	pending := make(chan *amqp.DeferredConfirmation, window)
@@ -220,7 +220,7 @@ func (bb *benchBundle) rawSerialPublish(b *testing.B, n int) float64 {
 	if err := ch.Confirm(false); err != nil {
 		b.Fatal(err)
 	}
-	row := outbox.Row{Type: domain.TypeOrderSubmitted, Version: 1, Exchange: domain.EventsExchange, RoutingKey: domain.TypeOrderSubmitted, CreatedAt: time.Now()}
+	row := outbox.Row{Type: typeSubmitted, Version: 1, Exchange: testExchange, RoutingKey: typeSubmitted, CreatedAt: time.Now()}
 	row.Payload, _ = json.Marshal(benchPayload())
 	start := time.Now()
 	for range n {
@@ -300,7 +300,7 @@ func (bb *benchBundle) steadyLatency(b *testing.B, notifyOff bool, rate int, d t
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ids, err = writer.Write(bb.ctx, tx, domain.Cause{}, benchPayload()); err != nil {
+		if ids, err = writer.Write(bb.ctx, tx, messaging.Cause{}, benchPayload()); err != nil {
 			b.Fatal(err)
 		}
 		mu.Lock() // before the commit, so the delivery cannot outrun the record

@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
-	"github.com/yourorg/orders/internal/store"
 )
 
 // The relay's side of the outbox table: claim rows, then mark each one by
@@ -51,13 +51,19 @@ func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt, Token: r
 // first. Each call is a claim of its own: claimed_by is claimer followed by
 // a token no other claim has. A row that is not marked before its lease
 // ends is recovered by RecoverExpiredClaims.
-func ClaimRows(ctx context.Context, db store.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
+func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
+	return claimRows(ctx, db, claimer, limit, lease, nil)
+}
+
+// claimRows is ClaimRows, leaving the rows of the held message types alone.
+func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, held []string) ([]Row, error) {
 	token := claimer + "/" + claimSuffix()
 	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
 		Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
+		HeldTypes: append([]string{}, held...), // never NULL: <> ALL (NULL) matches no row
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim outbox rows: %w", store.Translate(err))
+		return nil, fmt.Errorf("claim outbox rows: %w", database.Translate(err))
 	}
 	out := make([]Row, len(rows))
 	for i, r := range rows {
@@ -70,7 +76,7 @@ func ClaimRows(ctx context.Context, db store.DBTX, claimer string, limit int, le
 		out[i] = Row{
 			ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
 			Exchange: r.ExchangeName, RoutingKey: r.RoutingKey, Payload: r.Payload, Headers: headers,
-			Attempt: int(r.AttemptCount), ClaimToken: store.Deref(r.ClaimedBy), CreatedAt: r.CreatedAt,
+			Attempt: int(r.AttemptCount), ClaimToken: database.Deref(r.ClaimedBy), CreatedAt: r.CreatedAt,
 		}
 	}
 	// UPDATE ... RETURNING keeps no order: publish oldest first.
@@ -92,7 +98,7 @@ func claimSuffix() string {
 
 // MarkPublished marks the confirmed rows PUBLISHED, in one statement,
 // and returns how many it marked (fewer when a lease was lost meanwhile).
-func MarkPublished(ctx context.Context, db store.DBTX, claims []Claim) (int64, error) {
+func MarkPublished(ctx context.Context, db database.DBTX, claims []Claim) (int64, error) {
 	m, err := Mark(ctx, db, Marks{Published: claims}, 0)
 	return m.Published, err
 }
@@ -105,21 +111,21 @@ type PublishFailure struct {
 	RetryIn time.Duration // the wait before the next attempt
 }
 
-// MarkFailed sends rows the broker refused (returned, nacked) back to
-// PENDING after their backoff, or to FAILED once maxAttempts is spent, in
-// one statement. It returns the ids that became FAILED.
-func MarkFailed(ctx context.Context, db store.DBTX, failures []PublishFailure, maxAttempts int) ([]uuid.UUID, error) {
+// MarkFailed sends rows the broker returned as unroutable back to PENDING
+// after their backoff, or to FAILED once maxAttempts is spent, in one
+// statement. It returns the ids that became FAILED.
+func MarkFailed(ctx context.Context, db database.DBTX, failures []PublishFailure, maxAttempts int) ([]uuid.UUID, error) {
 	m, err := Mark(ctx, db, Marks{Refused: failures}, maxAttempts)
 	return m.Failed, err
 }
 
 // ReleaseClaims hands claimed rows back with the attempt not counted, due
 // after each one's RetryIn and with its Reason (if any) in last_error: rows
-// a stopping relay never got to publish, and rows whose publish the
-// infrastructure cut short (a lost connection, a confirm that never came).
-// Only a cause that belongs to the message spends its attempts (MarkFailed).
+// a stopping relay never got to publish, and rows the broker could not take
+// (a nack, a lost connection, a confirm that never came). Only a cause that
+// belongs to the message spends its attempts (MarkFailed).
 // It returns how many rows it released.
-func ReleaseClaims(ctx context.Context, db store.DBTX, releases []PublishFailure) (int64, error) {
+func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFailure) (int64, error) {
 	m, err := Mark(ctx, db, Marks{Released: releases}, 0)
 	return m.Released, err
 }
@@ -127,8 +133,8 @@ func ReleaseClaims(ctx context.Context, db store.DBTX, releases []PublishFailure
 // Marks are the outcomes of the rows of one batch: each row in one list.
 type Marks struct {
 	Published []Claim          // confirmed: PUBLISHED
-	Refused   []PublishFailure // returned or nacked: MarkFailed
-	Released  []PublishFailure // never published, or cut short: ReleaseClaims
+	Refused   []PublishFailure // returned as unroutable: MarkFailed
+	Released  []PublishFailure // never published, nacked, or cut short: ReleaseClaims
 }
 
 // Marked is what Mark changed: how many rows of each list it marked (fewer
@@ -143,7 +149,7 @@ type Marked struct {
 // one commit): MarkPublished, MarkFailed and ReleaseClaims at once, each
 // row fenced by its claim's token, so that a retry of a Mark that took
 // effect changes nothing.
-func Mark(ctx context.Context, db store.DBTX, m Marks, maxAttempts int) (Marked, error) {
+func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Marked, error) {
 	n := len(m.Published) + len(m.Refused) + len(m.Released)
 	if n == 0 {
 		return Marked{}, nil
@@ -168,29 +174,30 @@ func Mark(ctx context.Context, db store.DBTX, m Marks, maxAttempts int) (Marked,
 	row, err := queries.MarkOutbox(ctx, db, p)
 	if err != nil {
 		return Marked{}, fmt.Errorf("mark %d outbox rows (%d published, %d refused, %d released): %w",
-			n, len(m.Published), len(m.Refused), len(m.Released), store.Translate(err))
+			n, len(m.Published), len(m.Refused), len(m.Released), database.Translate(err))
 	}
 	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
 
-// RecoverExpiredClaims returns rows whose lease has run out to
-// PENDING (or FAILED after the last attempt), and says how many.
-func RecoverExpiredClaims(ctx context.Context, db store.DBTX, maxAttempts int) (int64, error) {
-	n, err := queries.RecoverExpiredOutboxClaims(ctx, db, int32(maxAttempts))
+// RecoverExpiredClaims returns rows whose lease has run out to PENDING,
+// with the attempt their claim counted given back (a relay's death is not
+// the message's fault), and returns their ids.
+func RecoverExpiredClaims(ctx context.Context, db database.DBTX) ([]uuid.UUID, error) {
+	ids, err := queries.RecoverExpiredOutboxClaims(ctx, db)
 	if err != nil {
-		return 0, fmt.Errorf("recover expired outbox claims: %w", store.Translate(err))
+		return nil, fmt.Errorf("recover expired outbox claims: %w", database.Translate(err))
 	}
-	return n, nil
+	return ids, nil
 }
 
 // DeletePublished deletes up to limit rows published longer than
 // retention ago, and says how many.
-func DeletePublished(ctx context.Context, db store.DBTX, retention time.Duration, limit int) (int64, error) {
+func DeletePublished(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
 	n, err := queries.DeletePublishedOutbox(ctx, db, dbsqlc.DeletePublishedOutboxParams{
 		RetentionSeconds: retention.Seconds(), MaxRows: int32(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("delete published outbox rows: %w", store.Translate(err))
+		return 0, fmt.Errorf("delete published outbox rows: %w", database.Translate(err))
 	}
 	return n, nil
 }
@@ -205,10 +212,10 @@ type Stat struct {
 }
 
 // Stats counts the PENDING, PUBLISHING and FAILED rows by type.
-func Stats(ctx context.Context, db store.DBTX) ([]Stat, error) {
+func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 	rows, err := queries.OutboxStats(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("outbox stats: %w", store.Translate(err))
+		return nil, fmt.Errorf("outbox stats: %w", database.Translate(err))
 	}
 	out := make([]Stat, len(rows))
 	for i, r := range rows {
@@ -230,16 +237,16 @@ type Retried struct {
 // attempts reset: the rows of ids, or with messageType set, every FAILED
 // row of that type. Rows that are not FAILED are left alone. It is an
 // operator's repair after the cause is fixed (orderctl outbox retry).
-func RetryFailed(ctx context.Context, db store.DBTX, ids []uuid.UUID, messageType string) ([]Retried, error) {
+func RetryFailed(ctx context.Context, db database.DBTX, ids []uuid.UUID, messageType string) ([]Retried, error) {
 	rows, err := queries.RetryFailedOutbox(ctx, db, dbsqlc.RetryFailedOutboxParams{
-		OutboxIds: ids, MessageType: store.NilIfEmpty(messageType),
+		OutboxIds: ids, MessageType: database.NilIfEmpty(messageType),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("retry failed outbox rows: %w", store.Translate(err))
+		return nil, fmt.Errorf("retry failed outbox rows: %w", database.Translate(err))
 	}
 	out := make([]Retried, len(rows))
 	for i, r := range rows {
-		out[i] = Retried{ID: r.OutboxID, Type: r.MessageType, AggregateID: r.AggregateID, LastError: store.Deref(r.LastError)}
+		out[i] = Retried{ID: r.OutboxID, Type: r.MessageType, AggregateID: r.AggregateID, LastError: database.Deref(r.LastError)}
 	}
 	return out, nil
 }

@@ -10,7 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -30,11 +30,11 @@ func TestReturnsAreNeverLostWhileMarksWait(t *testing.T) {
 	b := setupRelay(t)
 	const n = 3000 // order.fulfilled: no queue is bound to it in this vhost
 	for range n / 500 {
-		msgs := make([]domain.Message, 500)
+		msgs := make([]messaging.Message, 500)
 		for i := range msgs {
-			msgs[i] = domain.OrderFulfilledV1{ID: testenv.NewID()}
+			msgs[i] = testMessage{Type: typeFulfilled, ID: testenv.NewID()}
 		}
-		if _, err := writer.Write(b.ctx, b.pool, domain.Cause{}, msgs...); err != nil {
+		if _, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, msgs...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,15 +43,13 @@ func TestReturnsAreNeverLostWhileMarksWait(t *testing.T) {
 	cfg.ConfirmTimeout, cfg.Lease = 30*time.Second, 60*time.Second
 	cfg.BackoffBase, cfg.BackoffMax = time.Hour, time.Hour // one attempt each in this test
 	held := false
-	b.startRelay(cfg, b.amqpURL, func(r *outbox.Relay) {
-		outbox.SetBeforeMark(r, func([]outbox.Claim) error {
-			if !held {
-				held = true
-				time.Sleep(12 * time.Second) // marks wait; the broker keeps returning
-			}
-			return nil
-		})
-	})
+	b.startRelay(cfg, b.amqpURL, outbox.BeforeMark(func([]outbox.Claim) error {
+		if !held {
+			held = true
+			time.Sleep(12 * time.Second) // marks wait; the broker keeps returning
+		}
+		return nil
+	}))
 	testenv.WaitFor(t, 60*time.Second, "every row to be marked", func() bool {
 		var marked int
 		_ = b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE status = 'PUBLISHED' OR last_error IS NOT NULL").Scan(&marked)
@@ -74,7 +72,7 @@ func TestReturnsAreNeverLostWhileMarksWait(t *testing.T) {
 func TestBrokerTroubleNeverSpendsAttempts(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.bindQueue("observer", domain.TypeOrderCancelled)
+	b.bindQueue("observer", typeCancelled)
 	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
 	cfg := testRelayConfig()
 	cfg.MaxAttempts = 2
@@ -83,7 +81,7 @@ func TestBrokerTroubleNeverSpendsAttempts(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
 
 	proxy.Stall()
-	id := b.enqueue(1, domain.Cause{})[0]
+	id := b.enqueue(1, messaging.Cause{})[0]
 	// Several publish attempts time out meanwhile (each session ends on a
 	// missing confirm and reconnects through the stalled proxy).
 	testenv.WaitFor(t, 20*time.Second, "publishes to time out", func() bool {
@@ -108,9 +106,11 @@ func TestBrokerTroubleNeverSpendsAttempts(t *testing.T) {
 }
 
 // A real nack from the broker (the queue is full and rejects publishes) is
-// the message's own failure: it counts, and after the last attempt the row
-// is FAILED with the reason, while the next rows flow once there is room.
-func TestBrokerNackCountsAndFails(t *testing.T) {
+// the broker's trouble, not the message's: the row goes back to PENDING
+// with no attempt spent, however often it is nacked, with the reason in
+// last_error, while the next rows flow; once the broker takes it, it is
+// published.
+func TestBrokerNackSpendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	// A queue that holds nothing and rejects what overflows: every publish
@@ -120,34 +120,43 @@ func TestBrokerNackCountsAndFails(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ch.QueueBind("full", domain.TypeOrderRejected, domain.EventsExchange, false, nil); err != nil {
+	if err := b.ch.QueueBind("full", typeRejected, testExchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	b.bindQueue("observer", domain.TypeOrderCancelled)
-	rejected, err := writer.Write(b.ctx, b.pool, domain.Cause{}, domain.OrderRejectedV1{ID: testenv.NewID(), Reason: "r"})
+	b.bindQueue("observer", typeCancelled)
+	rejected, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, testMessage{Type: typeRejected, ID: testenv.NewID()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := b.enqueue(5, domain.Cause{})
+	ok := b.enqueue(5, messaging.Cause{})
 	cfg := testRelayConfig()
 	cfg.MaxAttempts = 2
 	b.startRelay(cfg, b.amqpURL, nil)
 	if got := b.receive("observer", len(ok), 20*time.Second, 0); len(got) != len(ok) {
 		t.Fatalf("received %d of %d", len(got), len(ok))
 	}
-	var status, lastError string
-	var attempts int
-	testenv.WaitFor(t, 20*time.Second, "the nacked row to be FAILED", func() bool {
+	row := func() (status, lastError string, attempts int) {
 		_ = b.pool.QueryRow(b.ctx, "SELECT status, coalesce(last_error, ''), attempt_count FROM message_outbox WHERE outbox_id = $1", rejected[0]).
 			Scan(&status, &lastError, &attempts)
-		return status == "FAILED"
-	})
-	if lastError != "nacked by RabbitMQ" || attempts != 2 {
-		t.Logf("status %s", status)
-		t.Fatalf("FAILED row: %d attempts, last_error %q", attempts, lastError)
+		return
 	}
-	if got := b.counter("outbox.failed"); got != 1 {
+	testenv.WaitFor(t, 20*time.Second, "more nacks than the row has attempts", func() bool {
+		return b.counterWith("outbox.publish.attempts", "outcome", "nacked") > int64(cfg.MaxAttempts)
+	})
+	if status, lastError, attempts := row(); status == "FAILED" || attempts > 1 || lastError != "nacked by RabbitMQ" {
+		t.Fatalf("after %d nacks: %s, %d attempts, last_error %q; want it back in line with no attempt spent",
+			b.counterWith("outbox.publish.attempts", "outcome", "nacked"), status, attempts, lastError)
+	}
+	if got := b.counter("outbox.failed"); got != 0 {
 		t.Fatalf("outbox.failed = %d", got)
+	}
+	// The broker can take it now: it is published.
+	if _, err := b.ch.QueueDelete("full", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	b.bindQueue("roomy", typeRejected)
+	if got := b.receive("roomy", 1, 30*time.Second, 0); got[0].MessageId != rejected[0].String() {
+		t.Fatalf("received %s", got[0].MessageId)
 	}
 }
 
@@ -158,8 +167,8 @@ func TestBrokerNackCountsAndFails(t *testing.T) {
 func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.bindQueue("observer", domain.TypeOrderCancelled)
-	ids := b.enqueue(20, domain.Cause{})
+	b.bindQueue("observer", typeCancelled)
+	ids := b.enqueue(20, messaging.Cause{})
 	slowCfg := testRelayConfig()
 	slowCfg.Lease, slowCfg.ConfirmTimeout = 2*time.Second, time.Second
 	// Its window holds exactly the rows it claims first, and they stay in
@@ -170,12 +179,10 @@ func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
-	slow := b.startRelay(slowCfg, b.amqpURL, func(r *outbox.Relay) {
-		outbox.SetBeforeMark(r, func([]outbox.Claim) error {
-			<-release // alive, but its marks wait past the lease
-			return nil
-		})
-	})
+	slow := b.startRelay(slowCfg, b.amqpURL, outbox.BeforeMark(func([]outbox.Claim) error {
+		<-release // alive, but its marks wait past the lease
+		return nil
+	}))
 	t.Cleanup(unblock) // cleanups run last first: this one before the relay's stop
 	first := b.receive("observer", len(ids), 60*time.Second, 0)
 	if len(first) != len(ids) {
@@ -185,9 +192,14 @@ func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 	b.startRelay(testRelayConfig(), b.amqpURL, nil)
 	again := b.receive("observer", len(ids), 60*time.Second, 0)
 	testenv.WaitFor(t, 60*time.Second, "every row PUBLISHED by the second relay", b.allPublished(len(ids)))
-	var reclaimed int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE attempt_count >= 2").Scan(&reclaimed); err != nil || reclaimed != len(ids) {
-		t.Fatalf("%d rows claimed again after the lease (%v), want %d", reclaimed, err, len(ids))
+	// Every row was recovered from the slow relay's expired lease, and its
+	// attempt given back: a relay's trouble spends none of a row's.
+	if got := b.counter("outbox.lease.recovered"); got != int64(len(ids)) {
+		t.Fatalf("%d rows recovered after the lease, want %d", got, len(ids))
+	}
+	var attempts int
+	if err := b.pool.QueryRow(b.ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("max attempt_count %d (%v), want 1", attempts, err)
 	}
 	unblock() // the late relay's marks now run: fenced out
 	if err := slow.stop(); err != nil {
@@ -211,7 +223,7 @@ func TestBlockedBrokerPausesClaiming(t *testing.T) {
 	b := setupRelay(t)
 	logs := &lockedBuffer{}
 	b.logger = slog.New(slog.NewTextHandler(logs, nil))
-	b.bindQueue("observer", domain.TypeOrderCancelled)
+	b.bindQueue("observer", typeCancelled)
 	proxy := testenv.NewAMQPProxy(t, testenv.HostPort(b.amqpURL))
 	relay := b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
 	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
@@ -220,7 +232,7 @@ func TestBlockedBrokerPausesClaiming(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the relay to see connection.blocked", func() bool {
 		return strings.Contains(logs.String(), "RabbitMQ blocked publishing")
 	})
-	ids := b.enqueue(20, domain.Cause{})
+	ids := b.enqueue(20, messaging.Cause{})
 	// Many poll intervals (100 ms) and a NOTIFY pass: a relay that claimed
 	// while blocked would have claimed by now.
 	time.Sleep(3 * time.Second)

@@ -3,24 +3,30 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
-	"github.com/yourorg/orders/internal/store"
 )
 
 var queries = dbsqlc.New()
 
-// Writer writes the messages of a process to the outbox. Producer names
-// the process (the AMQP app_id of its messages).
+// Writer writes the messages of a process to the outbox: each row is
+// published to Exchange with the message type as its routing key.
 type Writer struct {
+	// Producer names the process: the AMQP app_id of its messages.
 	Producer string
+	// Exchange is the exchange the rows are published to. Required.
+	Exchange string
+	// AggregateType names the kind of entity the messages are about (the
+	// rows' aggregate_type, such as "order"). Required.
+	AggregateType string
 }
 
 // Write writes msgs to the outbox in the caller's transaction, one row
@@ -32,7 +38,7 @@ type Writer struct {
 // a message caused the change) and the trace context of ctx (W3C
 // traceparent, tracestate and baggage), so that the relay and the
 // consumers continue the trace that wrote the row.
-func (w Writer) Write(ctx context.Context, db store.DBTX, cause domain.Cause, msgs ...domain.Message) ([]uuid.UUID, error) {
+func (w Writer) Write(ctx context.Context, db database.DBTX, cause messaging.Cause, msgs ...messaging.Message) ([]uuid.UUID, error) {
 	b := Buffer{Writer: w}
 	ids, err := b.Add(ctx, cause, msgs...)
 	if err != nil {
@@ -56,9 +62,12 @@ type Buffer struct {
 
 // Add builds the rows of msgs as Write would, with the cause and the trace
 // context of ctx, keeps them for Flush, and returns their ids.
-func (b *Buffer) Add(ctx context.Context, cause domain.Cause, msgs ...domain.Message) ([]uuid.UUID, error) {
+func (b *Buffer) Add(ctx context.Context, cause messaging.Cause, msgs ...messaging.Message) ([]uuid.UUID, error) {
 	if len(msgs) == 0 {
 		return nil, nil
+	}
+	if b.Exchange == "" || b.AggregateType == "" {
+		return nil, errors.New("outbox writer: Exchange and AggregateType must be set")
 	}
 	headers := propagation.MapCarrier{}
 	otel.GetTextMapPropagator().Inject(ctx, headers)
@@ -90,15 +99,15 @@ func (b *Buffer) Add(ctx context.Context, cause domain.Cause, msgs ...domain.Mes
 			return nil, fmt.Errorf("encode %s payload: %w", msg.MessageType(), err)
 		}
 		p.OutboxIds = append(p.OutboxIds, id)
-		p.AggregateIds = append(p.AggregateIds, msg.OrderID().String())
+		p.AggregateIds = append(p.AggregateIds, msg.AggregateID())
 		p.MessageTypes = append(p.MessageTypes, msg.MessageType())
 		p.MessageVersions = append(p.MessageVersions, int32(msg.MessageVersion()))
 		p.Payloads = append(p.Payloads, payload)
 	}
 	q := &b.p
 	for range msgs {
-		q.AggregateTypes = append(q.AggregateTypes, domain.AggregateOrder)
-		q.ExchangeNames = append(q.ExchangeNames, domain.EventsExchange)
+		q.AggregateTypes = append(q.AggregateTypes, b.AggregateType)
+		q.ExchangeNames = append(q.ExchangeNames, b.Exchange)
 		q.Headers = append(q.Headers, headerJSON)
 	}
 	q.OutboxIds = append(q.OutboxIds, p.OutboxIds...)
@@ -115,7 +124,7 @@ func (b *Buffer) Len() int { return len(b.p.OutboxIds) }
 
 // Flush writes the rows added since the last Flush in db (the transaction
 // of their changes), in one statement, and empties the buffer.
-func (b *Buffer) Flush(ctx context.Context, db store.DBTX) error {
+func (b *Buffer) Flush(ctx context.Context, db database.DBTX) error {
 	n := b.Len()
 	if n == 0 {
 		return nil
@@ -123,7 +132,7 @@ func (b *Buffer) Flush(ctx context.Context, db store.DBTX) error {
 	err := queries.InsertOutboxMessages(ctx, db, b.p)
 	b.p = dbsqlc.InsertOutboxMessagesParams{}
 	if err != nil {
-		return fmt.Errorf("insert %d outbox rows: %w", n, store.Translate(err))
+		return fmt.Errorf("insert %d outbox rows: %w", n, database.Translate(err))
 	}
 	return nil
 }

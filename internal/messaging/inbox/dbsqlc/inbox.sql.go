@@ -368,6 +368,9 @@ SET status = excluded.status,
     last_error_message = excluded.last_error_message,
     last_received_at = now()
 WHERE message_inbox.status <> 'PROCESSED'
+  AND (message_inbox.status <> 'PROCESSING'
+       OR message_inbox.attempt_count = $13::integer
+       OR message_inbox.processing_started_at < now() - make_interval(secs => $14::float8))
 RETURNING status, attempt_count
 `
 
@@ -384,6 +387,8 @@ type RecordInboxFailureParams struct {
 	CorrelationID    *string
 	CausationID      *string
 	TraceID          *string
+	HeldAttempt      int32
+	LeaseSeconds     float64
 }
 
 type RecordInboxFailureRow struct {
@@ -393,7 +398,11 @@ type RecordInboxFailureRow struct {
 
 // Records a failed attempt after its transaction rolled back, in a
 // transaction of its own, so that the failure is remembered. It never
-// touches a PROCESSED row: what committed stays committed.
+// touches a PROCESSED row: what committed stays committed. Nor a row
+// another delivery holds PROCESSING within its lease: held_attempt is the
+// attempt whose committed hold this failure ends (a failed external call),
+// 0 when the attempt committed nothing; a late record of an attempt that
+// was taken over meanwhile finds a newer attempt there, and leaves it be.
 func (q *Queries) RecordInboxFailure(ctx context.Context, db DBTX, arg RecordInboxFailureParams) (RecordInboxFailureRow, error) {
 	row := db.QueryRow(ctx, recordInboxFailure,
 		arg.ConsumerName,
@@ -408,6 +417,8 @@ func (q *Queries) RecordInboxFailure(ctx context.Context, db DBTX, arg RecordInb
 		arg.CorrelationID,
 		arg.CausationID,
 		arg.TraceID,
+		arg.HeldAttempt,
+		arg.LeaseSeconds,
 	)
 	var i RecordInboxFailureRow
 	err := row.Scan(&i.Status, &i.AttemptCount)

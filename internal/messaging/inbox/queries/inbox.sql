@@ -114,7 +114,11 @@ RETURNING attempt_count;
 -- name: RecordInboxFailure :one
 -- Records a failed attempt after its transaction rolled back, in a
 -- transaction of its own, so that the failure is remembered. It never
--- touches a PROCESSED row: what committed stays committed.
+-- touches a PROCESSED row: what committed stays committed. Nor a row
+-- another delivery holds PROCESSING within its lease: held_attempt is the
+-- attempt whose committed hold this failure ends (a failed external call),
+-- 0 when the attempt committed nothing; a late record of an attempt that
+-- was taken over meanwhile finds a newer attempt there, and leaves it be.
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status,
     attempt_count, payload_hash, processing_started_at, last_error_code, last_error_message,
@@ -131,6 +135,9 @@ SET status = excluded.status,
     last_error_message = excluded.last_error_message,
     last_received_at = now()
 WHERE message_inbox.status <> 'PROCESSED'
+  AND (message_inbox.status <> 'PROCESSING'
+       OR message_inbox.attempt_count = @held_attempt::integer
+       OR message_inbox.processing_started_at < now() - make_interval(secs => @lease_seconds::float8))
 RETURNING status, attempt_count;
 
 -- name: DeleteProcessedInbox :execrows

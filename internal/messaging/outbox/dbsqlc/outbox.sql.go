@@ -23,8 +23,9 @@ WHERE outbox_id = ANY (ARRAY(
     SELECT outbox_id
     FROM message_outbox
     WHERE status = 'PENDING' AND next_attempt_at <= now()
+      AND message_type <> ALL ($3::text[])
     ORDER BY created_at, outbox_id
-    LIMIT $3
+    LIMIT $4
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
@@ -34,6 +35,7 @@ RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
 type ClaimOutboxParams struct {
 	Claimer      *string
 	LeaseSeconds float64
+	HeldTypes    []string
 	MaxRows      int32
 }
 
@@ -52,12 +54,19 @@ type ClaimOutboxRow struct {
 }
 
 // Leases up to max_rows due PENDING rows, oldest first, to one claim of one
-// relay (claimed_by: a token unique to this claim), and counts the attempt. SKIP LOCKED lets relays claim side by side without
-// waiting for each other; the row locks last only as long as this one
-// statement, and the lease (claimed_until) takes over from there. The ids
-// go through an array so that the rows are fetched by primary key.
+// relay (claimed_by: a token unique to this claim), and counts the
+// attempt. SKIP LOCKED lets relays claim side by side without waiting for
+// each other; the row locks last only as long as this one statement, and
+// the lease (claimed_until) takes over from there. Rows of held_types are
+// left alone (a reader's queue of theirs is missing). The ids go through
+// an array so that the rows are fetched by primary key.
 func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParams) ([]ClaimOutboxRow, error) {
-	rows, err := db.Query(ctx, claimOutbox, arg.Claimer, arg.LeaseSeconds, arg.MaxRows)
+	rows, err := db.Query(ctx, claimOutbox,
+		arg.Claimer,
+		arg.LeaseSeconds,
+		arg.HeldTypes,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -216,14 +225,14 @@ type MarkOutboxRow struct {
 // What became of the rows of one batch, in one statement (one round trip,
 // one commit), each row in exactly one of three lists:
 //   - published: the broker confirmed them: PUBLISHED;
-//   - refused: returned as unroutable, or nacked, a cause that belongs to
-//     the message: back to PENDING after their backoff, or FAILED once
-//     max_attempts is spent;
+//   - refused: returned as unroutable (no queue matched its routing key),
+//     the one cause that belongs to the message: back to PENDING after
+//     their backoff, or FAILED once max_attempts is spent;
 //   - released: handed back with the attempt not counted: rows a stopping
-//     relay never got to publish, and rows whose publish the infrastructure
-//     cut short (a lost connection, a confirm that never came). Trouble
-//     that is not the message's own never spends its attempts. Due after
-//     retry_in, with the reason in last_error when there is one.
+//     relay never got to publish, and rows the broker could not take (a
+//     nack, a lost connection, a confirm that never came). Trouble that is
+//     not the message's own never spends its attempts. Due after retry_in,
+//     with the reason in last_error when there is one.
 //
 // Each row is matched on the claim that took it (claimed_by holds a token
 // unique to each claim): a relay whose lease ran out, and whose row was
@@ -300,24 +309,38 @@ func (q *Queries) OutboxStats(ctx context.Context, db DBTX) ([]OutboxStatsRow, e
 	return items, nil
 }
 
-const recoverExpiredOutboxClaims = `-- name: RecoverExpiredOutboxClaims :execrows
+const recoverExpiredOutboxClaims = `-- name: RecoverExpiredOutboxClaims :many
 UPDATE message_outbox
-SET status = CASE WHEN attempt_count >= $1::integer THEN 'FAILED' ELSE 'PENDING' END,
-    next_attempt_at = now(),
+SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_attempt_at = now(),
     last_error = 'lease expired: relay ' || claimed_by || ' did not finish the publish',
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
 WHERE status = 'PUBLISHING' AND claimed_until < now()
+RETURNING outbox_id
 `
 
 // Rows whose relay went away (killed, partitioned) while PUBLISHING: once
-// the lease has run out they are PENDING again, or FAILED if that was the
-// last attempt. Any relay runs this; no one has to step in.
-func (q *Queries) RecoverExpiredOutboxClaims(ctx context.Context, db DBTX, maxAttempts int32) (int64, error) {
-	result, err := db.Exec(ctx, recoverExpiredOutboxClaims, maxAttempts)
+// the lease has run out they are PENDING again, due now, with the attempt
+// the claim counted given back: a relay's death is not the message's
+// fault, and does not spend its attempts. Any relay runs this; no one has
+// to step in.
+func (q *Queries) RecoverExpiredOutboxClaims(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, recoverExpiredOutboxClaims)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var outbox_id uuid.UUID
+		if err := rows.Scan(&outbox_id); err != nil {
+			return nil, err
+		}
+		items = append(items, outbox_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const retryFailedOutbox = `-- name: RetryFailedOutbox :many

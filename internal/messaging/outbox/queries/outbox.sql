@@ -18,10 +18,12 @@ SELECT unnest(@outbox_ids::uuid[]),
 
 -- name: ClaimOutbox :many
 -- Leases up to max_rows due PENDING rows, oldest first, to one claim of one
--- relay (claimed_by: a token unique to this claim), and counts the attempt. SKIP LOCKED lets relays claim side by side without
--- waiting for each other; the row locks last only as long as this one
--- statement, and the lease (claimed_until) takes over from there. The ids
--- go through an array so that the rows are fetched by primary key.
+-- relay (claimed_by: a token unique to this claim), and counts the
+-- attempt. SKIP LOCKED lets relays claim side by side without waiting for
+-- each other; the row locks last only as long as this one statement, and
+-- the lease (claimed_until) takes over from there. Rows of held_types are
+-- left alone (a reader's queue of theirs is missing). The ids go through
+-- an array so that the rows are fetched by primary key.
 UPDATE message_outbox
 SET status = 'PUBLISHING',
     claimed_by = @claimer,
@@ -32,6 +34,7 @@ WHERE outbox_id = ANY (ARRAY(
     SELECT outbox_id
     FROM message_outbox
     WHERE status = 'PENDING' AND next_attempt_at <= now()
+      AND message_type <> ALL (@held_types::text[])
     ORDER BY created_at, outbox_id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
@@ -43,14 +46,14 @@ RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
 -- What became of the rows of one batch, in one statement (one round trip,
 -- one commit), each row in exactly one of three lists:
 --   - published: the broker confirmed them: PUBLISHED;
---   - refused: returned as unroutable, or nacked, a cause that belongs to
---     the message: back to PENDING after their backoff, or FAILED once
---     max_attempts is spent;
+--   - refused: returned as unroutable (no queue matched its routing key),
+--     the one cause that belongs to the message: back to PENDING after
+--     their backoff, or FAILED once max_attempts is spent;
 --   - released: handed back with the attempt not counted: rows a stopping
---     relay never got to publish, and rows whose publish the infrastructure
---     cut short (a lost connection, a confirm that never came). Trouble
---     that is not the message's own never spends its attempts. Due after
---     retry_in, with the reason in last_error when there is one.
+--     relay never got to publish, and rows the broker could not take (a
+--     nack, a lost connection, a confirm that never came). Trouble that is
+--     not the message's own never spends its attempts. Due after retry_in,
+--     with the reason in last_error when there is one.
 -- Each row is matched on the claim that took it (claimed_by holds a token
 -- unique to each claim): a relay whose lease ran out, and whose row was
 -- claimed again, cannot touch the newer claim, however often it retries;
@@ -90,16 +93,18 @@ SELECT (SELECT count(*) FROM published)::bigint AS published,
        (SELECT count(*) FROM released)::bigint AS released,
        coalesce((SELECT array_agg(outbox_id) FROM refused WHERE status = 'FAILED'), '{}')::uuid[] AS failed_ids;
 
--- name: RecoverExpiredOutboxClaims :execrows
+-- name: RecoverExpiredOutboxClaims :many
 -- Rows whose relay went away (killed, partitioned) while PUBLISHING: once
--- the lease has run out they are PENDING again, or FAILED if that was the
--- last attempt. Any relay runs this; no one has to step in.
+-- the lease has run out they are PENDING again, due now, with the attempt
+-- the claim counted given back: a relay's death is not the message's
+-- fault, and does not spend its attempts. Any relay runs this; no one has
+-- to step in.
 UPDATE message_outbox
-SET status = CASE WHEN attempt_count >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
-    next_attempt_at = now(),
+SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_attempt_at = now(),
     last_error = 'lease expired: relay ' || claimed_by || ' did not finish the publish',
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
-WHERE status = 'PUBLISHING' AND claimed_until < now();
+WHERE status = 'PUBLISHING' AND claimed_until < now()
+RETURNING outbox_id;
 
 -- name: DeletePublishedOutbox :execrows
 -- Retention: PUBLISHED rows older than the window, a batch at a time.

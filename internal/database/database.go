@@ -1,0 +1,141 @@
+package database
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DBTX is what SQL runs on: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx. The
+// interface sqlc generates for each query package has the same methods, so
+// a DBTX can be passed to any of them.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// PoolConfig configures the connection pool of a process.
+type PoolConfig struct {
+	// URL is the PostgreSQL connection string (DATABASE_URL).
+	URL string
+	// MaxConns caps the pool; 0 keeps pgxpool's default (max(4, CPUs)).
+	MaxConns int32
+	// AppName is shown in pg_stat_activity.application_name.
+	AppName string
+	// ConnectTimeout bounds the wait for the database at start. Default 30s.
+	ConnectTimeout time.Duration
+	// Tracer, when set, instruments every query.
+	Tracer pgx.QueryTracer
+	// StatementTimeout and LockTimeout bound every statement of the pool's
+	// sessions, and its waits for locks (0: no limit). A statement cut
+	// short fails with SQLSTATE 57014 or 55P03, both transient.
+	StatementTimeout, LockTimeout time.Duration
+	// AsyncCommit turns synchronous_commit off for the pool's sessions: a
+	// commit returns before its WAL is flushed, and a database crash may
+	// forget the last few hundred milliseconds of commits. Only for work
+	// that is safe to lose and redo: the relay's claims and marks (a lost
+	// one means a message is published again, which consumers absorb),
+	// never for business writes.
+	AsyncCommit bool
+}
+
+// NewPool opens a pool and waits until the database answers, so that a
+// process started next to its database (docker compose) does not fail at
+// once. It gives up after cfg.ConnectTimeout, and at once when the server
+// refuses the login or has no such database: waiting cannot mend those.
+func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	if cfg.AppName != "" {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = cfg.AppName
+	}
+	if cfg.Tracer != nil {
+		pcfg.ConnConfig.Tracer = cfg.Tracer
+	}
+	if cfg.StatementTimeout > 0 {
+		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	}
+	if cfg.LockTimeout > 0 {
+		pcfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10)
+	}
+	if cfg.AsyncCommit {
+		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
+	}
+	if err := waitForDatabase(ctx, pool, cmp.Or(cfg.ConnectTimeout, 30*time.Second)); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	delay := 100 * time.Millisecond
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if cause := refusal(err); cause != "" {
+			return fmt.Errorf("database refused the connection, not retried: %s: %w", cause, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("database not reachable after %s: %w", timeout, err)
+		case <-time.After(delay):
+			delay = min(2*delay, 2*time.Second)
+		}
+	}
+}
+
+// refusal names the cause when the server refused a connection for a
+// reason that waiting does not mend, and is "" otherwise.
+func refusal(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	switch pgErr.Code {
+	case "28P01":
+		return "the password is wrong (SQLSTATE 28P01)"
+	case "28000":
+		return "the role does not exist or may not log in from here, see pg_hba.conf (SQLSTATE 28000)"
+	case "3D000":
+		return "the database does not exist, migrate creates it (SQLSTATE 3D000)"
+	}
+	return ""
+}
+
+// NilIfEmpty turns "" into SQL NULL for a nullable text column.
+func NilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Deref reads a nullable text column, NULL as "".
+func Deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
