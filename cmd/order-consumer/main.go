@@ -40,6 +40,7 @@ type Config struct {
 	config.Database
 	config.Log
 	config.Telemetry
+	config.Partitions
 	// AMQPURL is the RabbitMQ broker.
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
@@ -75,6 +76,7 @@ func (c *Config) Validate() error {
 		c.Database.Validate(),
 		c.Log.Validate(),
 		c.Telemetry.Validate(),
+		c.Partitions.Validate(),
 		config.Positive("CONSUMER_PREFETCH", c.Prefetch),
 		config.Positive("CONSUMER_WORKERS", c.Workers),
 		config.Positive("CONSUMER_BATCH_SIZE", c.BatchSize),
@@ -126,7 +128,7 @@ func (c *Config) consumerConfig() inbox.Config {
 	return consumer.Inbox(inbox.Config{
 		Prefetch: c.Prefetch, Workers: c.Workers, BatchSize: c.BatchSize, BatchWait: c.BatchWait, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
 		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout, TxTimeout: c.TxTimeout,
-		InboxRetention: c.InboxRetention,
+		InboxRetention: c.InboxRetention, Partitions: c.Partitions.Count,
 	})
 }
 

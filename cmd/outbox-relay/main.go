@@ -31,6 +31,7 @@ type Config struct {
 	config.Database
 	config.Log
 	config.Telemetry
+	config.Partitions
 	// AMQPURL is the RabbitMQ broker.
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
@@ -57,6 +58,7 @@ func (c *Config) Validate() error {
 		c.Database.Validate(),
 		c.Log.Validate(),
 		c.Telemetry.Validate(),
+		c.Partitions.Validate(),
 		config.Positive("RELAY_BATCH_SIZE", c.BatchSize),
 		config.Positive("RELAY_MAX_IN_FLIGHT", c.MaxInFlight),
 		config.Positive("RELAY_POLL_INTERVAL", c.PollInterval),
@@ -103,7 +105,8 @@ func (c *Config) relayConfig() outbox.Config {
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
 		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout, DBTimeout: c.DBTimeout,
-		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(),
+		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.Partitions.Count),
+		Partitions: c.Partitions.Count,
 	}
 }
 

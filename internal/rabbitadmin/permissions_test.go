@@ -201,6 +201,10 @@ func TestConsumerUser(t *testing.T) {
 	b := newBroker(t, testenv.NewVhost(t))
 	const consumer = rabbitadmin.ConsumerUser
 	b.allowed(consumer, "declare its topology (exchange, work, retry and parking-lot queues, bindings)", topology.Declare)
+	partitioned := topology
+	partitioned.Partitions = 4
+	b.allowed(consumer, "declare its partitioned topology (partition exchange, partition queues, bindings)", partitioned.Declare)
+	b.allowed(consumer, "consume a partition queue", consume(inbox.PartitionQueueName(topology.Consumer, 3)))
 	b.allowed(consumer, "consume its work queue", consume(workQueue))
 	b.allowed(consumer, "retry: publish to a retry queue through amq.default", publish("", retryQueue))
 	b.allowed(consumer, "park: publish to its parking lot through amq.default", publish("", parkingLot))

@@ -119,7 +119,7 @@ func (cs *Consumers) Run(ctx context.Context) error {
 
 func (s *subscription) run(ctx context.Context) {
 	s.log.InfoContext(ctx, "consumer starting", slog.String("queue", s.topology.Queue()),
-		slog.Int("workers", s.cfg.Workers), slog.Int("prefetch", s.cfg.Prefetch))
+		slog.Int("workers", s.cfg.Workers), slog.Int("prefetch", s.cfg.Prefetch), slog.Int("partitions", s.cfg.Partitions))
 	background.Reconnect{
 		What: "broker session", Base: 500 * time.Millisecond, MaxDelay: 30 * time.Second,
 		Logger: s.log, Session: s.session,
@@ -148,17 +148,32 @@ func (s *subscription) session(ctx context.Context) error {
 		return err
 	}
 	s.pub.Store(pub)
-	queue := s.topology.Queue()
-	tag := fmt.Sprintf("%s-%d-%d", s.consumer.name, os.Getpid(), time.Now().UnixNano())
-	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", queue, err)
+
+	// The work queues: one, taken by Workers workers; or, with partitions,
+	// one per partition, each taken by a worker of its own, in order.
+	type feed struct {
+		queue, tag string
+		deliveries <-chan amqp.Delivery
+		workers    int
+	}
+	var feeds []feed
+	for _, queue := range WorkQueues(s.consumer.name, s.cfg.Partitions) {
+		tag := fmt.Sprintf("%s-%d-%d", queue, os.Getpid(), time.Now().UnixNano())
+		deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("consume %s: %w", queue, err)
+		}
+		workers := s.cfg.Workers
+		if s.cfg.Partitions > 0 {
+			workers = 1
+		}
+		feeds = append(feeds, feed{queue: queue, tag: tag, deliveries: deliveries, workers: workers})
 	}
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	cancelled := ch.NotifyCancel(make(chan string, 1))
+	cancelled := ch.NotifyCancel(make(chan string, len(feeds)))
 	s.consuming.Store(true)
 	defer s.consuming.Store(false)
-	s.log.InfoContext(ctx, "consuming", slog.String("queue", queue))
+	s.log.InfoContext(ctx, "consuming", slog.Int("queues", len(feeds)), slog.String("queue", feeds[0].queue))
 
 	// workCtx bounds the processing: it ends ShutdownTimeout after ctx.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -170,51 +185,61 @@ func (s *subscription) session(ctx context.Context) error {
 	var wg sync.WaitGroup
 	deliveriesClosed := make(chan struct{})
 	var closeOnce sync.Once
-	for range s.cfg.Workers {
-		w := &worker{consumer: s.consumer, cfg: s.cfg, pool: s.pool, pub: pub, topology: s.topology,
-			log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held}
-		wg.Go(func() {
-			for {
-				select { // stopping wins over a delivery that is ready too
-				case <-stopTaking:
-					return // what is still buffered stays unacknowledged
-				default:
-				}
-				select {
-				case <-stopTaking:
-					return
-				case raw, ok := <-deliveries:
-					if !ok { // the broker cancelled the consumer, or the channel closed
-						closeOnce.Do(func() { close(deliveriesClosed) })
+	for _, f := range feeds {
+		for range f.workers {
+			w := &worker{consumer: s.consumer, cfg: s.cfg, pool: s.pool, pub: pub, topology: s.topology,
+				log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held, queue: f.queue, ordered: s.cfg.Partitions > 0}
+			wg.Go(func() {
+				for {
+					select { // stopping wins over a delivery that is ready too
+					case <-stopTaking:
+						return // what is still buffered stays unacknowledged
+					default:
+					}
+					select {
+					case <-stopTaking:
 						return
+					case raw, ok := <-f.deliveries:
+						if !ok { // the broker cancelled the consumer, or the channel closed
+							closeOnce.Do(func() { close(deliveriesClosed) })
+							return
+						}
+						if !s.waitBefore(ctx, stopTaking, raw) {
+							return // stopping: the delivery stays unacknowledged, and comes again
+						}
+						batch := []amqp.Delivery{raw}
+						if len(s.consumer.waits) == 0 { // a consumer that waits takes one at a time: each waits its own time
+							batch = s.collect(batch, f.deliveries, stopTaking)
+						}
+						w.handle(workCtx, batch)
 					}
-					if !s.waitBefore(ctx, stopTaking, raw) {
-						return // stopping: the delivery stays unacknowledged, and comes again
-					}
-					batch := []amqp.Delivery{raw}
-					if len(s.consumer.waits) == 0 { // a consumer that waits takes one at a time: each waits its own time
-						batch = s.collect(batch, deliveries, stopTaking)
-					}
-					w.handle(workCtx, batch)
 				}
-			}
-		})
+			})
+		}
 	}
 
 	// The session ends on shutdown, when the channel dies, or when the
-	// broker cancels the consumer (its queue deleted and declared again, a
+	// broker cancels a consumer (its queue deleted and declared again, a
 	// quorum leader moved): then the next session declares the topology
 	// again and consumes anew. Until it does, the consumer is not ready.
 	var sessionErr error
 	select {
 	case <-ctx.Done():
-		_ = ch.Cancel(tag, false) // no more deliveries
+		// No more deliveries. A partition's consumer is not cancelled but
+		// closed with its channel once its worker is done (below), so that
+		// the broker takes back what it holds in the same step as it passes
+		// the partition to the next replica: those come first, in order.
+		if s.cfg.Partitions == 0 {
+			for _, f := range feeds {
+				_ = ch.Cancel(f.tag, false)
+			}
+		}
 	case amqpErr := <-chClosed:
 		sessionErr = fmt.Errorf("channel closed: %w", amqpErr)
-	case <-cancelled:
-		sessionErr = fmt.Errorf("the broker cancelled the consumer of %s", queue)
+	case tag := <-cancelled:
+		sessionErr = fmt.Errorf("the broker cancelled the consumer %s", tag)
 	case <-deliveriesClosed:
-		sessionErr = fmt.Errorf("the deliveries of %s stopped", queue)
+		sessionErr = fmt.Errorf("the deliveries of %s stopped", s.consumer.name)
 	}
 	s.consuming.Store(false)
 	close(stopTaking)

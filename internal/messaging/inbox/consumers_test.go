@@ -80,7 +80,7 @@ func setupConsumer(t *testing.T) *consumerBundle {
 	if err := messaging.DeclareExchange(b.ch, testExchange); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), txid bigint NOT NULL DEFAULT txid_current())`)
+	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), txid bigint NOT NULL DEFAULT txid_current(), seq bigserial)`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,6 +125,13 @@ func (w *worker) fail(d *delivery, cause error) {
 
 	if status == StatusRetryableFailed {
 		w.metrics.retried.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), attrCode.String(code)))
+		if w.ordered { // a retry queue would let the later messages overtake it
+			d.retryIn = w.retryDelay(d.Attempt)
+			w.log.WarnContext(ctx, "retrying in place, holding the partition", slog.String("outcome", "retried"),
+				slog.String("reason_code", code), slog.String("reason", reason), slog.Int("next_attempt", d.Attempt+1),
+				slog.Duration("retry_in", d.retryIn))
+			return
+		}
 		w.retryLater(d, d.Attempt+1, code, reason)
 		return
 	}
@@ -161,7 +168,7 @@ func (w *worker) retryLater(d *delivery, attempt int, code, reason string) {
 // and acknowledges the original once the broker confirmed the copy.
 func (w *worker) park(d *delivery, code, reason string) {
 	ctx, start := d.ctx, d.start
-	queue := w.topology.Queue()
+	queue := w.queue
 	msg := republish(d.raw)
 	msg.Headers[HeaderParkedCode] = code
 	msg.Headers[HeaderParkedReason] = reason
@@ -173,7 +180,7 @@ func (w *worker) park(d *delivery, code, reason string) {
 	if id := d.AggregateID(); id != "" {
 		msg.Headers[HeaderParkedAggregateID] = id
 	}
-	if err := w.pub.publish(ctx, ParkingLotName(queue), msg); err != nil {
+	if err := w.pub.publish(ctx, ParkingLotName(w.topology.Queue()), msg); err != nil {
 		w.requeue(d, "cannot park the message: "+err.Error())
 		return
 	}
@@ -184,7 +191,7 @@ func (w *worker) park(d *delivery, code, reason string) {
 	w.metrics.parked.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), attrCode.String(code)))
 	w.metrics.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(w.consumer.name), messaging.AttrOutcome.String("parked")))
 	w.log.ErrorContext(ctx, "message parked", slog.String("outcome", "parked"), slog.String("reason_code", code),
-		slog.String("reason", reason), slog.String("parking_lot", ParkingLotName(queue)), slog.Duration("took", time.Since(start)))
+		slog.String("reason", reason), slog.String("parking_lot", ParkingLotName(w.topology.Queue())), slog.Duration("took", time.Since(start)))
 }
 
 // requeue gives a delivery back to the broker when it could not be moved

@@ -300,3 +300,30 @@ func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 	}
 	return out, nil
 }
+
+// earlierParked returns the id of a parked (PERMANENT_FAILED or POISONED)
+// message of e's aggregate for e's consumer that arrived before e, or "".
+func earlierParked(ctx context.Context, db database.DBTX, e Entry) (string, error) {
+	id, err := queries.EarlierParkedOfAggregate(ctx, db, dbsqlc.EarlierParkedOfAggregateParams{
+		ConsumerName: e.Consumer, AggregateID: database.NilIfEmpty(e.AggregateID), MessageID: e.MessageID,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look for a parked earlier message of aggregate %s: %w", e.AggregateID, database.Translate(err))
+	}
+	return id, nil
+}
+
+// ForgetFailure deletes the failed row (RETRYABLE_FAILED, PERMANENT_FAILED
+// or POISONED) of a message an operator discarded for good, and reports
+// whether there was one. With partitions, the later messages of its
+// aggregate parked behind it may then be replayed. A PROCESSED row stays.
+func ForgetFailure(ctx context.Context, db database.DBTX, consumer, messageID string) (bool, error) {
+	n, err := queries.ForgetFailedInbox(ctx, db, dbsqlc.ForgetFailedInboxParams{ConsumerName: consumer, MessageID: messageID})
+	if err != nil {
+		return false, fmt.Errorf("forget the failure of %s: %w", messageID, database.Translate(err))
+	}
+	return n > 0, nil
+}

@@ -65,6 +65,16 @@ type Config struct {
 	// it is not ready then, and says which. Optional: a type not listed is
 	// published whatever queues exist.
 	Readers map[string][]string
+	// Partitions, when above 0, shares the outbox among the relays by
+	// partition: each relay leases a fair share of the partitions (for
+	// Lease, renewed at every poll) and claims only their rows, so relays
+	// do not compete for the same rows; a dead relay's partitions pass to
+	// the others when its leases end. A row's partition is derived from its
+	// aggregate id, and travels as the message's partition header, which the
+	// consumers' partitioned topology routes by (inbox.Config.Partitions:
+	// set both to the same number). 0: every relay claims from the whole
+	// outbox. Default 0.
+	Partitions int
 	// Faults, when set, injects failures (tests, drills). Nil in production.
 	Faults Faults
 }
@@ -114,6 +124,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Retention < 0 {
 		errs = append(errs, errors.New("retention must not be negative"))
+	}
+	if c.Partitions < 0 || c.Partitions > MaxPartitions {
+		errs = append(errs, fmt.Errorf("partitions must be between 0 and %d", MaxPartitions))
 	}
 	return errors.Join(errs...)
 }

@@ -36,6 +36,9 @@ type Relay struct {
 	refusals atomic.Int64
 	// readers is the last look at the readers' queues (Config.Readers).
 	readers atomic.Pointer[readerCheck]
+	// partitions are those this relay holds (Config.Partitions); nil: none.
+	partitions    atomic.Pointer[[]int32]
+	partitionRows atomic.Bool // the lease rows are made
 }
 
 // errStopped ends Run when Faults.BeforeMark fails: a test's stand-in for a
@@ -135,7 +138,8 @@ func (r *Relay) signal() {
 }
 
 // maintain runs the relay's clock: the poll tick (a wake-up in case a
-// NOTIFY was missed or a retry came due), lease recovery, and retention.
+// NOTIFY was missed or a retry came due), the partition leases, lease
+// recovery, and retention. When it stops, it gives the partitions back.
 func (r *Relay) maintain(ctx context.Context) {
 	if r.cfg.Retention > 0 {
 		go background.Retention{
@@ -145,6 +149,8 @@ func (r *Relay) maintain(ctx context.Context) {
 			},
 		}.Run(ctx)
 	}
+	r.leasePartitions(ctx)
+	defer r.releasePartitions(ctx)
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
 	for {
@@ -152,6 +158,7 @@ func (r *Relay) maintain(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-poll.C:
+			r.leasePartitions(ctx)
 			r.signal()
 			r.recoverExpired(ctx)
 		}

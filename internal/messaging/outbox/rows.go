@@ -31,6 +31,10 @@ type Row struct {
 	Attempt     int    // 1 on the first claim
 	ClaimToken  string // claimed_by: unique to the claim that took the row
 	CreatedAt   time.Time
+	// Partition is the row's partition when the relay shares the outbox by
+	// partition (Config.Partitions), -1 when not. It travels as the
+	// message's partition header, which routes it to its partition's queue.
+	Partition int
 }
 
 // Claim names one claim of a row: the row, the attempt that claimed it,
@@ -52,15 +56,27 @@ func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt, Token: r
 // a token no other claim has. A row that is not marked before its lease
 // ends is recovered by RecoverExpiredClaims.
 func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
-	return claimRows(ctx, db, claimer, limit, lease, nil)
+	return claimRows(ctx, db, claimer, limit, lease, claimScope{})
 }
 
-// claimRows is ClaimRows, leaving the rows of the held message types alone.
-func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, held []string) ([]Row, error) {
+// claimScope narrows a claim: the message types held back, and the
+// partitions the relay holds (none: the whole outbox).
+type claimScope struct {
+	held       []string
+	partitions int     // 0: not partitioned
+	mine       []int32 // with partitions: the partitions this relay holds
+}
+
+// claimRows is ClaimRows within scope. Whatever the scope, a row is
+// claimed only when no earlier row of its aggregate is unpublished: the
+// messages of one aggregate go out one at a time, in order.
+func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, scope claimScope) ([]Row, error) {
 	token := claimer + "/" + claimSuffix()
 	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
 		Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
-		HeldTypes: append([]string{}, held...), // never NULL: <> ALL (NULL) matches no row
+		HeldTypes:  append([]string{}, scope.held...), // never NULL: <> ALL (NULL) matches no row
+		Partitions: int32(scope.partitions),
+		Mine:       append([]int32{}, scope.mine...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", database.Translate(err))
@@ -77,6 +93,7 @@ func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int,
 			ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
 			Exchange: r.ExchangeName, RoutingKey: r.RoutingKey, Payload: r.Payload, Headers: headers,
 			Attempt: int(r.AttemptCount), ClaimToken: database.Deref(r.ClaimedBy), CreatedAt: r.CreatedAt,
+			Partition: int(r.Partition),
 		}
 	}
 	// UPDATE ... RETURNING keeps no order: publish oldest first.

@@ -185,9 +185,14 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 		if err := s.window.Acquire(ctx, size); err != nil {
 			return
 		}
-		claimCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
-		rows, err := claimRows(claimCtx, r.pool, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, r.readers.Load().held())
-		cancel()
+		scope := r.scope()
+		var rows []Row
+		var err error
+		if !scope.claimsNothing() { // a relay that holds no partition yet waits for the next poll
+			claimCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+			rows, err = claimRows(claimCtx, r.pool, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, scope)
+			cancel()
+		}
 		if err != nil {
 			s.window.Release(size)
 			if ctx.Err() != nil {

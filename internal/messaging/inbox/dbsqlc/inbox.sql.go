@@ -33,6 +33,34 @@ func (q *Queries) DeleteProcessedInbox(ctx context.Context, db DBTX, arg DeleteP
 	return result.RowsAffected(), nil
 }
 
+const earlierParkedOfAggregate = `-- name: EarlierParkedOfAggregate :one
+SELECT p.message_id
+FROM message_inbox p
+WHERE p.consumer_name = $1 AND p.aggregate_id = $2
+  AND p.status IN ('PERMANENT_FAILED', 'POISONED') AND p.message_id <> $3
+  AND p.first_received_at < coalesce(
+      (SELECT s.first_received_at FROM message_inbox s WHERE s.consumer_name = $1 AND s.message_id = $3),
+      now())
+ORDER BY p.first_received_at
+LIMIT 1
+`
+
+type EarlierParkedOfAggregateParams struct {
+	ConsumerName string
+	AggregateID  *string
+	MessageID    string
+}
+
+// With partitions, a message waits behind a parked earlier message of its
+// aggregate for the same consumer: the oldest such row, received before
+// this message's own (or before now, for a message not seen yet).
+func (q *Queries) EarlierParkedOfAggregate(ctx context.Context, db DBTX, arg EarlierParkedOfAggregateParams) (string, error) {
+	row := db.QueryRow(ctx, earlierParkedOfAggregate, arg.ConsumerName, arg.AggregateID, arg.MessageID)
+	var message_id string
+	err := row.Scan(&message_id)
+	return message_id, err
+}
+
 const fenceInbox = `-- name: FenceInbox :one
 SELECT attempt_count FROM message_inbox
 WHERE consumer_name = $1 AND message_id = $2
@@ -80,6 +108,28 @@ func (q *Queries) FenceInboxProcessed(ctx context.Context, db DBTX, arg FenceInb
 	var attempt_count int32
 	err := row.Scan(&attempt_count)
 	return attempt_count, err
+}
+
+const forgetFailedInbox = `-- name: ForgetFailedInbox :execrows
+DELETE FROM message_inbox
+WHERE consumer_name = $1 AND message_id = $2
+  AND status IN ('RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED')
+`
+
+type ForgetFailedInboxParams struct {
+	ConsumerName string
+	MessageID    string
+}
+
+// An operator discarded a parked message for good: its failed row goes, so
+// that the later messages of its aggregate parked behind it may be
+// replayed. A PROCESSED row is never touched.
+func (q *Queries) ForgetFailedInbox(ctx context.Context, db DBTX, arg ForgetFailedInboxParams) (int64, error) {
+	result, err := db.Exec(ctx, forgetFailedInbox, arg.ConsumerName, arg.MessageID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const getInbox = `-- name: GetInbox :one

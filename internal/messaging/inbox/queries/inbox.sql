@@ -162,3 +162,25 @@ GROUP BY consumer_name, status;
 SELECT status, outcome, outcome_reason, last_error_code, last_error_message, attempt_count
 FROM message_inbox
 WHERE consumer_name = @consumer_name AND message_id = @message_id;
+
+-- name: EarlierParkedOfAggregate :one
+-- With partitions, a message waits behind a parked earlier message of its
+-- aggregate for the same consumer: the oldest such row, received before
+-- this message's own (or before now, for a message not seen yet).
+SELECT p.message_id
+FROM message_inbox p
+WHERE p.consumer_name = @consumer_name AND p.aggregate_id = @aggregate_id
+  AND p.status IN ('PERMANENT_FAILED', 'POISONED') AND p.message_id <> @message_id
+  AND p.first_received_at < coalesce(
+      (SELECT s.first_received_at FROM message_inbox s WHERE s.consumer_name = @consumer_name AND s.message_id = @message_id),
+      now())
+ORDER BY p.first_received_at
+LIMIT 1;
+
+-- name: ForgetFailedInbox :execrows
+-- An operator discarded a parked message for good: its failed row goes, so
+-- that the later messages of its aggregate parked behind it may be
+-- replayed. A PROCESSED row is never touched.
+DELETE FROM message_inbox
+WHERE consumer_name = @consumer_name AND message_id = @message_id
+  AND status IN ('RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED');

@@ -117,6 +117,12 @@ type OrderStateTransition struct {
 	CreatedAt     time.Time
 }
 
+type OutboxPartitionLease struct {
+	PartitionNo int32
+	RelayID     *string
+	LeaseUntil  time.Time
+}
+
 type Shipment struct {
 	ShipmentID uuid.UUID
 	OrderID    uuid.UUID
