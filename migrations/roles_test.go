@@ -59,7 +59,7 @@ var grants = map[string]map[string]string{
 	},
 	"message_inbox": {api: "", relay: "", consumer: "SELECT, INSERT, UPDATE, DELETE", operator: "SELECT, DELETE"},
 	"http_idempotency_key": {
-		api: "SELECT, INSERT(idempotency_key, request_method, request_path, request_hash, caller), " +
+		api: "SELECT, INSERT(idempotency_key, request_method, request_path, request_hash, caller, caller_role), " +
 			"UPDATE(request_hash, response_status, response_body, response_location, created_at), DELETE",
 		relay:    "",
 		consumer: "",

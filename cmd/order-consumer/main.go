@@ -37,12 +37,13 @@ const service = "order-consumer"
 
 // Config is every setting of order-consumer; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	config.Telemetry
 	config.Partitions
 	// AMQPURL is the RabbitMQ broker.
-	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9102"`
 	// Consumers lists the consumers this process runs; empty runs every
@@ -58,7 +59,7 @@ type Config struct {
 	ProcessingLease time.Duration   `env:"CONSUMER_PROCESSING_LEASE" envDefault:"1m"`
 	TxTimeout       time.Duration   `env:"CONSUMER_TX_TIMEOUT" envDefault:"30s"`
 	InboxRetention  time.Duration   `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
-	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL"`
+	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL" secret:"url"`
 	WebhookTimeout  time.Duration   `env:"NOTIFY_WEBHOOK_TIMEOUT" envDefault:"5s"`
 	// FaultsEndpoint serves POST /faults/crash-after-commit on the admin
 	// address, for the walkthrough and drills. Never in production.
@@ -135,7 +136,7 @@ func (c *Config) consumerConfig() inbox.Config {
 	return consumer.Inbox(inbox.Config{
 		Prefetch: c.Prefetch, Workers: c.Workers, BatchSize: c.BatchSize, BatchWait: c.BatchWait, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
 		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout, TxTimeout: c.TxTimeout,
-		InboxRetention: c.InboxRetention, Partitions: c.Partitions.Count,
+		InboxRetention: c.InboxRetention, Partitions: c.MessagePartitions,
 	})
 }
 

@@ -27,12 +27,13 @@ const service = "outbox-relay"
 
 // Config is every setting of outbox-relay; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	config.Telemetry
 	config.Partitions
 	// AMQPURL is the RabbitMQ broker.
-	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9101"`
 	// ID names this relay in claimed_by; default host name and pid.
@@ -104,8 +105,8 @@ func (c *Config) relayConfig() outbox.Config {
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
 		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout, DBTimeout: c.DBTimeout,
-		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.Partitions.Count),
-		Partitions: c.Partitions.Count,
+		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.MessagePartitions),
+		Partitions: c.MessagePartitions,
 	}
 }
 

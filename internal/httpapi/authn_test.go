@@ -195,19 +195,22 @@ func TestPublicKeyTokens(t *testing.T) {
 		_ = pem.Encode(&pemKeys, &pem.Block{Type: "PUBLIC KEY", Bytes: der})
 	}
 	b := setupWith(t, func(_ *httpapi.Config, d *httpapi.Deps) {
-		v, err := auth.NewVerifier(auth.Options{PublicKeysPEM: pemKeys.Bytes()})
+		v, err := auth.NewVerifier(auth.Options{PublicKeysPEM: pemKeys.Bytes(), Audience: "orders-api"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.Verifier = v
 	})
-	operator := func(c *auth.Claims) { c.Role = auth.RoleOperator }
+	operator := func(c *auth.Claims) { c.Role, c.Audience = auth.RoleOperator, jwt.ClaimStrings{"orders-api"} }
 	for _, tc := range []struct {
 		name   string
 		token  string
 		status int
 	}{
 		{"RS256", sign(t, jwt.SigningMethodRS256, rsaKey, claims("ops", operator)), http.StatusOK},
+		{"RS256 for another client of the provider", sign(t, jwt.SigningMethodRS256, rsaKey, claims("ops", func(c *auth.Claims) {
+			c.Role, c.Audience = auth.RoleOperator, jwt.ClaimStrings{"another-app"}
+		})), http.StatusUnauthorized},
 		{"PS384", sign(t, jwt.SigningMethodPS384, rsaKey, claims("ops", operator)), http.StatusOK},
 		{"ES256", sign(t, jwt.SigningMethodES256, ecKey, claims("ops", operator)), http.StatusOK},
 		{"HS256 with the public keys as secret", sign(t, jwt.SigningMethodHS256, pemKeys.Bytes(), claims("ops", operator)), http.StatusUnauthorized},
@@ -407,6 +410,37 @@ func TestIdempotencyKeyOfAnotherCustomerIsNoReplay(t *testing.T) {
 		r := b.do(http.MethodPost, "/v1/orders", []byte(orderOf(who)), withKey(b.as(who, auth.RoleCustomer)))
 		if r.status != http.StatusCreated || r.header.Get(httpapi.HeaderIdempotentReplayed) != "true" || !strings.Contains(string(r.body), want) {
 			t.Errorf("%s's replay: %d %s, want %s", who, r.status, r.body, want)
+		}
+	}
+	if n := b.count("orders"); n != 2 {
+		t.Fatalf("%d orders, want 2", n)
+	}
+}
+
+// A customer and an operator whose tokens name the same sub are two
+// callers: the operator's request with the customer's key is a new order,
+// never the customer's stored response, and each replays its own.
+func TestIdempotencyKeyOfAnotherRoleIsNoReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	withKey := func(h header) header {
+		h[httpapi.HeaderIdempotencyKey] = "key-1"
+		return h
+	}
+	customer := b.createOrder(orderOf("alice"), withKey(b.as("alice", auth.RoleCustomer)))
+	r := b.do(http.MethodPost, "/v1/orders", []byte(orderOf("alice")), withKey(b.as("alice", auth.RoleOperator)))
+	if r.status != http.StatusCreated || r.header.Get(httpapi.HeaderIdempotentReplayed) != "" {
+		t.Fatalf("operator alice with customer alice's key and body: %d %v %s, want a new order", r.status, r.header, r.body)
+	}
+	var operator orderBody
+	r.decode(t, &operator)
+	if operator.OrderID == customer.OrderID {
+		t.Fatalf("operator alice got customer alice's order %s", customer.OrderID)
+	}
+	for role, want := range map[auth.Role]string{auth.RoleCustomer: customer.OrderID, auth.RoleOperator: operator.OrderID} {
+		r := b.do(http.MethodPost, "/v1/orders", []byte(orderOf("alice")), withKey(b.as("alice", role)))
+		if r.status != http.StatusCreated || r.header.Get(httpapi.HeaderIdempotentReplayed) != "true" || !strings.Contains(string(r.body), want) {
+			t.Errorf("the %s's replay: %d %s, want %s", role, r.status, r.body, want)
 		}
 	}
 	if n := b.count("orders"); n != 2 {

@@ -110,6 +110,9 @@ type response struct {
 	status int
 	header http.Header
 	body   []byte
+	// closed: the server closes the connection after this answer
+	// ("Connection: close", which the client takes out of header).
+	closed bool
 }
 
 func (r response) decode(t *testing.T, v any) {
@@ -165,7 +168,7 @@ func (b *testBundle) do(method, path string, body []byte, h header) response {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: out}
+	return response{status: resp.StatusCode, header: resp.Header, body: out, closed: resp.Close}
 }
 
 func (b *testBundle) count(table string) int {

@@ -25,7 +25,8 @@ import (
 )
 
 // These tests give each process's user, in a vhost of the test's own, the
-// permissions deploy/rabbitmq/definitions.json gives it in "/", and show
+// permissions deploy/rabbitmq/definitions.json (or, for the walkthrough,
+// definitions.demo.json) gives it in "/", and show
 // what it can and cannot do: each test fails when the file loses a
 // permission a process needs, or gains one it should not have.
 
@@ -38,7 +39,8 @@ type broker struct {
 
 func newBroker(t *testing.T, vhostURL string) *broker {
 	t.Helper()
-	d, err := rabbitadmin.ReadDefinitions(filepath.Join(testenv.RepoRoot(t), rabbitadmin.DefinitionsFile))
+	root := testenv.RepoRoot(t)
+	d, err := rabbitadmin.ReadDefinitions(filepath.Join(root, rabbitadmin.DefinitionsFile), filepath.Join(root, rabbitadmin.DemoDefinitionsFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 // It was added through the recipe of docs/extending.md: this folder, one
 // migration (00006_shipment.sql) and one line in internal/consumer.All.
 // It reads both versions of order.fulfilled, as the recipe for evolving a
-// message has it: version 2 names the reservation (00012_shipment_reservation.sql
+// message has it: version 2 names the reservation (00013_shipment_reservation.sql
 // keeps it); version 1, which fulfillment writes until
 // ORDER_FULFILLED_VERSION=2, and which may wait in a queue or a parking
 // lot long after, does not, and its shipment has none.

@@ -33,6 +33,7 @@ type HttpIdempotencyKey struct {
 	ResponseLocation *string
 	CreatedAt        time.Time
 	Caller           string
+	CallerRole       string
 }
 
 type MessageInbox struct {
