@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging"
@@ -51,7 +52,7 @@ func TestMessagesOfOneAggregateGoOutInOrder(t *testing.T) {
 	if err := b.ch.QueueBind("observer", typeRejected, testExchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := messageIDs(b.receive("observer", len(want), 30*time.Second, 0)); !slices.Equal(got, want) {
+	if got := arrivalOrder(b.receive("observer", len(want), 30*time.Second, 0)); !slices.Equal(got, want) {
 		t.Fatalf("received %v, want %v in that order", got, want)
 	}
 }
@@ -162,4 +163,65 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// Two transactions write messages of one aggregate, each after locking the
+// aggregate's row (as a guarded update of an order does). The one that
+// began first but waited for the lock commits second: its message must go
+// out second. An outbox row is stamped when it is inserted, not when its
+// transaction began (migration 00014), so commit order is publish order.
+func TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	aggregate := uuid.New()
+	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE test_aggregate (id uuid PRIMARY KEY, version int NOT NULL);
+		INSERT INTO test_aggregate VALUES ('`+aggregate.String()+`', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	write := func(tx pgx.Tx, typ string) string {
+		if _, err := tx.Exec(b.ctx, `UPDATE test_aggregate SET version = version + 1 WHERE id = $1`, aggregate); err != nil {
+			t.Fatal(err)
+		}
+		ids, err := writer.Write(b.ctx, tx, messaging.Cause{}, testMessage{Type: typ, ID: aggregate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids[0].String()
+	}
+	late, err := b.pool.Begin(b.ctx) // begins first...
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(b.ctx)
+	if _, err := late.Exec(b.ctx, "SELECT now()"); err != nil { // ...and takes its snapshot and start time now
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	early, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := write(early, typeSubmitted) // locks the aggregate, writes, commits
+	if err := early.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := write(late, typeCancelled) // the lock is free now
+	if err := late.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	if got := arrivalOrder(b.receive("observer", 2, 15*time.Second, 0)); !slices.Equal(got, []string{first, second}) {
+		t.Fatalf("published %v, want %v: the order they committed in", got, []string{first, second})
+	}
+}
+
+// arrivalOrder lists the message ids of ds in the order they arrived
+// (messageIDs sorts them).
+func arrivalOrder(ds []amqp.Delivery) []string {
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.MessageId
+	}
+	return ids
 }
