@@ -132,10 +132,10 @@ func (b boundedPool) tryTx(ctx context.Context, opts pgx.TxOptions, fresh bool, 
 
 // xactStatus asks the server what became of transaction xid, on a live
 // connection: committed, aborted, or (while its session lingers) in
-// progress, waited for up to a second. Anything else it returns is why it
-// could not tell.
+// progress, waited for up to outcomeWait. Anything else it returns is why
+// it could not tell.
 func (b boundedPool) xactStatus(ctx context.Context, xid string) string {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	ctx, cancel := context.WithTimeout(ctx, outcomeWait)
 	defer cancel()
 	for {
 		conn, err := b.acquire(ctx, true)
@@ -160,6 +160,13 @@ func (b boundedPool) xactStatus(ctx context.Context, xid string) string {
 		}
 	}
 }
+
+// outcomeWait bounds the wait for the outcome of a COMMIT whose connection
+// was cut: a fresh connection (after a failover, the pool has to make one)
+// and the answer. A 503 that says "it may have taken effect" sends the
+// client into the reading or retrying that a few seconds of patience
+// spare it.
+const outcomeWait = 5 * time.Second
 
 // acquire takes a connection, waiting at most acquireTimeout (else an
 // error that is errOverloaded). fresh: one that answers a ping, the dead
