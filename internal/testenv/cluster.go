@@ -471,19 +471,22 @@ type QuorumQueue struct {
 	Leader  string   // the node name of its leader ("" while it has none)
 	Members []string // the nodes holding a replica
 	Online  []string // the members that are running
+	// Messages is its depth: ready and unacknowledged.
+	Messages int
 }
 
 // Queues lists the quorum queues of the vhost of clusterURL, with their
 // leader and members, as a running node sees them.
 func (c *RabbitCluster) Queues(t testing.TB, clusterURL string) []QuorumQueue {
 	t.Helper()
-	out := c.Ctl(t, "list_queues", "-p", vhostOf(clusterURL), "name", "type", "leader", "members", "online", "--formatter", "json")
+	out := c.Ctl(t, "list_queues", "-p", vhostOf(clusterURL), "name", "type", "leader", "members", "online", "messages", "--formatter", "json")
 	var rows []struct {
-		Name    string `json:"name"`
-		Type    string `json:"type"`
-		Leader  any    `json:"leader"`
-		Members any    `json:"members"`
-		Online  any    `json:"online"`
+		Name     string `json:"name"`
+		Type     string `json:"type"`
+		Leader   any    `json:"leader"`
+		Members  any    `json:"members"`
+		Online   any    `json:"online"`
+		Messages any    `json:"messages"`
 	}
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("testenv: list_queues: %v: %s", err, out)
@@ -493,7 +496,9 @@ func (c *RabbitCluster) Queues(t testing.TB, clusterURL string) []QuorumQueue {
 		if r.Type != "quorum" {
 			continue
 		}
-		qs = append(qs, QuorumQueue{Name: r.Name, Leader: nodeName(r.Leader), Members: nodeNames(r.Members), Online: nodeNames(r.Online)})
+		messages, _ := r.Messages.(float64) // "" while the queue has no leader
+		qs = append(qs, QuorumQueue{Name: r.Name, Leader: nodeName(r.Leader), Members: nodeNames(r.Members), Online: nodeNames(r.Online),
+			Messages: int(messages)})
 	}
 	return qs
 }
