@@ -11,6 +11,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -64,7 +65,14 @@ func amqpLoginProblems(p *types.Project, d rabbitadmin.Definitions) []string {
 			}
 			continue
 		}
-		u, err := url.Parse(*raw)
+		urls, err := messaging.URLs(*raw)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("service %s: AMQP_URL: %v", name, err))
+			continue
+		}
+		// The URLs of a cluster's nodes differ only in host and port
+		// (messaging.URLs checks it): the first says how all log in.
+		u, err := url.Parse(urls[0])
 		if err != nil || u.User == nil {
 			problems = append(problems, fmt.Sprintf("service %s: AMQP_URL %q names no user", name, *raw))
 			continue
@@ -161,6 +169,10 @@ func TestAMQPLoginChecks(t *testing.T) {
 		{"wrong password", relay("amqp://orders-relay:secret@rabbitmq:5672/"), []string{"is not the one whose hash"}},
 		{"another vhost", relay("amqp://orders-relay:orders-relay@rabbitmq:5672/other"), []string{"has no permissions in vhost other"}},
 		{"no AMQP_URL", relay(""), []string{"sets no AMQP_URL"}},
+		{"the nodes of a cluster", relay("amqp://orders-relay:orders-relay@rabbitmq-1:5672/,amqp://orders-relay:orders-relay@rabbitmq-2:5672/"), nil},
+		{"a cluster's nodes, another user on one", relay("amqp://orders-relay:orders-relay@rabbitmq-1:5672/,amqp://guest:guest@rabbitmq-2:5672/"),
+			[]string{"URL 2 of 2 differs from the first"}},
+		{"a cluster's nodes, all another user", relay("amqp://guest:guest@rabbitmq-1:5672/,amqp://guest:guest@rabbitmq-2:5672/"), []string{"logs in as guest"}},
 		{"a tool as an unknown user", "services:\n  tool:\n    image: o:1\n    environment: {AMQP_URL: \"amqp://nobody:x@rabbitmq:5672/\"}\n", []string{"a user deploy/rabbitmq/definitions.json does not have"}},
 	}
 	for _, tt := range tests {
