@@ -104,7 +104,7 @@ func TestRabbitCluster(t *testing.T) {
 	restarted := time.Now()
 	leader.Start(t)
 	t.Logf("%s back in %s", leader.Name, time.Since(restarted).Round(time.Millisecond))
-	testenv.WaitFor(t, time.Minute, leader.Name+" to be an online member of q again", func() bool {
-		return slices.Contains(c.Queue(t, url, "q").Online, leader.Name)
+	c.AwaitQueue(t, url, "q", leader.Name+" to be an online member of q again", func(q testenv.QuorumQueue) bool {
+		return slices.Contains(q.Online, leader.Name)
 	})
 }

@@ -24,7 +24,8 @@ const clusterRate = 50
 // AMQP_URL listing all three, with the service's queues as quorum queues
 // replicated on every node. At 50 orders/s, each node in turn is killed
 // (kill -9 of its Erlang VM; the first is the leader of orders.fulfillment,
-// the busiest queue) and, once the flow moves again, started again.
+// the busiest queue), started again six seconds later, and given the time
+// to rejoin before the next one goes.
 //
 // It holds the service to RabbitMQ's promise (a confirmed message on a
 // quorum queue survives while a majority of its replicas do) and to its
@@ -40,6 +41,11 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 	t.Parallel()
 	c := testenv.NewRabbitCluster(t)
 	s := newSystemOn(t, c.NewVhost)
+	// The relays back off as by default, not as briefly as the other
+	// end-to-end tests have them: during a failover a quorum queue may nack
+	// the first publishes of a new channel (it could not register the
+	// publisher in time), and each nack spends an attempt.
+	s.env = append(s.env, "RELAY_BACKOFF_BASE=1s", "RELAY_BACKOFF_MAX=5m")
 	s.startConsumer("consumer-1") // first: it declares the queues the relays publish to
 	relays := []string{s.startRelay("relay-1"), s.startRelay("relay-2")}
 	s.startAPI()
@@ -63,7 +69,8 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 	defer db.Close(context.Background())
 
 	ld := startClusterLoad(s, clusterRate)
-	time.Sleep(5 * time.Second) // steady state first
+	t.Cleanup(func() { ld.stop() }) // when the test fails before it stops the load
+	time.Sleep(5 * time.Second)     // steady state first
 
 	// The first kill is the leader of the busiest queue, then the others.
 	first := c.Leader(t, s.amqpURL, "orders.fulfillment")
@@ -78,14 +85,14 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 		}
 		k.at = time.Now()
 		node.Kill(t)
-		k.resumed = firstOrderFinalAfter(t, db, k.at)
-		// A few seconds more under load with the node down, then back.
+		// Six seconds under load with the node down, then back. (How long
+		// the flow stalled is read from the database afterwards.)
 		time.Sleep(time.Until(k.at.Add(6 * time.Second)))
 		restart := time.Now()
 		node.Start(t)
 		k.back = time.Since(restart)
-		testenv.WaitFor(t, time.Minute, node.Name+" to be an online member of orders.fulfillment again", func() bool {
-			return slices.Contains(c.Queue(t, s.amqpURL, "orders.fulfillment").Online, node.Name)
+		c.AwaitQueue(t, s.amqpURL, "orders.fulfillment", node.Name+" to be an online member of orders.fulfillment again", func(q testenv.QuorumQueue) bool {
+			return slices.Contains(q.Online, node.Name)
 		})
 		kills = append(kills, k)
 		time.Sleep(3 * time.Second)
@@ -113,13 +120,27 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 		}
 		return n
 	}
-	testenv.WaitFor(t, 2*time.Minute, "every order to be final", func() bool {
+	// On a machine busy with other tests the flow may fall behind the load;
+	// it has minutes to catch up.
+	testenv.WaitFor(t, 5*time.Minute, "every order to be final", func() bool {
 		return count("SELECT count(*) FROM orders WHERE status NOT IN ('FULFILLED', 'REJECTED', 'CANCELLED')") == 0
 	})
-	testenv.WaitFor(t, time.Minute, "every outbox row PUBLISHED and every inbox row PROCESSED", func() bool {
-		return count("SELECT count(*) FROM message_outbox WHERE status <> 'PUBLISHED'")+
-			count("SELECT count(*) FROM message_inbox WHERE status <> 'PROCESSED'") == 0
-	})
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if count("SELECT count(*) FROM message_outbox WHERE status <> 'PUBLISHED'")+
+			count("SELECT count(*) FROM message_inbox WHERE status <> 'PROCESSED'") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			rows, err := db.Query(context.Background(), `SELECT 'outbox ' || status || ': ' || count(*) || ', last error ' || coalesce(max(last_error), '-')
+				FROM message_outbox WHERE status <> 'PUBLISHED' GROUP BY status
+				UNION ALL SELECT 'inbox ' || consumer_name || ' ' || status || ': ' || count(*) FROM message_inbox WHERE status <> 'PROCESSED' GROUP BY consumer_name, status`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+			t.Fatalf("a minute after every order was final, rows are still in flight:\n%s", strings.Join(left, "\n"))
+		}
+	}
 	rows, err := db.Query(context.Background(), `SELECT o.order_id::text, o.status,
 		array_agg(coalesce(t.from_status, '') || '>' || t.to_status ORDER BY t.transition_id)
 		FROM orders o JOIN order_state_transition t USING (order_id) GROUP BY o.order_id, o.status`)
@@ -213,6 +234,7 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 	// milliseconds), how long the first order placed after the kill took
 	// to be final, the worst latency of the orders placed around it.
 	for _, k := range kills {
+		k.resumed = firstOrderFinalAfter(t, db, k.at)
 		from, to := k.at, k.at.Add(10*time.Second)
 		relayPause := maxGap(t, db, "SELECT published_at FROM message_outbox WHERE published_at BETWEEN $1 AND $2", from, to)
 		var pauses []string
@@ -251,17 +273,16 @@ type nodeKill struct {
 	back    time.Duration // the restart, until the node took connections
 }
 
-// firstOrderFinalAfter waits for the first order placed after since to be
-// final, and says how long after since that was.
+// firstOrderFinalAfter says how long after since the first order placed
+// after since was final (every order is final by now).
 func firstOrderFinalAfter(t *testing.T, db *pgx.Conn, since time.Time) time.Duration {
 	t.Helper()
 	var at *time.Time
-	testenv.WaitFor(t, time.Minute, "an order placed after the kill to be final", func() bool {
-		err := db.QueryRow(context.Background(), `SELECT min(f.created_at) FROM orders o
-			JOIN order_state_transition f ON f.order_id = o.order_id AND f.to_status IN ('FULFILLED', 'REJECTED')
-			WHERE o.created_at > $1`, since).Scan(&at)
-		return err == nil && at != nil
-	})
+	if err := db.QueryRow(context.Background(), `SELECT min(f.created_at) FROM orders o
+		JOIN order_state_transition f ON f.order_id = o.order_id AND f.to_status IN ('FULFILLED', 'REJECTED')
+		WHERE o.created_at > $1`, since).Scan(&at); err != nil || at == nil {
+		t.Fatalf("no order placed after %s is final: %v", since.Format(time.TimeOnly), err)
+	}
 	return at.Sub(since)
 }
 
@@ -303,6 +324,7 @@ func sumMetricWhere(text, name, label string) float64 {
 type clusterLoad struct {
 	started time.Time
 	done    chan struct{}
+	stopped sync.Once
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	orders  []placed
@@ -346,7 +368,7 @@ func startClusterLoad(s *system, rate int) *clusterLoad {
 
 // stop stops placing orders, and returns those placed.
 func (ld *clusterLoad) stop() []placed {
-	close(ld.done)
+	ld.stopped.Do(func() { close(ld.done) })
 	ld.wg.Wait()
 	return ld.orders
 }
