@@ -255,6 +255,14 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 			k.node, strings.Join(k.led, ", "), relayPause.Round(time.Millisecond), worstConsumer.Round(time.Millisecond), strings.Join(pauses, ", "),
 			k.resumed.Round(time.Millisecond), worst.Round(time.Millisecond), k.back.Round(100*time.Millisecond))
 	}
+	var median, worst time.Duration // before the first kill: the flow undisturbed
+	if err := db.QueryRow(context.Background(), `SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY f.created_at - o.created_at), '0'),
+		coalesce(max(f.created_at - o.created_at), '0') FROM orders o
+		JOIN order_state_transition f ON f.order_id = o.order_id AND f.to_status IN ('FULFILLED', 'REJECTED')
+		WHERE o.created_at < $1`, kills[0].at.Add(-time.Second)).Scan(&median, &worst); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("before the first kill, latency (POST to final) median %s, worst %s", median.Round(time.Millisecond), worst.Round(time.Millisecond))
 	t.Logf("relay-1 reconnects %d, relay-2 %d, consumer-1 %d (of which the broker cancelling a consumer: %d)",
 		strings.Count(s.output("relay-1"), "broker session ended; reconnecting"), strings.Count(s.output("relay-2"), "broker session ended; reconnecting"),
 		strings.Count(s.output("consumer-1"), "broker session ended; reconnecting"), strings.Count(s.output("consumer-1"), "the broker cancelled the consumer"))
