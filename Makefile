@@ -34,8 +34,10 @@ AS_WALKTHROUGH := ./scripts/db-role.sh "$(OPERATOR_ROLE)" ./scripts/amqp-user.sh
 # The secret of order-api's bearer tokens under make dev, make run, make
 # token, make walkthrough and make load, unless API_JWT_SECRET is set (in
 # .env or the environment). A development secret, public in this file
-# (scripts/dev.sh and docker-compose.yml have the same), so never for a
-# deployment. WITH_DEV_SECRET runs a command with .env and this default.
+# (scripts/dev.sh has the same), so the binaries refuse it outside
+# development (DEV_MODE; the make targets run in development:
+# scripts/env.sh). docker compose makes a secret of its own.
+# WITH_DEV_SECRET runs a command with .env and this default.
 DEV_JWT_SECRET  := dev-only-order-api-jwt-secret-not-for-production
 WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SECRET)}" exec "$$@"' --
 # make load: the rate (orders/s) and duration of the load generator;
@@ -81,9 +83,10 @@ lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minut
 	$(TOOL) golangci-lint run $(PKGS)
 
 .PHONY: generate
-generate: ## regenerate the sqlc code (store, outbox, inbox queries) and docs/catalog.md
+generate: ## regenerate the sqlc code (store, outbox, inbox queries), docs/catalog.md and api/asyncapi.yaml
 	$(TOOL) sqlc generate
 	$(GO) run ./cmd/order-consumer catalog > docs/catalog.md
+	$(GO) run ./cmd/order-consumer asyncapi > api/asyncapi.yaml
 
 .PHONY: migrate
 migrate: ## create the database if needed and apply the migrations (DATABASE_URL)

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/yourorg/orders/internal/composesecrets"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -49,7 +51,9 @@ func rabbitmqNodes(p *types.Project) []types.ServiceConfig {
 //
 //   - each node has a fixed hostname (its node name is rabbit@<hostname>)
 //     that the others reach: its service name or a network alias;
-//   - all share one Erlang cookie;
+//   - all share one Erlang cookie: each installs the stack's
+//     (composesecrets.ErlangCookieFile, from the secrets volume) as its
+//     .erlang.cookie before it starts;
 //   - each mounts a conf.d file that turns classic peer discovery on and
 //     lists exactly the nodes of the stack;
 //   - each gives quorum queues a replica on every node
@@ -82,11 +86,13 @@ func clusterProblems(p *types.Project) []string {
 	}
 	slices.Sort(want)
 
-	cookie := envValue(nodes[0], "RABBITMQ_ERLANG_COOKIE")
+	cookie := path.Join(composesecrets.Dir, composesecrets.ErlangCookieFile)
 	first := 0 // the nodes that boot without waiting for another
 	for _, n := range nodes {
-		if c := envValue(n, "RABBITMQ_ERLANG_COOKIE"); c == "" || c != cookie {
-			problems = append(problems, fmt.Sprintf("service %s: RABBITMQ_ERLANG_COOKIE is not the same on every node: a node with another cookie cannot join", n.Name))
+		start := strings.Join(slices.Concat(n.Entrypoint, n.Command), " ")
+		_, mounted := secretsMount(n)
+		if !mounted || !strings.Contains(start, cookie) || !strings.Contains(start, ".erlang.cookie") {
+			problems = append(problems, fmt.Sprintf("service %s does not install the cluster's cookie (%s, from the secrets volume) as its .erlang.cookie: it would make one of its own, and could not join", n.Name, cookie))
 		}
 		listed, discovery := classicConfigNodes(n)
 		slices.Sort(listed)
@@ -225,8 +231,9 @@ func TestClusterChecks(t *testing.T) {
 		if hostname != "" {
 			body += "    hostname: " + hostname + "\n"
 		}
-		body += "    environment: {RABBITMQ_ERLANG_COOKIE: " + cookie + "}\n"
-		body += "    volumes: [./" + confFile + ":/etc/rabbitmq/conf.d/40-cluster.conf:ro, ./" + advanced + ":/etc/rabbitmq/advanced.config:ro]\n"
+		body += "    entrypoint: [sh, -c, 'install -m 0400 /run/orders-secrets/" + cookie + " \"$$HOME/.erlang.cookie\" && exec \"$$@\"', node]\n"
+		body += "    command: [rabbitmq-server]\n"
+		body += "    volumes: [./" + confFile + ":/etc/rabbitmq/conf.d/40-cluster.conf:ro, ./" + advanced + ":/etc/rabbitmq/advanced.config:ro, keys:/run/orders-secrets:ro]\n"
 		if dependsOn != "" {
 			body += "    depends_on: {" + dependsOn + ": {condition: service_healthy}}\n"
 		}
@@ -239,8 +246,8 @@ func TestClusterChecks(t *testing.T) {
 	const both = "amqp://u:p@mq-1:5672/,amqp://u:p@mq-2:5672/"
 	const healthy = "mq-1: {condition: service_healthy}, mq-2: {condition: service_healthy}"
 	good := map[string]string{
-		"mq-1":     node("mq-1", "mq-1", "c", "cluster.conf", "advanced.config", ""),
-		"mq-2":     node("mq-2", "mq-2", "c", "cluster.conf", "advanced.config", "mq-1"),
+		"mq-1":     node("mq-1", "mq-1", "rabbitmq-erlang-cookie", "cluster.conf", "advanced.config", ""),
+		"mq-2":     node("mq-2", "mq-2", "rabbitmq-erlang-cookie", "cluster.conf", "advanced.config", "mq-1"),
 		"consumer": consumer(both, healthy),
 	}
 	doc := func(changes map[string]string) string {
@@ -252,7 +259,7 @@ func TestClusterChecks(t *testing.T) {
 			}
 			body += good[name]
 		}
-		return body
+		return body + "volumes:\n  keys:\n"
 	}
 	tests := []struct {
 		name    string
@@ -260,19 +267,19 @@ func TestClusterChecks(t *testing.T) {
 		want    []string
 	}{
 		{"a cluster that forms", nil, nil},
-		{"a node without hostname", map[string]string{"mq-2": node("mq-2", "", "c", "cluster.conf", "advanced.config", "mq-1")},
+		{"a node without hostname", map[string]string{"mq-2": node("mq-2", "", "rabbitmq-erlang-cookie", "cluster.conf", "advanced.config", "mq-1")},
 			[]string{"service mq-2 sets no hostname", "lists [rabbit@mq-1 rabbit@mq-2], want the stack's nodes [rabbit@mq-1]", "lists [rabbit@mq-1 rabbit@mq-2], want the stack's nodes [rabbit@mq-1]", "AMQP_URL lists [mq-1 mq-2], want every node once [mq-1]"}},
-		{"a hostname nobody resolves", map[string]string{"mq-2": node("mq-2", "rabbit-two", "c", "cluster.conf", "advanced.config", "mq-1")},
+		{"a hostname nobody resolves", map[string]string{"mq-2": node("mq-2", "rabbit-two", "rabbitmq-erlang-cookie", "cluster.conf", "advanced.config", "mq-1")},
 			[]string{"cannot reach rabbit@rabbit-two", "want the stack's nodes [rabbit@mq-1 rabbit@rabbit-two]", "want the stack's nodes [rabbit@mq-1 rabbit@rabbit-two]", "AMQP_URL lists [mq-1 mq-2], want every node once [mq-1 rabbit-two]"}},
-		{"another cookie", map[string]string{"mq-2": node("mq-2", "mq-2", "other", "cluster.conf", "advanced.config", "mq-1")},
-			[]string{"service mq-2: RABBITMQ_ERLANG_COOKIE is not the same"}},
-		{"no peer discovery", map[string]string{"mq-2": node("mq-2", "mq-2", "c", "nodiscovery.conf", "advanced.config", "mq-1")},
+		{"a cookie of its own", map[string]string{"mq-2": node("mq-2", "mq-2", "other-cookie", "cluster.conf", "advanced.config", "mq-1")},
+			[]string{"service mq-2 does not install the cluster's cookie (/run/orders-secrets/rabbitmq-erlang-cookie, from the secrets volume)"}},
+		{"no peer discovery", map[string]string{"mq-2": node("mq-2", "mq-2", "rabbitmq-erlang-cookie", "nodiscovery.conf", "advanced.config", "mq-1")},
 			[]string{"service mq-2 mounts no conf.d file with cluster_formation.peer_discovery_backend = classic_config"}},
-		{"a node missing from the list", map[string]string{"mq-2": node("mq-2", "mq-2", "c", "two.conf", "advanced.config", "mq-1")},
+		{"a node missing from the list", map[string]string{"mq-2": node("mq-2", "mq-2", "rabbitmq-erlang-cookie", "two.conf", "advanced.config", "mq-1")},
 			[]string{"service mq-2: cluster_formation.classic_config.nodes lists [rabbit@mq-1], want the stack's nodes [rabbit@mq-1 rabbit@mq-2]"}},
-		{"fewer replicas than nodes", map[string]string{"mq-1": node("mq-1", "mq-1", "c", "cluster.conf", "three.config", "")},
+		{"fewer replicas than nodes", map[string]string{"mq-1": node("mq-1", "mq-1", "rabbitmq-erlang-cookie", "cluster.conf", "three.config", "")},
 			[]string{"service mq-1: quorum_cluster_size is 3 (advanced.config), want 2"}},
-		{"both nodes boot at once", map[string]string{"mq-2": node("mq-2", "mq-2", "c", "cluster.conf", "advanced.config", "")},
+		{"both nodes boot at once", map[string]string{"mq-2": node("mq-2", "mq-2", "rabbitmq-erlang-cookie", "cluster.conf", "advanced.config", "")},
 			[]string{"2 RabbitMQ nodes boot without waiting"}},
 		{"a client that knows one node", map[string]string{"consumer": consumer("amqp://u:p@mq-1:5672/", healthy)},
 			[]string{"service consumer (order-consumer): AMQP_URL lists [mq-1], want every node once [mq-1 mq-2]"}},

@@ -14,11 +14,11 @@ import (
 // orderctl runs from the image, so that a machine without Go has the
 // operator's tool and its tokens: `docker compose run --rm orderctl token
 // -operator`, `docker compose run --rm orderctl status`. Its logins are
-// checked with every other service's: the operators' role with the
-// password the postgres service gives deploy/postgres/initdb
-// (TestComposeServicesConnectAsTheirRoles, which requires an orderctl
-// service), and orders-operator with the password whose hash
-// deploy/rabbitmq/definitions.json holds (TestComposeAMQPUsersMatchDefinitions).
+// checked with every other service's: the operators' role with its
+// password file of the secrets volume, the one the postgres service gives
+// deploy/postgres/initdb (TestComposeServicesConnectAsTheirRoles, which
+// requires an orderctl service), and orders-operator with its own
+// (TestComposeAMQPUsersMatchDefinitions).
 func TestComposeRunsOrderctl(t *testing.T) {
 	t.Parallel()
 	checkStacks(t, orderctlProblems)
@@ -52,11 +52,20 @@ func orderctlProblems(p *types.Project) []string {
 				problems = append(problems, fmt.Sprintf("service %s: %s reaches %q, not the stack's %q (service %s)", svc.Name, c.variable, got, other, c.other))
 			}
 		}
-		if got := envValue(svc, "API_JWT_SECRET"); got == "" || got != envValue(api[0], "API_JWT_SECRET") {
+		if got := jwtSecretOf(svc); got == "" || got != jwtSecretOf(api[0]) {
 			problems = append(problems, fmt.Sprintf("service %s: API_JWT_SECRET is not order-api's: its tokens would be refused", svc.Name))
 		}
 	}
 	return problems
+}
+
+// jwtSecretOf is the token secret a service is given: the file of
+// API_JWT_SECRET_FILE (the stack's secrets volume), else API_JWT_SECRET.
+func jwtSecretOf(svc types.ServiceConfig) string {
+	if file := envValue(svc, "API_JWT_SECRET_FILE"); file != "" {
+		return "the file " + file
+	}
+	return envValue(svc, "API_JWT_SECRET")
 }
 
 // endpoint is where a URL leads, without its user: host, port and path
@@ -109,6 +118,8 @@ func TestOrderctlChecks(t *testing.T) {
 			[]string{`AMQP_URL reaches "broker:5672/other"`}},
 		{"no AMQP_URL", ctl("DATABASE_URL: \"postgres://orders_operator:o@db:5432/orders\", API_JWT_SECRET: "+secret, tool),
 			[]string{`AMQP_URL reaches ""`}},
+		{"another secret file", ctl("DATABASE_URL: \"postgres://orders_operator:o@db:5432/orders\", AMQP_URL: \"amqp://orders-operator:o@broker:5672/\", API_JWT_SECRET_FILE: /run/orders-secrets/api-jwt-secret", tool),
+			[]string{"API_JWT_SECRET is not order-api's"}},
 		{"another secret", ctl("DATABASE_URL: \"postgres://orders_operator:o@db:5432/orders\", AMQP_URL: \"amqp://orders-operator:o@broker:5672/\", API_JWT_SECRET: x"+secret, tool),
 			[]string{"API_JWT_SECRET is not order-api's"}},
 	}

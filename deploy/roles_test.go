@@ -12,6 +12,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/yourorg/orders/internal/composesecrets"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -29,10 +30,17 @@ var composeDBRoles = map[string]string{
 // migrateRole owns the orders database and its schema in compose.
 const migrateRole = "orders_migrate"
 
-// passwordVariable is the variable of the postgres service that holds a
-// role's password for deploy/postgres/initdb/10-roles.sh.
+// passwordVariable is the variable of .env that sets a role's password
+// (internal/composesecrets); the postgres service gives
+// deploy/postgres/initdb/10-roles.sh the file of it, in passwordVariable +
+// "_FILE".
 func passwordVariable(role string) string {
 	return "ORDERS_DB_" + strings.ToUpper(strings.TrimPrefix(role, "orders_")) + "_PASSWORD"
+}
+
+// passwordFile is the file of a role's password in the secrets volume.
+func passwordFile(role string) string {
+	return path.Join(composesecrets.Dir, composesecrets.DBRoleFile(role))
 }
 
 func TestComposeServicesConnectAsTheirRoles(t *testing.T) {
@@ -58,7 +66,9 @@ func TestComposeServicesConnectAsTheirRoles(t *testing.T) {
 }
 
 // The init script creates every role a service connects as, with the
-// password of its variable, and gives orders_migrate the database.
+// password of its file, and gives orders_migrate the database; each
+// role's password can be set in .env, or is generated
+// (internal/composesecrets).
 func TestInitScriptCreatesTheRoles(t *testing.T) {
 	t.Parallel()
 	script := readRepoFile(t, "deploy/postgres/initdb/10-roles.sh")
@@ -68,8 +78,13 @@ func TestInitScriptCreatesTheRoles(t *testing.T) {
 			t.Errorf("10-roles.sh does not create %s LOGIN with a password", role)
 			continue
 		}
-		if !strings.Contains(script, "-v "+create[1]+`="$`+passwordVariable(role)+`"`) {
-			t.Errorf("10-roles.sh: the password of %s is not %s", role, passwordVariable(role))
+		if !strings.Contains(script, "-v "+create[1]+`="$(<"$`+passwordVariable(role)+`_FILE")"`) {
+			t.Errorf("10-roles.sh: the password of %s is not the file of %s_FILE", role, passwordVariable(role))
+		}
+		if !slices.ContainsFunc(composesecrets.Secrets, func(s composesecrets.Secret) bool {
+			return s.File == composesecrets.DBRoleFile(role) && s.Variable == passwordVariable(role)
+		}) {
+			t.Errorf("composesecrets makes no %s from %s", composesecrets.DBRoleFile(role), passwordVariable(role))
 		}
 	}
 	if !strings.Contains(script, `ALTER DATABASE :"db" OWNER TO `+migrateRole) {
@@ -86,9 +101,9 @@ func TestInitScriptCreatesTheRoles(t *testing.T) {
 }
 
 // databaseRoleProblems: every service that sets DATABASE_URL connects as
-// its binary's role (composeDBRoles; `migrate` as orders_migrate) with the
-// password the postgres service gives that role, and the postgres service
-// runs the init script that creates them.
+// its binary's role (composeDBRoles; `migrate` as orders_migrate), with no
+// password in the URL but the role's file of the secrets volume, which the
+// postgres service gives the init script that creates the roles.
 func databaseRoleProblems(p *types.Project) []string {
 	var problems []string
 	var pg *types.ServiceConfig
@@ -127,12 +142,18 @@ func databaseRoleProblems(p *types.Project) []string {
 			problems = append(problems, fmt.Sprintf("service %s (%s) connects as %s, want %s", name, binary, got, want))
 			continue
 		}
+		if _, has := u.User.Password(); has {
+			problems = append(problems, fmt.Sprintf("service %s: DATABASE_URL carries %s's password: give it in DATABASE_PASSWORD_FILE", name, want))
+			continue
+		}
+		if file := envValue(svc, "DATABASE_PASSWORD_FILE"); file != passwordFile(want) {
+			problems = append(problems, fmt.Sprintf("service %s: DATABASE_PASSWORD_FILE is %q, want %s, %s's password", name, file, passwordFile(want), want))
+		}
 		if pg == nil {
 			continue
 		}
-		password, _ := u.User.Password()
-		if set := envValue(*pg, passwordVariable(want)); set == "" || set != password {
-			problems = append(problems, fmt.Sprintf("service %s: the password of %s in DATABASE_URL is not the %s that service %s creates it with",
+		if set := envValue(*pg, passwordVariable(want)+"_FILE"); set != passwordFile(want) {
+			problems = append(problems, fmt.Sprintf("service %s: %s's password file is not the %s_FILE that service %s creates it with",
 				name, want, passwordVariable(want), pg.Name))
 		}
 	}
@@ -150,23 +171,27 @@ func databaseUser(svc types.ServiceConfig) string {
 
 func TestComposeRoleChecks(t *testing.T) {
 	t.Parallel()
-	const pg = "\n    image: postgres:15.8\n    volumes: [./initdb:/docker-entrypoint-initdb.d]\n    environment: {ORDERS_DB_API_PASSWORD: a, ORDERS_DB_MIGRATE_PASSWORD: m}"
-	api := func(user string) string {
-		return "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]\n    environment: {DATABASE_URL: \"postgres://" + user + "@db:5432/orders\"}"
+	const pg = "\n    image: postgres:15.8\n    volumes: [./initdb:/docker-entrypoint-initdb.d]\n" +
+		"    environment: {ORDERS_DB_API_PASSWORD_FILE: /run/orders-secrets/db-orders_api, ORDERS_DB_MIGRATE_PASSWORD_FILE: /run/orders-secrets/db-orders_migrate}"
+	apiWith := func(user, file string) string {
+		return "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]\n    environment: {DATABASE_URL: \"postgres://" + user + "@db:5432/orders\", DATABASE_PASSWORD_FILE: " + file + "}"
 	}
+	api := func(user string) string { return apiWith(user, "/run/orders-secrets/db-"+strings.Split(user, ":")[0]) }
 	tests := []struct {
 		name     string
 		services map[string]string
 		want     []string
 	}{
-		{"roles and passwords", map[string]string{"db": pg, "api": api("orders_api:a"),
-			"migrate": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]\n    command: [migrate, up]\n    environment: {DATABASE_URL: \"postgres://orders_migrate:m@db/orders\"}"}, nil},
-		{"superuser", map[string]string{"db": pg, "api": api("postgres:postgres")}, []string{"service api (order-api) connects as postgres, want orders_api"}},
-		{"another process's role", map[string]string{"db": pg, "api": api("orders_consumer:a")}, []string{"connects as orders_consumer, want orders_api"}},
-		{"wrong password", map[string]string{"db": pg, "api": api("orders_api:b")}, []string{"the password of orders_api in DATABASE_URL is not the ORDERS_DB_API_PASSWORD"}},
+		{"roles and password files", map[string]string{"db": pg, "api": api("orders_api"),
+			"migrate": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]\n    command: [migrate, up]\n" +
+				"    environment: {DATABASE_URL: \"postgres://orders_migrate@db/orders\", DATABASE_PASSWORD_FILE: /run/orders-secrets/db-orders_migrate}"}, nil},
+		{"superuser", map[string]string{"db": pg, "api": api("postgres")}, []string{"service api (order-api) connects as postgres, want orders_api"}},
+		{"another process's role", map[string]string{"db": pg, "api": api("orders_consumer")}, []string{"connects as orders_consumer, want orders_api"}},
+		{"a password in the URL", map[string]string{"db": pg, "api": api("orders_api:a")}, []string{"DATABASE_URL carries orders_api's password"}},
+		{"another role's file", map[string]string{"db": pg, "api": apiWith("orders_api", "/run/orders-secrets/db-orders_migrate")}, []string{"want /run/orders-secrets/db-orders_api"}},
 		{"no user", map[string]string{"db": pg, "api": api("")}, []string{"DATABASE_URL names no user"}},
 		{"unknown binary", map[string]string{"db": pg, "x": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/soak]\n    environment: {DATABASE_URL: \"postgres://postgres@db/orders\"}"}, []string{`runs "soak", which has no database role`}},
-		{"no init script", map[string]string{"db": "\n    image: postgres:15.8", "api": api("orders_api:a")}, []string{"mounts no /docker-entrypoint-initdb.d", "is not the ORDERS_DB_API_PASSWORD"}},
+		{"no init script", map[string]string{"db": "\n    image: postgres:15.8", "api": api("orders_api")}, []string{"mounts no /docker-entrypoint-initdb.d", "is not the ORDERS_DB_API_PASSWORD_FILE"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

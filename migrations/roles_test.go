@@ -59,7 +59,7 @@ var grants = map[string]map[string]string{
 	},
 	"message_inbox": {api: "", relay: "", consumer: "SELECT, INSERT, UPDATE, DELETE", operator: "SELECT, DELETE"},
 	"http_idempotency_key": {
-		api: "SELECT, INSERT(idempotency_key, request_method, request_path, request_hash, caller), " +
+		api: "SELECT, INSERT(idempotency_key, request_method, request_path, request_hash, caller, caller_role), " +
 			"UPDATE(request_hash, response_status, response_body, response_location, created_at), DELETE",
 		relay:    "",
 		consumer: "",
@@ -72,8 +72,9 @@ var grants = map[string]map[string]string{
 		consumer: "SELECT, INSERT, UPDATE(status, attempt_count, last_error, sent_at)",
 		operator: "SELECT",
 	},
-	"shipment":       {api: "", relay: "", consumer: "SELECT(order_id), INSERT(shipment_id, order_id, status, message_id)", operator: "SELECT"},
-	"operator_audit": {api: "", relay: "", consumer: "", operator: "SELECT, INSERT(actor, action, target, reason, details)"},
+	"shipment":               {api: "", relay: "", consumer: "SELECT(order_id), INSERT(shipment_id, order_id, status, message_id)", operator: "SELECT"},
+	"operator_audit":         {api: "", relay: "", consumer: "", operator: "SELECT, INSERT(actor, action, target, reason, details)"},
+	"outbox_partition_lease": {api: "", relay: "SELECT, INSERT, UPDATE, DELETE", consumer: "", operator: "SELECT"},
 }
 
 // functionGrants is which process role may execute each function of the
@@ -458,7 +459,13 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	}
 	nothing := map[string]map[string]string{}
 	for table := range grants {
-		nothing[table] = map[string]string{api: "", relay: "", consumer: "", operator: ""}
+		var exists bool // tables of later migrations are gone, grants and all
+		if err := db.Pool.QueryRow(t.Context(), "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		if exists {
+			nothing[table] = map[string]string{api: "", relay: "", consumer: "", operator: ""}
+		}
 	}
 	checkGrants(t, db.Pool, nothing)
 	everyone := map[string]string{api: "EXECUTE", relay: "EXECUTE", consumer: "EXECUTE", operator: "EXECUTE"}

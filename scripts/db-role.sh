@@ -10,8 +10,9 @@
 # DATABASE_URL as it is (make ctl OPERATOR_ROLE= connects as its user).
 # The password:
 #   - DATABASE_URL's user is ROLE already: the URL is kept whole, password
-#     and all (DATABASE_URL=postgres://orders_operator:operator-dev@... for
-#     docker compose's server);
+#     and all (DATABASE_URL=postgres://orders_operator:<its password>@...
+#     for docker compose's server: docker compose run --rm --no-deps
+#     secrets show db-orders_operator);
 #   - DB_PASSWORD_<ROLE> is set (DB_PASSWORD_ORDERS_OPERATOR for
 #     orders_operator): that password, as it goes into a URL (letters,
 #     digits and - _ . ~ need no escaping);

@@ -148,9 +148,9 @@ supervise() {
 
 supervise webhook  WEBHOOK_ADDR="$webhook_addr" FAIL_FIRST=1 -- "$bin/webhook-receiver"
 # order-api checks bearer tokens with API_JWT_SECRET: unless .env or the
-# environment sets another, the development secret (the Makefile's and
-# docker-compose.yml's too), which `make token` signs with. Public, so
-# never for a deployment.
+# environment sets another, the development secret (the Makefile's too),
+# which `make token` signs with. Public, so the binaries take it in
+# development only (DEV_MODE=true: scripts/env.sh).
 supervise api      "$api_db" HTTP_ADDR="$api_addr" API_JWT_SECRET="${API_JWT_SECRET:-dev-only-order-api-jwt-secret-not-for-production}" -- "$bin/order-api"
 supervise relay-1  "$relay_db" ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
 supervise relay-2  "$relay_db" ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"

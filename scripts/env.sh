@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/env.sh: the settings of .env, for the processes run from this
 # checkout (make dev, make run, make run/relay, make run/consumer, make
-# migrate, make walkthrough, make psql, make db/reset).
+# migrate, make walkthrough, make psql, make db/reset), in development
+# (DEV_MODE=true, unless set).
 #
 #   scripts/env.sh COMMAND [ARGS...]   run COMMAND with .env's settings
 #   source scripts/env.sh              export them into this shell (scripts/dev.sh)
@@ -67,6 +68,12 @@ if [[ $dotenv_file != none && -f $dotenv_file ]]; then
 	load_dotenv "$dotenv_file"
 fi
 unset dotenv_file
+
+# What runs from this checkout runs on a developer's machine: the binaries
+# accept the development credentials (the JWT secret of make run and make
+# token, the RabbitMQ passwords of make dev) and say so at start. Outside
+# development they refuse them (docs/configuration.md, DEV_MODE).
+export DEV_MODE="${DEV_MODE:-true}"
 
 # Run as a command: run the rest of the command line with those settings.
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then

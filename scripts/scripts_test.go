@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/yourorg/orders/internal/config"
 )
 
 // environ runs scripts/env.sh env with extra variables and returns the
@@ -327,9 +329,11 @@ func TestDBRoleSaysWhenItDropsAPassword(t *testing.T) {
 }
 
 // The development secret of order-api's tokens is one value: the
-// Makefile's (make run, make token), scripts/dev.sh's, the compose files'
-// defaults and .env.example's, so that a token of make token works
-// against each.
+// Makefile's (make run, make token), scripts/dev.sh's and .env.example's
+// (for make dev), so that a token of make token works against each; it is
+// the one the binaries refuse outside development
+// (config.DevelopmentJWTSecret), and the compose files, whose stack makes
+// a secret of its own, do not have it.
 func TestOneDevelopmentJWTSecret(t *testing.T) {
 	t.Parallel()
 	makefile, err := os.ReadFile("../Makefile")
@@ -338,14 +342,12 @@ func TestOneDevelopmentJWTSecret(t *testing.T) {
 	}
 	_, rest, ok := strings.Cut(string(makefile), "\nDEV_JWT_SECRET  := ")
 	secret, _, _ := strings.Cut(rest, "\n")
-	if !ok || len(secret) < 32 {
-		t.Fatalf("the Makefile has no DEV_JWT_SECRET of 32 bytes or more (%q)", secret)
+	if !ok || secret != config.DevelopmentJWTSecret {
+		t.Fatalf("the Makefile's DEV_JWT_SECRET is %q, want config.DevelopmentJWTSecret", secret)
 	}
 	for file, want := range map[string]string{
-		"dev.sh":                     `API_JWT_SECRET="${API_JWT_SECRET:-` + secret + `}"`,
-		"../docker-compose.yml":      `API_JWT_SECRET: ${ORDERS_API_JWT_SECRET:-` + secret + `}`,
-		"../docker-compose.demo.yml": `API_JWT_SECRET: ${ORDERS_API_JWT_SECRET:-` + secret + `}`,
-		"../.env.example":            "\nAPI_JWT_SECRET=" + secret + "\n",
+		"dev.sh":          `API_JWT_SECRET="${API_JWT_SECRET:-` + secret + `}"`,
+		"../.env.example": "\nAPI_JWT_SECRET=" + secret + "\n",
 	} {
 		raw, err := os.ReadFile(file)
 		if err != nil {
@@ -353,6 +355,15 @@ func TestOneDevelopmentJWTSecret(t *testing.T) {
 		}
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("%s does not have %s", file, want)
+		}
+	}
+	for _, file := range []string{"../docker-compose.yml", "../docker-compose.demo.yml"} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("%s has the development secret: the stack makes its own", file)
 		}
 	}
 }

@@ -30,6 +30,7 @@ const service = "order-api"
 
 // Config is every setting of order-api; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	config.Telemetry
@@ -53,19 +54,29 @@ type Config struct {
 	// JaegerUIURL is the Jaeger UI the order timeline page (/ui/) links
 	// each order's trace to; empty: no link, the trace id only.
 	JaegerUIURL string `env:"JAEGER_UI_URL"`
+	// PublicURL is where clients reach the API, when a proxy or load
+	// balancer in front of it ends TLS (https://orders.example.com): with
+	// https, the /ui/ sign-in cookie is Secure although requests arrive
+	// over plain HTTP. Empty: the cookie is Secure only when TLS ends here.
+	PublicURL string `env:"API_PUBLIC_URL"`
 }
 
 // Validate checks every setting and reports all the bad ones, except the
 // Auth block: `order-api migrate` needs no keys, so run checks it before
 // it serves.
 func (c *Config) Validate() error {
-	var delay, jaeger error
+	var delay, jaeger, public error
 	if c.ShutdownDelay < 0 {
 		delay = fmt.Errorf("SHUTDOWN_DELAY must not be negative, got %v", c.ShutdownDelay)
 	}
 	if c.JaegerUIURL != "" {
 		if u, err := url.Parse(c.JaegerUIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			jaeger = fmt.Errorf("JAEGER_UI_URL must be an http(s) URL such as http://localhost:16686, got %q", c.JaegerUIURL)
+		}
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			public = fmt.Errorf("API_PUBLIC_URL must be an http(s) URL such as https://orders.example.com, got %q", c.PublicURL)
 		}
 	}
 	return errors.Join(
@@ -78,7 +89,15 @@ func (c *Config) Validate() error {
 		delay,
 		config.Positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout),
 		jaeger,
+		public,
 	)
+}
+
+// reachedOverHTTPS tells whether clients reach the API over HTTPS
+// (API_PUBLIC_URL), whatever scheme its requests arrive with.
+func (c *Config) reachedOverHTTPS() bool {
+	u, err := url.Parse(c.PublicURL)
+	return err == nil && u.Scheme == "https"
 }
 
 func main() { app.Main(service, run) }
@@ -121,6 +140,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 			AcquireTimeout:    cfg.AcquireTimeout,
 			MaxInFlight:       cfg.MaxInFlight,
 			JaegerUIURL:       cfg.JaegerUIURL,
+			SecureCookie:      cfg.reachedOverHTTPS(),
 		}, httpapi.Deps{
 			Verifier:       verifier,
 			Pool:           pool,

@@ -3,13 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +73,43 @@ func TestBadJaegerUIURLFailsStartup(t *testing.T) {
 	}
 }
 
+// API_PUBLIC_URL is where clients reach the API: a value that is no
+// http(s) URL stops the start; with https, the /ui/ sign-in cookie is
+// Secure although the request arrives over plain HTTP (TLS ends in a proxy).
+func TestPublicURL(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"orders.example.com", "ftp://orders.example.com", "https://"} {
+		var out bytes.Buffer
+		err := run(t.Context(), nil, map[string]string{"API_PUBLIC_URL": bad}, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "API_PUBLIC_URL") {
+			t.Errorf("API_PUBLIC_URL=%s: err = %v; want it named", bad, err)
+		}
+	}
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	secret := rand.Text() + rand.Text()
+	base, stop, _ := serve(t, map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "API_JWT_SECRET": secret,
+		"API_PUBLIC_URL": "HTTPS://orders.example.com"})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/ui/login",
+		strings.NewReader(url.Values{"token": {mint(t, secret, "c")}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := http.DefaultTransport.RoundTrip(req) // no redirect
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cookies := resp.Cookies(); resp.StatusCode != http.StatusSeeOther || len(cookies) != 1 || !cookies[0].Secure {
+		t.Errorf("sign-in over plain HTTP with an https API_PUBLIC_URL: %d %v, want a Secure cookie", resp.StatusCode, cookies)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The process serves with -migrate on an empty database, and on cancel
 // (SIGTERM) drains and returns without error.
 func TestServeAndShutDown(t *testing.T) {
@@ -95,6 +139,89 @@ func TestServeAndShutDown(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"msg":"starting"`) || strings.Contains(logs.String(), "hunter") {
 		t.Fatalf("logs:\n%s", logs.String())
+	}
+}
+
+// A graceful restart cuts no request. Eight clients post orders on
+// keep-alive connections, one after another as fast as they are answered;
+// then SIGTERM. Every request is answered (201) or refused at connect,
+// never reset or ended with EOF under the client, which could not tell
+// whether its order was created; and every order in the database was
+// answered. Each round is a start and a SIGTERM of the process; three
+// rounds, for a race that needs a client to send just as its connection
+// closes.
+func TestShutdownCutsNoRequest(t *testing.T) {
+	t.Parallel()
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	secret := rand.Text() + rand.Text()
+	token := mint(t, secret, "c")
+	var answered atomic.Int64
+	for round := range 3 {
+		base, stop, logs := serve(t, map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "API_JWT_SECRET": secret})
+		var (
+			wg              sync.WaitGroup
+			refused, before atomic.Int64
+			mu              sync.Mutex
+			cut             []string
+		)
+		before.Store(answered.Load())
+		for range 8 {
+			wg.Go(func() {
+				transport := &http.Transport{MaxIdleConnsPerHost: 1}
+				defer transport.CloseIdleConnections()
+				client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+				for {
+					req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/orders",
+						strings.NewReader(`{"customer_id":"c","currency":"EUR","items":[{"sku":"A","quantity":1,"unit_price_cents":1}]}`))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Authorization", "Bearer "+token)
+					resp, err := client.Do(req)
+					var opErr *net.OpError
+					switch {
+					case errors.As(err, &opErr) && opErr.Op == "dial":
+						refused.Add(1) // the server is gone: refused at connect
+						return
+					case err != nil:
+						mu.Lock()
+						cut = append(cut, err.Error())
+						mu.Unlock()
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusCreated {
+						t.Errorf("POST /v1/orders: %d", resp.StatusCode)
+						return
+					}
+					answered.Add(1)
+				}
+			})
+		}
+		testenv.WaitFor(t, 20*time.Second, "the clients' first orders", func() bool { return answered.Load() > before.Load()+100 })
+		if err := stop(); err != nil { // SIGTERM; returns when run has
+			t.Fatalf("run: %v\n%s", err, logs.String())
+		}
+		wg.Wait()
+		for _, err := range cut {
+			t.Errorf("round %d: a request cut at shutdown: %s", round+1, err)
+		}
+		if refused.Load() != 8-int64(len(cut)) {
+			t.Errorf("round %d: %d clients refused at connect, want the %d not cut", round+1, refused.Load(), 8-len(cut))
+		}
+	}
+	conn, err := pgx.Connect(t.Context(), testenv.ServerURL(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	var orders int64
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM orders").Scan(&orders); err != nil || orders != answered.Load() {
+		t.Fatalf("%d orders (%v) for %d answered: an order was created whose answer never came", orders, err, answered.Load())
 	}
 }
 
@@ -197,11 +324,24 @@ func postOrder(t *testing.T, base, token string) int {
 
 // The authentication settings are checked at start, each error naming its
 // variable: jwt (the default) with no key, a short secret, an unreadable
-// or keyless public keys file, an unknown mode.
+// or keyless public keys file, public keys without an audience, an
+// unknown mode.
 func TestBadAuthSettingsFailStartup(t *testing.T) {
 	t.Parallel()
 	notPEM := filepath.Join(t.TempDir(), "keys.pem")
 	if err := os.WriteFile(notPEM, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	public, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idpKeys := filepath.Join(t.TempDir(), "idp.pem")
+	if err := os.WriteFile(idpKeys, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -213,6 +353,8 @@ func TestBadAuthSettingsFailStartup(t *testing.T) {
 		{map[string]string{"API_JWT_PUBLIC_KEYS": filepath.Join(t.TempDir(), "missing.pem")}, "API_JWT_PUBLIC_KEYS: open"},
 		{map[string]string{"API_JWT_PUBLIC_KEYS": notPEM}, "API_JWT_PUBLIC_KEYS " + notPEM + ": no PEM block"},
 		{map[string]string{"API_AUTH": "none"}, `API_AUTH "none": want jwt or off`},
+		// An identity provider's keys verify the tokens of all its clients.
+		{map[string]string{"API_JWT_PUBLIC_KEYS": idpKeys}, "API_JWT_PUBLIC_KEYS needs API_JWT_AUDIENCE"},
 	} {
 		// Should the setting be let through, run finds no database.
 		tc.environ["HTTP_ADDR"] = testenv.FreeAddr(t)
@@ -222,6 +364,57 @@ func TestBadAuthSettingsFailStartup(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v; want %q", tc.environ, err, tc.want)
 		}
+	}
+}
+
+// The development JWT secret is public, in the repository: with it anyone
+// mints an operator's token. order-api refuses to start with it, or with
+// a development password in DATABASE_URL, unless told it runs in
+// development, which it then says with a WARN line at start. A secret may
+// come from a file (API_JWT_SECRET_FILE, DATABASE_PASSWORD_FILE: docker
+// compose's generated secrets); the file's is checked the same.
+func TestDevelopmentCredentialsOnlyInDevelopment(t *testing.T) {
+	t.Parallel()
+	devSecretFile := filepath.Join(t.TempDir(), "api-jwt-secret")
+	if err := os.WriteFile(devSecretFile, []byte(config.DevelopmentJWTSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		environ map[string]string
+		want    string
+	}{
+		"the development secret":           {map[string]string{"API_JWT_SECRET": config.DevelopmentJWTSecret}, "API_JWT_SECRET is a development credential"},
+		"the development secret in a file": {map[string]string{"API_JWT_SECRET_FILE": devSecretFile}, "API_JWT_SECRET is a development credential"},
+		"a development database password": {map[string]string{"API_JWT_SECRET": rand.Text() + rand.Text(),
+			"DATABASE_URL": "postgres://orders_api:api-dev@127.0.0.1:1/orders"}, "DATABASE_URL carries a development password"},
+	} {
+		// Should the setting be let through, run finds no database.
+		tc.environ["HTTP_ADDR"] = testenv.FreeAddr(t)
+		if tc.environ["DATABASE_URL"] == "" {
+			tc.environ["DATABASE_URL"] = testenv.ServerURL(t, testenv.TestDatabaseName())
+		}
+		var out bytes.Buffer
+		if err := run(t.Context(), nil, tc.environ, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
+		}
+	}
+
+	name := testenv.TestDatabaseName()
+	testenv.DropDatabaseAtCleanup(t, name)
+	base, stop, logs := serve(t, map[string]string{"DATABASE_URL": testenv.ServerURL(t, name), "DEV_MODE": "true",
+		"API_JWT_SECRET_FILE": devSecretFile})
+	if code := postOrder(t, base, mint(t, config.DevelopmentJWTSecret, "c")); code != http.StatusCreated {
+		t.Errorf("POST /v1/orders with a token of the development secret, in development: %d", code)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var warned bool
+	for line := range strings.Lines(logs.String()) {
+		warned = warned || strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "DEV_MODE=true")
+	}
+	if !warned {
+		t.Errorf("no WARN line about DEV_MODE=true:\n%s", logs.String())
 	}
 }
 

@@ -9,6 +9,7 @@
 //	order-consumer migrate [up|down|status|reset]    manage the schema and exit
 //	order-consumer replay <consumer> [limit]         move parked messages back to the work queue
 //	order-consumer catalog                           print docs/catalog.md: the message types, the consumers, their queues
+//	order-consumer asyncapi                          print api/asyncapi.yaml: the same as an AsyncAPI document, with the payload schemas
 package main
 
 import (
@@ -35,12 +36,14 @@ const service = "order-consumer"
 
 // Config is every setting of order-consumer; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	config.Telemetry
+	config.Partitions
 	// AMQPURL is the RabbitMQ broker: a URL, or the URLs of a cluster's
 	// nodes separated by commas (messaging.URLs).
-	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9102"`
 	// Consumers lists the consumers this process runs; empty runs every
@@ -56,7 +59,7 @@ type Config struct {
 	ProcessingLease time.Duration   `env:"CONSUMER_PROCESSING_LEASE" envDefault:"1m"`
 	TxTimeout       time.Duration   `env:"CONSUMER_TX_TIMEOUT" envDefault:"30s"`
 	InboxRetention  time.Duration   `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
-	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL"`
+	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL" secret:"url"`
 	WebhookTimeout  time.Duration   `env:"NOTIFY_WEBHOOK_TIMEOUT" envDefault:"5s"`
 	// FaultsEndpoint serves POST /faults/crash-after-commit on the admin
 	// address, for the walkthrough and drills. Never in production.
@@ -75,6 +78,7 @@ func (c *Config) Validate() error {
 		c.Log.Validate(),
 		c.Telemetry.Validate(),
 		config.Named("AMQP_URL", messaging.CheckURL(c.AMQPURL)),
+		c.Partitions.Validate(),
 		config.Positive("CONSUMER_PREFETCH", c.Prefetch),
 		config.Positive("CONSUMER_WORKERS", c.Workers),
 		config.Positive("CONSUMER_BATCH_SIZE", c.BatchSize),
@@ -126,7 +130,7 @@ func (c *Config) consumerConfig() inbox.Config {
 	return consumer.Inbox(inbox.Config{
 		Prefetch: c.Prefetch, Workers: c.Workers, BatchSize: c.BatchSize, BatchWait: c.BatchWait, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
 		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout, TxTimeout: c.TxTimeout,
-		InboxRetention: c.InboxRetention,
+		InboxRetention: c.InboxRetention, Partitions: c.Partitions.Count,
 	})
 }
 
@@ -138,13 +142,19 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	var cfg Config
 	commands := []string{
 		"replay <consumer> [limit]    move parked messages back to the work queue",
+		"declare                      declare every consumer's queues and bindings, and exit",
 		"catalog                      print the message types, the consumers and their queues (docs/catalog.md)",
+		"asyncapi                     print the AsyncAPI document of the messages and queues (api/asyncapi.yaml)",
 	}
 	return app.Start(ctx, service, &cfg, args, environ, stdout, stderr, commands, func(ctx context.Context, p *app.Process) error {
 		if len(p.Args.Command) > 0 {
 			switch p.Args.Command[0] {
 			case "catalog":
 				return consumer.WriteCatalog(stdout, consumer.All(consumer.Deps{}))
+			case "declare":
+				return inbox.Declare(ctx, cfg.AMQPURL, cfg.consumerConfig(), consumer.All(consumer.Deps{})...)
+			case "asyncapi":
+				return writeAsyncAPI(stdout)
 			default: // replay
 				return replay(ctx, cfg, p.Args.Command[1:], p.Log)
 			}
@@ -167,6 +177,10 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 			return err
 		}
 		inboxCfg := cfg.consumerConfig()
+		// Every consumer's queues exist whichever of them this process runs:
+		// a message published while another consumer's process is down
+		// still reaches its queue.
+		inboxCfg.AlsoDeclare = others(consumer.All(consumer.Deps{}), selected)
 		var crash *crashAfterCommit
 		if cfg.FaultsEndpoint {
 			crash = &crashAfterCommit{log: p.Log, exit: os.Exit}
@@ -189,6 +203,17 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		// redelivery.
 		return p.RunWithAdmin(ctx, cfg.AdminAddr, admin, consumers.Run)
 	})
+}
+
+// others returns the consumers of all that selected does not hold.
+func others(all, selected []*inbox.Consumer) []*inbox.Consumer {
+	var out []*inbox.Consumer
+	for _, c := range all {
+		if !slices.ContainsFunc(selected, func(s *inbox.Consumer) bool { return s.Name() == c.Name() }) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // replay is the replay sub-command: replay <consumer> [limit].

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
@@ -37,6 +38,11 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 	)
 	wg.Go(func() { runErr = run(ctx, []string{"-migrate"}, environ, io.Discard, io.Discard) })
 	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
+	// It runs fulfillment only, and declares every consumer's queues: a
+	// message published while the others' processes are down reaches them.
+	for _, c := range consumer.All(consumer.Deps{}) {
+		queueExists(t, amqpURL, inbox.QueueName(c.Name()))
+	}
 
 	// A poison message (its order does not exist) is parked.
 	id := uuid.NewString()
@@ -157,4 +163,26 @@ func get(t *testing.T, url string) string {
 func TestComposeSetsOnlyVariablesItReads(t *testing.T) {
 	t.Parallel()
 	testenv.ComposeSetsOnly(t, "order-consumer", config.Variables(&Config{}))
+}
+
+// `order-consumer declare` declares every consumer's queues and bindings
+// and exits: a deployment step before any relay publishes.
+func TestDeclareCommand(t *testing.T) {
+	t.Parallel()
+	amqpURL := testenv.NewVhost(t)
+	if err := run(t.Context(), []string{"declare"}, map[string]string{"AMQP_URL": amqpURL}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range consumer.All(consumer.Deps{}) {
+		queueExists(t, amqpURL, inbox.QueueName(c.Name()))
+		queueExists(t, amqpURL, inbox.ParkingLotName(inbox.QueueName(c.Name())))
+	}
+}
+
+// queueExists fails the test unless queue exists on amqpURL.
+func queueExists(t *testing.T, amqpURL, queue string) {
+	t.Helper()
+	if _, err := testenv.NewChannel(t, amqpURL).QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
+		t.Fatalf("queue %s: %v", queue, err)
+	}
 }

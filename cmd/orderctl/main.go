@@ -58,11 +58,12 @@ const service = "orderctl"
 
 // Config is every setting orderctl reads; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	// AMQPURL is the RabbitMQ broker: the parking lots and queue depths.
 	// A URL, or the URLs of a cluster's nodes separated by commas.
-	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// User names the operator in operator_audit; empty: the OS user.
 	User string `env:"ORDERCTL_USER"`
 	// RetryDelays are order-consumer's, to find its retry queues.
@@ -73,7 +74,7 @@ type Config struct {
 	InboxRetention    time.Duration `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
 	IdempotencyKeyTTL time.Duration `env:"IDEMPOTENCY_KEY_TTL" envDefault:"24h"`
 	// The API's token settings, with which `orderctl token` signs.
-	JWTSecret   string `env:"API_JWT_SECRET" secret:"true"`
+	JWTSecret   string `env:"API_JWT_SECRET" secret:"true" fromFile:"API_JWT_SECRET_FILE"`
 	JWTIssuer   string `env:"API_JWT_ISSUER"`
 	JWTAudience string `env:"API_JWT_AUDIENCE"`
 }

@@ -172,8 +172,8 @@ func TestParkedMessages(t *testing.T) {
 	// Discard: gone from the parking lot, kept in the audit.
 	var discarded discardReport
 	ctl.json(&discarded, "parked", "discard", fulfillment.Name, poison[0], "--reason", "test message, never valid")
-	if discarded.Message.MessageID != poison[0] || discarded.Message.ReasonCode != "order_not_found" {
-		t.Fatalf("discarded %+v", discarded.Message)
+	if discarded.Message.MessageID != poison[0] || discarded.Message.ReasonCode != "order_not_found" || !discarded.Forgotten {
+		t.Fatalf("discarded %+v (failed inbox row removed: %v)", discarded.Message, discarded.Forgotten)
 	}
 	if _, err := ctl.run("parked", "discard", fulfillment.Name, poison[0], "--reason", "again"); err == nil {
 		t.Fatal("a second discard of the same message: want an error")

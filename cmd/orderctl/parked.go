@@ -166,9 +166,10 @@ func (r replayReport) human(w io.Writer) {
 }
 
 type discardReport struct {
-	Consumer string       `json:"consumer"`
-	Message  inbox.Parked `json:"discarded"`
-	Audit    Audit        `json:"audit"`
+	Consumer  string       `json:"consumer"`
+	Message   inbox.Parked `json:"discarded"`
+	Audit     Audit        `json:"audit"`
+	Forgotten bool         `json:"inbox_row_removed"` // its failed inbox row was removed
 }
 
 // parkedDiscard removes one parked message for good. The audit row is
@@ -187,12 +188,21 @@ func parkedDiscard(ctx context.Context, c *ctl) (report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Gone for good: its failed inbox row goes too, so that the later
+	// messages of its order parked behind it (held_behind, with
+	// MESSAGE_PARTITIONS) may be replayed. The audit keeps what it was.
+	if r.Forgotten, err = inbox.ForgetFailure(ctx, c.pool, name, r.Message.MessageID); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
 func (r discardReport) human(w io.Writer) {
 	_, _ = fmt.Fprintf(w, "%s (%s, %s) discarded from %s. Audit #%d keeps its headers.\n",
 		r.Message.MessageID, r.Message.Type, orDash(r.Message.ReasonCode), inbox.ParkingLotName(inbox.QueueName(r.Consumer)), r.Audit.ID)
+	if r.Forgotten {
+		_, _ = fmt.Fprintf(w, "Its failed inbox row is removed: later messages of its order parked behind it may be replayed.\n")
+	}
 }
 
 // orderOf is the order a parked message is about: the aggregate the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
@@ -26,12 +27,14 @@ const service = "outbox-relay"
 
 // Config is every setting of outbox-relay; see the README for the table.
 type Config struct {
+	config.Environment
 	config.Database
 	config.Log
 	config.Telemetry
+	config.Partitions
 	// AMQPURL is the RabbitMQ broker: a URL, or the URLs of a cluster's
 	// nodes separated by commas (messaging.URLs).
-	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9101"`
 	// ID names this relay in claimed_by; default host name and pid.
@@ -57,6 +60,7 @@ func (c *Config) Validate() error {
 		c.Log.Validate(),
 		c.Telemetry.Validate(),
 		config.Named("AMQP_URL", messaging.CheckURL(c.AMQPURL)),
+		c.Partitions.Validate(),
 		config.Positive("RELAY_BATCH_SIZE", c.BatchSize),
 		config.Positive("RELAY_MAX_IN_FLIGHT", c.MaxInFlight),
 		config.Positive("RELAY_POLL_INTERVAL", c.PollInterval),
@@ -103,7 +107,8 @@ func (c *Config) relayConfig() outbox.Config {
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
 		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout, DBTimeout: c.DBTimeout,
-		Retention: c.Retention, MessageTypes: domain.MessageTypes(),
+		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.Partitions.Count),
+		Partitions: c.Partitions.Count,
 	}
 }
 

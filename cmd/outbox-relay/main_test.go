@@ -15,8 +15,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -60,6 +62,22 @@ func TestRelayProcess(t *testing.T) {
 			"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ADMIN_ADDR": admin, "RELAY_POLL_INTERVAL": "100ms",
 		}, lockedWriter{&mu, &logs}, io.Discard)
 	})
+	// Until the consumers' queues exist, the relay publishes none of the
+	// types they read, and says so.
+	var reason string
+	testenv.WaitFor(t, 20*time.Second, "/readyz to name the missing reader queues", func() bool {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		reason = string(body)
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(reason, "orders.warehouse")
+	})
+	if err := inbox.Declare(t.Context(), amqpURL, consumer.Inbox(inbox.Config{}), consumer.All(consumer.Deps{})...); err != nil {
+		t.Fatal(err)
+	}
 	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
 
 	db, err := pgx.Connect(t.Context(), dbURL)

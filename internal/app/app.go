@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -172,8 +174,36 @@ func NewHTTPServer(addr string, h http.Handler, logger *slog.Logger) *http.Serve
 	}
 }
 
-// Serve runs srv until ctx is done, then shuts it down: it stops accepting
-// connections and waits up to timeout for the requests in flight.
+// drainGrace is how long Serve, shutting down, leaves the connections that
+// are open to send one more request, which it answers and then closes the
+// connection: longer than the pause between two requests of a busy
+// client, short enough not to hold up a restart.
+const drainGrace = time.Second
+
+// Serve runs srv until ctx is done, then shuts it down so that no request
+// is cut: each is either answered or refused at connect.
+//
+//  1. It stops accepting connections: a client that connects from now on
+//     is refused.
+//  2. It stops keeping connections alive: every answer from now on says
+//     "Connection: close", and the connection closes after it, so that the
+//     client opens a new one for its next request (and is refused) instead
+//     of sending it on a connection the server closes meanwhile.
+//  3. For drainGrace (at most timeout), it leaves the open connections
+//     their next request, answered so, and stops waiting once none is open.
+//  4. It closes the connections still idle, which have sent nothing all
+//     that time, and waits for the requests in flight, up to timeout in
+//     all.
+//
+// Closing an idle keep-alive connection at once, as http.Server.Shutdown
+// does, races with a client that is sending its next request on it: the
+// client sees "connection reset by peer" or EOF, and cannot tell whether
+// its request was handled. What stays of that race here is a request sent
+// at the very end of the grace by a client idle through all of it; and a
+// connection the kernel completed but the process had not accepted yet
+// when the listener closed is reset (a load balancer that stops sending
+// first, SHUTDOWN_DELAY, avoids both).
+//
 // ready, if not nil, receives the bound address once the server listens.
 func Serve(ctx context.Context, srv *http.Server, timeout time.Duration, logger *slog.Logger, ready chan<- net.Addr) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", srv.Addr)
@@ -184,6 +214,7 @@ func Serve(ctx context.Context, srv *http.Server, timeout time.Duration, logger 
 	if ready != nil {
 		ready <- ln.Addr()
 	}
+	d := newDrain(srv)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 
@@ -194,11 +225,111 @@ func Serve(ctx context.Context, srv *http.Server, timeout time.Duration, logger 
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
+	d.closing.Store(true)
+	if err := ln.Close(); err != nil {
+		return fmt.Errorf("stop listening on %s: %w", srv.Addr, err)
+	}
+	// Serve returns once the listener is closed, with the accept error
+	// that says so; the connections live on.
+	if err := <-errc; !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("serve %s: %w", srv.Addr, err)
+	}
+	graceCtx, cancelGrace := context.WithTimeout(shutdownCtx, min(drainGrace, timeout))
+	d.wait(graceCtx)
+	cancelGrace()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shut down %s: %w", srv.Addr, err)
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
 	return nil
+}
+
+// drain is what Serve needs of a server it shuts down: a switch that makes
+// every answer close its connection, and the number of open connections.
+type drain struct {
+	closing atomic.Bool
+	mu      sync.Mutex
+	open    int
+	changed chan struct{} // closed, and replaced, when open changes
+}
+
+// newDrain wraps srv's handler and connection-state hook with a drain's.
+func newDrain(srv *http.Server) *drain {
+	d := &drain{changed: make(chan struct{})}
+	next, hook := srv.Handler, srv.ConnState
+	if next == nil {
+		next = http.DefaultServeMux
+	}
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&closingWriter{ResponseWriter: w, drain: d}, r)
+	})
+	srv.ConnState = func(c net.Conn, state http.ConnState) {
+		d.mu.Lock()
+		switch state {
+		case http.StateNew:
+			d.open++
+		case http.StateClosed, http.StateHijacked:
+			d.open--
+		}
+		close(d.changed)
+		d.changed = make(chan struct{})
+		d.mu.Unlock()
+		if hook != nil {
+			hook(c, state)
+		}
+	}
+	return d
+}
+
+// closingWriter says "Connection: close" in an answer written once the
+// drain is closing, a request in flight when it began included; net/http
+// then closes the connection after the answer.
+type closingWriter struct {
+	http.ResponseWriter
+	drain  *drain
+	marked bool
+}
+
+func (w *closingWriter) mark() {
+	if !w.marked {
+		w.marked = true
+		if w.drain.closing.Load() {
+			w.Header().Set("Connection", "close")
+		}
+	}
+}
+
+func (w *closingWriter) WriteHeader(status int) {
+	w.mark()
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *closingWriter) Write(p []byte) (int, error) {
+	w.mark()
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush lets a handler stream through the wrapper (http.Flusher).
+func (w *closingWriter) Flush() {
+	w.mark()
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// wait returns when no connection is open, or when ctx is done.
+func (d *drain) wait(ctx context.Context) {
+	for {
+		d.mu.Lock()
+		open, changed := d.open, d.changed
+		d.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

@@ -57,6 +57,7 @@ func Start(ctx context.Context, service string, cfg config.Service, args []strin
 		return serve(ctx, p) // a command of the binary's own
 	}
 	p.Log.InfoContext(ctx, "starting", config.LogAttrs(cfg)...)
+	config.WarnDevelopment(ctx, p.Log, cfg)
 	err = serve(ctx, p)
 	p.Log.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err

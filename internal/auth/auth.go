@@ -24,7 +24,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -109,7 +111,10 @@ type Options struct {
 	// A token is accepted when any key of its algorithm verifies it.
 	PublicKeysPEM []byte
 	// Issuer and Audience, when set, must be the token's iss and one of
-	// its aud.
+	// its aud. Audience is required with PublicKeysPEM: an identity
+	// provider signs the tokens of every client it serves with the same
+	// keys, and only the audience tells the tokens meant for this API from
+	// those it issued for another application.
 	Issuer, Audience string
 	// Now is the clock (time.Now when nil); tests move it.
 	Now func() time.Time
@@ -141,6 +146,10 @@ func NewVerifier(o Options) (*Verifier, error) {
 		keys[jwt.SigningMethodHS256.Alg()] = []any{o.Secret}
 	}
 	if len(o.PublicKeysPEM) > 0 {
+		if o.Audience == "" {
+			return nil, errors.New("an identity provider's public keys need an audience: " +
+				"without one, every token the provider issued for any of its clients would be accepted")
+		}
 		public, err := ParsePublicKeys(o.PublicKeysPEM)
 		if err != nil {
 			return nil, err
@@ -327,8 +336,8 @@ const ClientTokenTTL = 12 * time.Hour
 
 // ClientToken is the bearer token of a client the project ships
 // (walkthrough, loadgen), from its environment: API_TOKEN when set; else,
-// on a development machine that holds the API's secret (make dev, the
-// compose demo), an operator token it mints with API_JWT_SECRET,
+// where it holds the API's secret (make dev; the compose demo, in the file
+// of API_JWT_SECRET_FILE), an operator token it mints with API_JWT_SECRET,
 // API_JWT_ISSUER and API_JWT_AUDIENCE; else "" (for an API with
 // API_AUTH=off).
 func ClientToken(getenv func(string) string) (string, error) {
@@ -336,6 +345,13 @@ func ClientToken(getenv func(string) string) (string, error) {
 		return token, nil
 	}
 	secret := getenv("API_JWT_SECRET")
+	if file := getenv("API_JWT_SECRET_FILE"); secret == "" && file != "" {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("API_JWT_SECRET_FILE: %w", err)
+		}
+		secret = strings.TrimRight(string(raw), "\r\n")
+	}
 	if secret == "" {
 		return "", nil
 	}

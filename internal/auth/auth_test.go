@@ -11,6 +11,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"math/big"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -58,14 +60,15 @@ func TestPublicKeysOfEveryKind(t *testing.T) {
 		pkixPEM(t, edPub),
 		pemOf(t, "CERTIFICATE", certDER),
 	)
-	v, err := auth.NewVerifier(auth.Options{PublicKeysPEM: keys})
+	v, err := auth.NewVerifier(auth.Options{PublicKeysPEM: keys, Audience: "orders-api"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := v.Algorithms(), []string{"ES256", "ES384", "EdDSA", "PS256", "PS384", "PS512", "RS256", "RS384", "RS512"}; !slices.Equal(got, want) {
 		t.Errorf("algorithms %v, want %v", got, want)
 	}
-	claims := auth.Claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "ops", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute))}, Role: auth.RoleOperator}
+	claims := auth.Claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "ops", Audience: jwt.ClaimStrings{"orders-api"},
+		ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute))}, Role: auth.RoleOperator}
 	for _, tc := range []struct {
 		method jwt.SigningMethod
 		key    any
@@ -103,6 +106,46 @@ func mustEC(t *testing.T, c elliptic.Curve) *ecdsa.PrivateKey {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// An identity provider signs the tokens of all its clients with the same
+// keys: a Verifier of its public keys needs the audience of this API, and
+// refuses a token the provider issued for another client.
+func TestPublicKeysNeedAnAudience(t *testing.T) {
+	t.Parallel()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := pkixPEM(t, &key.PublicKey)
+	if _, err := auth.NewVerifier(auth.Options{PublicKeysPEM: keys}); err == nil || !strings.Contains(err.Error(), "need an audience") {
+		t.Fatalf("public keys without an audience: %v, want an error", err)
+	}
+	v, err := auth.NewVerifier(auth.Options{PublicKeysPEM: keys, Audience: "orders-api"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for aud, want := range map[string]string{"orders-api": "", "another-app": "wrong_audience", "": "invalid_claims"} {
+		c := auth.Claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "c-1", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute))}}
+		if aud != "" {
+			c.Audience = jwt.ClaimStrings{aud}
+		}
+		token, err := jwt.NewWithClaims(jwt.SigningMethodES256, c).SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var refusal *auth.Refusal
+		switch _, err := v.Verify(token); {
+		case want == "" && err != nil:
+			t.Errorf("a token for %q: %v", aud, err)
+		case want != "" && (!errors.As(err, &refusal) || refusal.Reason != want):
+			t.Errorf("a token for %q: %v, want a %s refusal", aud, err, want)
+		}
+	}
+	// A secret is this API's own: no other client has it, so no audience is needed.
+	if _, err := auth.NewVerifier(auth.Options{Secret: secret}); err != nil {
+		t.Errorf("a secret without an audience: %v", err)
+	}
 }
 
 // A file that holds no public key, or anything else, fails with a message
@@ -160,5 +203,43 @@ func TestMintAndLeeway(t *testing.T) {
 	}
 	if p, _ := auth.Off().Verify(""); !p.Operator() {
 		t.Errorf("Off: %+v, want an operator", p)
+	}
+}
+
+// A shipped client's token: API_TOKEN; else one it mints with the API's
+// secret, from API_JWT_SECRET or the file of API_JWT_SECRET_FILE (the
+// compose demo's secrets volume); else none.
+func TestClientToken(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "api-jwt-secret")
+	if err := os.WriteFile(file, append(slices.Clone(secret), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewVerifier(auth.Options{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, environ := range map[string]map[string]string{
+		"the secret":      {"API_JWT_SECRET": string(secret)},
+		"the secret file": {"API_JWT_SECRET_FILE": file},
+	} {
+		token, err := auth.ClientToken(func(k string) string { return environ[k] })
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if p, err := v.Verify(token); err != nil || !p.Operator() {
+			t.Errorf("%s: the token verifies as %+v, %v; want an operator's", name, p, err)
+		}
+	}
+	if token, err := auth.ClientToken(func(k string) string { return map[string]string{"API_TOKEN": "given"}[k] }); token != "given" || err != nil {
+		t.Errorf("API_TOKEN: %q, %v", token, err)
+	}
+	if token, err := auth.ClientToken(func(string) string { return "" }); token != "" || err != nil {
+		t.Errorf("nothing set: %q, %v", token, err)
+	}
+	if _, err := auth.ClientToken(func(k string) string {
+		return map[string]string{"API_JWT_SECRET_FILE": filepath.Join(t.TempDir(), "none")}[k]
+	}); err == nil || !strings.Contains(err.Error(), "API_JWT_SECRET_FILE") {
+		t.Errorf("a missing file: %v", err)
 	}
 }

@@ -3,9 +3,10 @@
 // log with secrets masked.
 //
 // A setting is a struct field with an `env` tag and an `envDefault`; a field
-// tagged `secret:"true"` is never logged, and every other value is logged
-// through Redact, which masks the credentials a URL or a connection string
-// carries. Each binary embeds the blocks it needs (Database, Log, ...) and
+// tagged `secret:"true"` is never logged, one tagged `secret:"url"` (a URL
+// that is a credential as a whole) only as its scheme and host, and every
+// other value is logged through Redact, which masks the credentials a URL
+// or a connection string carries. Each binary embeds the blocks it needs (Database, Log, ...) and
 // adds its own knobs. A bad value fails start-up with a message that names
 // the variable.
 package config
@@ -31,17 +32,29 @@ type Validator interface {
 }
 
 // Load fills cfg (a pointer to a struct) from environ, or from the process
-// environment when environ is nil, then validates it.
+// environment when environ is nil, reads the secrets it is given in files
+// (secrets.go), then validates it. A config that embeds Environment is
+// refused a credential this repository publishes, outside development.
 func Load(cfg Validator, environ map[string]string) error {
 	opts := env.Options{}
+	lookup := os.LookupEnv
 	if environ != nil {
 		opts.Environment = environ
+		lookup = func(k string) (string, bool) { v, ok := environ[k]; return v, ok }
 	}
 	if err := env.ParseWithOptions(cfg, opts); err != nil {
 		return fmt.Errorf("configuration: %w", nameVariables(cfg, err))
 	}
+	if err := resolveFiles(cfg, lookup); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
+	}
+	if e, ok := cfg.(hasEnvironment); ok && !e.environment().DevMode {
+		if err := refuseDevelopmentCredentials(cfg); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
 	}
 	return nil
 }
@@ -88,7 +101,9 @@ func (t Telemetry) TelemetryBlock() Telemetry { return t }
 // Database is the PostgreSQL block every binary has.
 type Database struct {
 	// URL of the database; migrate creates the database if it is missing.
-	URL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/orders?sslmode=disable"`
+	// DATABASE_PASSWORD_FILE, when set, names a file with the password of
+	// its user (docker compose's generated secrets).
+	URL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/orders?sslmode=disable" passwordFile:"DATABASE_PASSWORD_FILE"`
 	// MaxConns caps the connection pool.
 	MaxConns int32 `env:"DB_MAX_CONNS" envDefault:"10"`
 	// MigrateOnStart applies pending migrations before serving.
@@ -203,6 +218,24 @@ func Named(variable string, err error) error {
 	return nil
 }
 
+// Partitions is the partition count the relays and the consumers share
+// (MESSAGE_PARTITIONS): set it to the same number for both.
+type Partitions struct {
+	// Count is 0 (the messages of one order may be handled out of order by
+	// two consumer replicas, and relays compete for rows) or the number of
+	// partitions: relays share them, and each consumer has a queue per
+	// partition with a single active consumer, in order per order.
+	Count int `env:"MESSAGE_PARTITIONS" envDefault:"0"`
+}
+
+// Validate checks the partition count.
+func (p Partitions) Validate() error {
+	if p.Count < 0 || p.Count > 1024 {
+		return fmt.Errorf("MESSAGE_PARTITIONS must be between 0 and 1024, got %d", p.Count)
+	}
+	return nil
+}
+
 // Setting is one environment variable of a config, as Describe sees it.
 type Setting struct {
 	Name    string
@@ -221,12 +254,15 @@ func Describe(cfg any) []Setting {
 	return out
 }
 
-// Variables lists the names of the environment variables cfg reads.
+// Variables lists the names of the environment variables cfg reads: its
+// settings', and the files some are read from (secrets.go).
 func Variables(cfg any) []string {
 	var names []string
-	for _, s := range Describe(cfg) {
-		names = append(names, s.Name)
-	}
+	walk(reflect.ValueOf(cfg), func(f reflect.StructField, _ reflect.Value) {
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		names = append(names, name)
+		names = append(names, fileVariables(f)...)
+	})
 	return names
 }
 
@@ -261,13 +297,31 @@ func walk(v reflect.Value, visit func(reflect.StructField, reflect.Value)) {
 }
 
 func display(f reflect.StructField, v reflect.Value) string {
-	if f.Tag.Get("secret") == "true" {
+	switch f.Tag.Get("secret") {
+	case "true":
 		if v.IsZero() {
 			return ""
 		}
 		return masked
+	case "url":
+		if v.IsZero() {
+			return ""
+		}
+		return URLOrigin(fmt.Sprint(v.Interface()))
 	}
 	return Redact(fmt.Sprint(v.Interface()))
+}
+
+// URLOrigin is what may be logged of a URL that is itself a credential,
+// such as a webhook's (a chat webhook's token in its path, a signature in
+// its query): its scheme and host, "https://hooks.example.com/…". A field
+// tagged `secret:"url"` is logged so.
+func URLOrigin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return masked
+	}
+	return u.Scheme + "://" + u.Host + "/…"
 }
 
 // masked replaces a secret in what is logged.
@@ -467,14 +521,17 @@ type Auth struct {
 	// Mode is jwt (every request under /v1/ and /ui/ needs a bearer token)
 	// or off (every request is an operator's: local experiments only).
 	Mode string `env:"API_AUTH" envDefault:"jwt"`
-	// JWTSecret verifies HS256 tokens; at least 32 bytes.
-	JWTSecret string `env:"API_JWT_SECRET" secret:"true"`
+	// JWTSecret verifies HS256 tokens; at least 32 bytes. Or
+	// API_JWT_SECRET_FILE names a file that holds it.
+	JWTSecret string `env:"API_JWT_SECRET" secret:"true" fromFile:"API_JWT_SECRET_FILE"`
 	// JWTPublicKeys is a PEM file of public keys (RSA, ECDSA, Ed25519) that
 	// verify the tokens of an identity provider.
 	JWTPublicKeys string `env:"API_JWT_PUBLIC_KEYS"`
 	// JWTIssuer, when set, must be every token's iss.
 	JWTIssuer string `env:"API_JWT_ISSUER"`
-	// JWTAudience, when set, must be among every token's aud.
+	// JWTAudience, when set, must be among every token's aud; required
+	// with JWTPublicKeys (an identity provider signs the tokens of all its
+	// clients with the same keys).
 	JWTAudience string `env:"API_JWT_AUDIENCE"`
 }
 
@@ -498,6 +555,10 @@ func (a Auth) Validate() error {
 	if a.JWTPublicKeys != "" {
 		if _, err := a.publicKeys(); err != nil {
 			errs = append(errs, err)
+		}
+		if a.JWTAudience == "" {
+			errs = append(errs, errors.New("API_JWT_PUBLIC_KEYS needs API_JWT_AUDIENCE, the audience the identity provider "+
+				"puts in the tokens it issues for this API: it signs the tokens of all its clients with the same keys"))
 		}
 	}
 	return errors.Join(errs...)

@@ -92,8 +92,31 @@ func TestDescribeMasksSecrets(t *testing.T) {
 	if described["TEST_TOKEN"] != "*****" {
 		t.Errorf("TEST_TOKEN described as %q", described["TEST_TOKEN"])
 	}
-	if got := strings.Join(config.Variables(&cfg), ","); got != "DATABASE_URL,DB_MAX_CONNS,MIGRATE_ON_START,DB_STATEMENT_TIMEOUT,DB_LOCK_TIMEOUT,DB_CONNECT_TIMEOUT,LOG_LEVEL,LOG_FORMAT,TEST_BATCH,TEST_TIMEOUT,TEST_TOKEN" {
+	if got := strings.Join(config.Variables(&cfg), ","); got != "DATABASE_URL,DATABASE_PASSWORD_FILE,DB_MAX_CONNS,MIGRATE_ON_START,DB_STATEMENT_TIMEOUT,DB_LOCK_TIMEOUT,DB_CONNECT_TIMEOUT,LOG_LEVEL,LOG_FORMAT,TEST_BATCH,TEST_TIMEOUT,TEST_TOKEN" {
 		t.Errorf("Variables = %s", got)
+	}
+}
+
+// A URL that is a credential as a whole (a webhook's: a token in its path,
+// a signature in its query) is described by its scheme and host only.
+func TestDescribeURLThatIsASecret(t *testing.T) {
+	t.Parallel()
+	var cfg struct {
+		Hook string `env:"TEST_HOOK" secret:"url"`
+		None string `env:"TEST_NONE" secret:"url"`
+	}
+	cfg.Hook = "https://bot:pw@hooks.example.com:8443/services/T0K3N/B4D?token=S1G#frag"
+	described := config.Describe(&cfg)
+	if got := described[0].Value; got != "https://hooks.example.com:8443/…" {
+		t.Errorf("TEST_HOOK described as %q", got)
+	}
+	if got := described[1].Value; got != "" {
+		t.Errorf("an empty TEST_NONE described as %q", got)
+	}
+	for raw, want := range map[string]string{"not a url": "*****", "hooks.example.com/T0K3N": "*****", "http://h/": "http://h/…"} {
+		if got := config.URLOrigin(raw); got != want {
+			t.Errorf("URLOrigin(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }
 

@@ -48,6 +48,19 @@ func Names() []string {
 	return names
 }
 
+// Readers lists, by message type, the work queues (with partitions, the
+// partition queues) of every consumer that reads it: what the relay checks
+// before it publishes a message of that type (outbox.Config.Readers).
+func Readers(partitions int) map[string][]string {
+	readers := map[string][]string{}
+	for _, c := range All(Deps{}) {
+		for _, typ := range c.Types() {
+			readers[typ] = append(readers[typ], inbox.WorkQueues(c.Name(), partitions)...)
+		}
+	}
+	return readers
+}
+
 // Select returns the consumers of all that names lists, in the order of
 // all; no names selects every one. A name that is not a consumer is an
 // error that lists the names there are.

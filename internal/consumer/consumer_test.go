@@ -85,6 +85,16 @@ type options struct {
 	// proxy puts a proxy between the relay and the consumers and RabbitMQ,
 	// so that a test can cut their connections (flow.proxy).
 	proxy bool
+	// logs, when set, receives the log lines of every component, JSON.
+	logs io.Writer
+}
+
+// logger is the components' logger: JSON lines into o.logs when set.
+func (o options) logger() *slog.Logger {
+	if o.logs != nil {
+		return slog.New(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return testLogger()
 }
 
 func setup(t testing.TB, o options) *flow {
@@ -105,7 +115,7 @@ func setup(t testing.TB, o options) *flow {
 			Prefetch: 16, Workers: 4, MaxAttempts: 4,
 			RetryDelays:     []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 			ProcessingLease: 2 * time.Second, ShutdownTimeout: 2 * time.Second,
-		}), messaging.Deps{Pool: pool, AMQPURL: brokerURL, Logger: testLogger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
+		}), messaging.Deps{Pool: pool, AMQPURL: brokerURL, Logger: o.logger(), MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: f.tracerProvider()},
 			all...)
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +148,7 @@ func setup(t testing.TB, o options) *flow {
 			t.Fatal(err)
 		}
 		handler, err := httpapi.New(httpapi.Config{IdempotencyKeyTTL: time.Hour}, httpapi.Deps{
-			Verifier: verifier, Pool: apiPool, Logger: testLogger(), TracerProvider: f.tracerProvider(),
+			Verifier: verifier, Pool: apiPool, Logger: o.logger(), TracerProvider: f.tracerProvider(),
 			MeterProvider: metricnoop.NewMeterProvider(), MetricsHandler: http.NotFoundHandler(),
 		})
 		if err != nil {

@@ -1,12 +1,14 @@
 package domain
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -220,8 +222,9 @@ func KnownMessageType(typ string) bool {
 
 // DecodeMessage reads the payload of a message of type typ and version.
 // Unknown fields are ignored (a newer producer may add optional ones); a
-// missing order_id is not. The errors wrap ErrUnknownMessageType,
-// ErrUnsupportedVersion or ErrMalformedMessage.
+// missing order_id is not, nor anything after the JSON value, nor a key
+// that names a field only when case is ignored. The errors wrap
+// ErrUnknownMessageType, ErrUnsupportedVersion or ErrMalformedMessage.
 func DecodeMessage(typ string, version int, body []byte) (Message, error) {
 	e, ok := catalogue[messageKey{typ, version}]
 	if !ok {
@@ -240,16 +243,73 @@ func DecodeMessage(typ string, version int, body []byte) (Message, error) {
 	return msg, nil
 }
 
+// decodeAs reads body into a T, refusing what two readers of the same
+// bytes could read differently: the body must be one JSON value with
+// nothing after it (json.Decoder.More does not see a stray "]" or "}"),
+// and a key that names a field only when case is ignored ("ORDER_ID",
+// which encoding/json takes for order_id and a case-sensitive reader
+// ignores) is refused rather than read.
 func decodeAs[T Message](body []byte) (Message, error) {
-	var m T
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&m); err != nil {
+	var generic any
+	if err := json.Unmarshal(body, &generic); err != nil {
 		return nil, err
 	}
-	if dec.More() {
-		return nil, errors.New("data after the JSON value")
+	if err := exactKeys(generic, reflect.TypeFor[T](), ""); err != nil {
+		return nil, err
+	}
+	var m T
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// exactKeys returns an error naming the first key of v (decoded JSON, in
+// key order) that matches the JSON name of a field of t at the same place
+// only when case is ignored, as encoding/json matches them. A key that
+// matches no field is left alone: readers ignore unknown fields.
+func exactKeys(v any, t reflect.Type, path string) error {
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil // a type mismatch, which json.Unmarshal reported
+		}
+		fields := map[string]reflect.Type{}
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" {
+				name = f.Name
+			}
+			if f.IsExported() && name != "-" {
+				fields[name] = f.Type
+			}
+		}
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if ft, ok := fields[key]; ok {
+				if err := exactKeys(obj[key], ft, path+key+"."); err != nil {
+					return err
+				}
+				continue
+			}
+			for name := range fields {
+				if strings.EqualFold(key, name) {
+					return fmt.Errorf("key %q is not %q: field names are case-sensitive", path+key, path+name)
+				}
+			}
+		}
+	case reflect.Slice:
+		arr, ok := v.([]any)
+		if !ok {
+			return nil
+		}
+		for i, val := range arr {
+			if err := exactKeys(val, t.Elem(), fmt.Sprintf("%s[%d].", strings.TrimSuffix(path, "."), i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // SubmittedMessage is the order.submitted message for a new order.

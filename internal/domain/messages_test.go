@@ -3,6 +3,7 @@ package domain_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -53,6 +54,13 @@ func TestDecodeMessageErrors(t *testing.T) {
 		{"bad JSON", domain.TypeOrderCancelled, 1, `{"order_id":`, domain.ErrMalformedMessage},
 		{"not an object", domain.TypeOrderCancelled, 1, `[1,2]`, domain.ErrMalformedMessage},
 		{"trailing data", domain.TypeOrderCancelled, 1, good + `{}`, domain.ErrMalformedMessage},
+		{"a stray brace after it", domain.TypeOrderCancelled, 1, good + ` }`, domain.ErrMalformedMessage},
+		{"a stray bracket after it", domain.TypeOrderCancelled, 1, good + `]`, domain.ErrMalformedMessage},
+		{"order_id in capitals", domain.TypeOrderCancelled, 1, strings.ToUpper(good), domain.ErrMalformedMessage},
+		{"order_id twice, once in capitals", domain.TypeOrderCancelled, 1,
+			`{"order_id":"` + uuid.NewString() + `","Order_ID":"` + uuid.NewString() + `"}`, domain.ErrMalformedMessage},
+		{"a nested key in capitals", domain.TypeOrderSubmitted, 1,
+			`{"order_id":"` + uuid.NewString() + `","items":[{"SKU":"A-1","quantity":1,"unit_price_cents":1}]}`, domain.ErrMalformedMessage},
 		{"missing order_id", domain.TypeOrderCancelled, 1, `{}`, domain.ErrMalformedMessage},
 		{"bad order_id", domain.TypeOrderCancelled, 1, `{"order_id":"nope"}`, domain.ErrMalformedMessage},
 		{"empty body", domain.TypeOrderCancelled, 1, ``, domain.ErrMalformedMessage},
@@ -60,9 +68,11 @@ func TestDecodeMessageErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := domain.DecodeMessage(c.typ, c.version, []byte(c.body)); !errors.Is(err, c.want) {
+			_, err := domain.DecodeMessage(c.typ, c.version, []byte(c.body))
+			if !errors.Is(err, c.want) {
 				t.Fatalf("err = %v, want %v", err, c.want)
 			}
+			t.Log(err)
 		})
 	}
 }

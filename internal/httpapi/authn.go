@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -30,7 +31,8 @@ import (
 //     that the order exists;
 //   - an operator sees and cancels every order.
 //
-// /healthz, /readyz, /metrics and /openapi.yaml need no caller.
+// /healthz, /readyz, /metrics, /openapi.yaml and /asyncapi.yaml need no
+// caller.
 
 // uiTokenCookie holds the token of a browser signed in at /ui/login.
 //
@@ -188,8 +190,11 @@ func (s *Server) uiLogin(c echo.Context) error {
 	if err := sameOrigin(c); err != nil {
 		return err
 	}
-	token := strings.TrimSpace(c.FormValue("token"))
-	token = strings.TrimSpace(strings.TrimPrefix(token, "Bearer "))
+	token, err := readLoginForm(c)
+	if err != nil {
+		return err
+	}
+	token = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(token), "Bearer "))
 	if token == "" {
 		return s.refuse(c, auth.Refuse("missing", errors.New("the sign-in form has no token")))
 	}
@@ -202,7 +207,7 @@ func (s *Server) uiLogin(c echo.Context) error {
 	}
 	cookie := &http.Cookie{
 		Name: uiTokenCookie, Value: token, Path: "/ui",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS(),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(c),
 	}
 	var claims jwt.RegisteredClaims // verified above; only its expiry is read here
 	if _, _, err := jwt.NewParser().ParseUnverified(token, &claims); err == nil && claims.ExpiresAt != nil {
@@ -212,6 +217,35 @@ func (s *Server) uiLogin(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/ui/")
 }
 
+// maxLoginFormBytes bounds the body of POST /ui/login: the form holds one
+// token, and the largest tokens identity providers issue are a few KiB.
+// The page is open to anyone, so nothing is read before this bound is set.
+const maxLoginFormBytes = 8 << 10
+
+// readLoginForm returns the token of the sign-in form, which must be
+// application/x-www-form-urlencoded, the encoding of the page's form (415
+// otherwise: a multipart body would be read whole, spilling to temporary
+// files, before anything checks it), of at most maxLoginFormBytes (413).
+// The token is taken from the body only, never from the query string,
+// where it would end up in logs and the browser's history.
+func readLoginForm(c echo.Context) (string, error) {
+	req := c.Request()
+	mediaType, _, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	if err != nil || mediaType != echo.MIMEApplicationForm {
+		return "", newError(http.StatusUnsupportedMediaType, "unsupported_media_type",
+			"The sign-in form must be sent as application/x-www-form-urlencoded.")
+	}
+	req.Body = http.MaxBytesReader(c.Response(), req.Body, maxLoginFormBytes)
+	if err := req.ParseForm(); err != nil {
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			return "", newError(http.StatusRequestEntityTooLarge, "body_too_large",
+				fmt.Sprintf("The sign-in form is larger than %d KiB.", maxLoginFormBytes>>10))
+		}
+		return "", newError(http.StatusBadRequest, "bad_request", "The sign-in form could not be read.")
+	}
+	return req.PostForm.Get("token"), nil
+}
+
 // uiLogout: POST /ui/logout clears the sign-in cookie.
 func (s *Server) uiLogout(c echo.Context) error {
 	if err := sameOrigin(c); err != nil {
@@ -219,9 +253,16 @@ func (s *Server) uiLogout(c echo.Context) error {
 	}
 	c.SetCookie(&http.Cookie{
 		Name: uiTokenCookie, Value: "", Path: "/ui", MaxAge: -1, Expires: time.Unix(0, 0),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS(),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(c),
 	})
 	return c.Redirect(http.StatusSeeOther, "/ui/login")
+}
+
+// secureCookie tells whether the sign-in cookie is Secure: over TLS, and
+// whenever the API is configured to be reached over HTTPS (TLS ends in a
+// proxy in front of it), where the request itself arrives as plain HTTP.
+func (s *Server) secureCookie(c echo.Context) bool {
+	return c.IsTLS() || s.cfg.SecureCookie
 }
 
 // crossOrigin refuses the forms posted from another site (Sec-Fetch-Site,

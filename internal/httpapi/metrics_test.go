@@ -45,7 +45,7 @@ func TestHTTPMetricsLabelsComeFromTheRoute(t *testing.T) {
 		}
 		req.Host = host
 		req.Header.Set("Authorization", "Bearer "+operator)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := b.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

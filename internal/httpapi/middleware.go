@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/logctx"
@@ -63,6 +64,30 @@ func printableASCII(s string, maxLen int) bool {
 	return true
 }
 
+// closeWhenShuttingDown stops keeping connections alive once the process
+// is shutting down (SIGTERM): every answer says "Connection: close", and
+// net/http closes the connection after it. During SHUTDOWN_DELAY the API
+// still serves, and a client that still sends here (its load balancer has
+// not seen /readyz yet) opens a new connection for its next request, which
+// a balancer can send elsewhere; when the API then stops serving, no
+// client is about to send on a connection it closes (app.Serve).
+func closeWhenShuttingDown(shuttingDown <-chan struct{}) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			// As the answer is written: a request in flight when the
+			// shutdown starts is answered so too.
+			c.Response().Before(func() {
+				select {
+				case <-shuttingDown:
+					c.Response().Header().Set(echo.HeaderConnection, "close")
+				default:
+				}
+			})
+			return next(c)
+		}
+	}
+}
+
 // logRequests writes one line per request, after the response.
 func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -99,10 +124,25 @@ func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 // client chose: otelhttp would take server.address and server.port from the
 // Host header, so a client could add a series per Host it sends. It is
 // given the request without its Host; the handler gets the request as sent.
+//
+// What a client sends of a trace shapes nothing here: the API is a public
+// edge, reached by customers' programs.
+//   - A traceparent is not taken as the parent: each request starts a trace
+//     of its own (its own sampling decision), with a link to the caller's
+//     span, so that a client can neither choose the trace id of its order
+//     (and mix other orders into one trace) nor switch sampling on or off.
+//     The caller's trace still leads to it through the link. An API behind
+//     a gateway you trust, whose traces should continue, returns false from
+//     the WithPublicEndpointFn below.
+//   - Baggage is not read at all: whatever a client puts there would be
+//     stored in every outbox row the request writes and travel on with
+//     every message that follows (up to 8 KiB each).
 func instrument(tp trace.TracerProvider, mp metric.MeterProvider) echo.MiddlewareFunc {
 	otelMiddleware := otelhttp.NewMiddleware("http.server",
 		otelhttp.WithTracerProvider(tp),
 		otelhttp.WithMeterProvider(mp),
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			if r.Pattern == "" {
 				return r.Method

@@ -166,8 +166,10 @@ func (s *Server) createOrder(c echo.Context) error {
 			return newError(http.StatusBadRequest, "invalid_idempotency_key",
 				"Idempotency-Key must be 1 to 255 printable ASCII characters.")
 		}
-		// The key is the caller's own (store.IdempotentRequest).
-		idem = &store.IdempotentRequest{Caller: caller(c.Request().Context()).Subject,
+		// The key is the caller's own, its role's and its subject's
+		// (store.IdempotentRequest).
+		p := caller(c.Request().Context())
+		idem = &store.IdempotentRequest{CallerRole: string(p.Role), Caller: p.Subject,
 			Method: http.MethodPost, Path: "/v1/orders", Key: key[0], Hash: req.hash()}
 	}
 	id, err := uuid.NewV7()
@@ -185,7 +187,8 @@ func (s *Server) createOrder(c echo.Context) error {
 
 	cid := correlationID(ctx)
 	var resp, replay *store.StoredResponse
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		resp, replay = nil, nil // inTx may run this again
 		if idem != nil {
 			stored, err := store.ClaimIdempotencyKey(ctx, tx, *idem, s.cfg.IdempotencyKeyTTL)
 			if err != nil || stored != nil {
@@ -240,7 +243,7 @@ func (s *Server) getOrder(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	var out orderJSON
-	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := hideOthers(ctx, tx, id); err != nil {
 			return err
 		}
@@ -274,7 +277,7 @@ func (s *Server) listOrders(c echo.Context) error {
 		orders []*domain.Order
 		next   *store.Cursor
 	)
-	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		orders, next, err = listVisible(ctx, tx, params)
 		return err
@@ -361,7 +364,8 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		out       orderJSON
 		cancelled bool
 	)
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		cancelled = false // inTx may run this again
 		// A customer_id never changes: read before the move, it is still
 		// the order's when the move locks it.
 		if err := hideOthers(ctx, tx, id); err != nil {

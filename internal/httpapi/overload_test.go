@@ -147,8 +147,8 @@ func TestNotReadyOnceShutdownStarts(t *testing.T) {
 	shuttingDown := make(chan struct{})
 	b := setupWith(t, func(_ *httpapi.Config, d *httpapi.Deps) { d.ShuttingDown = shuttingDown })
 	o := b.createOrder(validOrder, nil)
-	if r := b.do(http.MethodGet, "/readyz", nil, nil); r.status != http.StatusOK {
-		t.Fatalf("readyz before shutdown: %d %s", r.status, r.body)
+	if r := b.do(http.MethodGet, "/readyz", nil, nil); r.status != http.StatusOK || r.closed {
+		t.Fatalf("readyz before shutdown: %d %v %s, want 200 on a connection kept alive", r.status, r.header, r.body)
 	}
 
 	lock, held := b.cancelBehindLock(o.OrderID)
@@ -158,14 +158,16 @@ func TestNotReadyOnceShutdownStarts(t *testing.T) {
 	if r.status != http.StatusServiceUnavailable || r.problem(t).Code != "shutting_down" || r.header.Get("Retry-After") == "" {
 		t.Fatalf("readyz once shutdown started: %d %v %s", r.status, r.header, r.body)
 	}
-	if r := b.do(http.MethodGet, "/v1/orders/"+o.OrderID, nil, nil); r.status != http.StatusOK {
-		t.Fatalf("GET an order while draining: %d %s", r.status, r.body)
+	// Every answer now closes its connection: the client's next request
+	// goes on a new one, never on one the server is about to close.
+	if r := b.do(http.MethodGet, "/v1/orders/"+o.OrderID, nil, nil); r.status != http.StatusOK || !r.closed {
+		t.Fatalf("GET an order while draining: %d %v %s, want 200 with Connection: close", r.status, r.header, r.body)
 	}
 	if err := lock.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-held; r.status != http.StatusOK {
-		t.Fatalf("the request in flight: %d %s", r.status, r.body)
+	if r := <-held; r.status != http.StatusOK || !r.closed {
+		t.Fatalf("the request in flight: %d %v %s, want 200 with Connection: close", r.status, r.header, r.body)
 	}
 }
 
@@ -194,7 +196,7 @@ func (b *testBundle) cancelBehindLock(orderID string) (pgx.Tx, <-chan response) 
 			return
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := noHangClient.Do(req)
+		resp, err := b.client.Do(req)
 		if err != nil {
 			t.Errorf("the cancel held behind the lock: %v", err)
 			held <- response{}
@@ -202,7 +204,7 @@ func (b *testBundle) cancelBehindLock(orderID string) (pgx.Tx, <-chan response) 
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		held <- response{status: resp.StatusCode, header: resp.Header, body: body}
+		held <- response{status: resp.StatusCode, header: resp.Header, body: body, closed: resp.Close}
 	}()
 	testenv.WaitFor(t, 30*time.Second, "the cancel to wait for the row lock", func() bool {
 		var waiting int

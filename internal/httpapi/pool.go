@@ -16,63 +16,176 @@ import (
 // server piling up goroutines that wait.
 var errOverloaded = errors.New("overloaded")
 
-// boundedPool begins the handlers' transactions on the pool, waiting at
-// most acquireTimeout for a connection. pgxpool waits as long as the
-// request's context lets it; under overload that is a goroutine, a request
-// and a client waiting per request, all of them late.
+// errCommitUnknown is a COMMIT cut off in flight whose outcome the server
+// could not tell in time: the request may have taken effect. A 503 that
+// says so, with Retry-After: a create retried with its Idempotency-Key
+// finds its order if it is there.
+var errCommitUnknown = errors.New("the outcome of the COMMIT is unknown")
+
+// boundedPool runs the handlers' transactions on the pool, waiting at most
+// acquireTimeout for a connection. pgxpool waits as long as the request's
+// context lets it; under overload that is a goroutine, a request and a
+// client waiting per request, all of them late.
 type boundedPool struct {
 	pool           *pgxpool.Pool
 	acquireTimeout time.Duration
 }
 
-// Begin begins a transaction, as pgx.BeginFunc needs.
-func (b boundedPool) Begin(ctx context.Context) (pgx.Tx, error) {
-	return b.BeginTx(ctx, pgx.TxOptions{})
+// inTx runs fn in a transaction with opts and commits it, as
+// pgx.BeginTxFunc does, with one difference: a transaction that failed
+// because its connection died (the server ended the session: a failover, a
+// restart of a connection pooler, pg_terminate_backend; or the network cut
+// it) is run again, once, on a connection that has just answered, when it
+// is certain that the first run wrote nothing. The client then sees a
+// slower answer instead of a 503. fn must be safe to run twice: it may set
+// variables the handler reads after, as long as each run sets them afresh.
+//
+// When that is certain:
+//   - the connection died before the COMMIT was sent: a session that ends
+//     takes its open transaction with it;
+//   - a read-only transaction, whatever its COMMIT did;
+//   - the connection died after the COMMIT was sent, before its answer
+//     came (a session killed while it waited for the COMMIT, or while it
+//     ran it; a network cut): the outcome is unknown to the client, so
+//     inTx asks the server on
+//     another connection, with the transaction's id, what became of it
+//     (pg_xact_status). Committed: the handler answers as if the COMMIT
+//     had answered. Aborted: it is run again. Still in progress after a
+//     second (the session is alive but cut off from this process): the
+//     outcome stays unknown, and the request is a 503 that says so
+//     (errCommitUnknown); a retry with the same Idempotency-Key finds the
+//     order if the COMMIT took effect.
+//
+// Never is a COMMIT of unknown outcome run again blindly: that could
+// create a second order. Asking for the id costs a write transaction one
+// round trip.
+func (b boundedPool) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	err := b.tryTx(ctx, opts, false, fn)
+	var lost *lostBeforeCommit
+	if errors.As(err, &lost) && ctx.Err() == nil {
+		err = b.tryTx(ctx, opts, true, fn)
+	}
+	return err
 }
 
-// BeginTx takes a connection, waiting at most acquireTimeout (else an
-// error that is errOverloaded), and begins a transaction on it. The
-// connection goes back to the pool when the transaction ends.
-func (b boundedPool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
-	acquireCtx, cancel := context.WithTimeout(ctx, b.acquireTimeout)
-	defer cancel()
-	conn, err := b.pool.Acquire(acquireCtx)
+// lostBeforeCommit is a transaction whose connection died before it
+// committed: the server rolled it back.
+type lostBeforeCommit struct{ err error }
+
+func (e *lostBeforeCommit) Error() string { return e.err.Error() }
+func (e *lostBeforeCommit) Unwrap() error { return e.err }
+
+// tryTx runs one transaction: on a connection that answers a ping first
+// when fresh (a retry: the connections a failover cut die together, and
+// the pool finds out only when it uses them).
+func (b boundedPool) tryTx(ctx context.Context, opts pgx.TxOptions, fresh bool, fn func(pgx.Tx) error) error {
+	conn, err := b.acquire(ctx, fresh)
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(acquireCtx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("no database connection free within %s: %w", b.acquireTimeout, errOverloaded)
+		return err
+	}
+	defer conn.Release() // a dead connection is destroyed, not pooled
+	// lost tells a failure that killed the connection.
+	lost := func(err error) error {
+		if conn.Conn().IsClosed() {
+			return &lostBeforeCommit{err}
 		}
-		return nil, err
+		return err
 	}
 	tx, err := conn.BeginTx(ctx, opts)
 	if err != nil {
-		conn.Release()
-		return nil, err
+		return lost(err)
 	}
-	return &releasingTx{Tx: tx, conn: conn}, nil
+	readOnly := opts.AccessMode == pgx.ReadOnly
+	var xid string // the transaction's id, to ask what became of it
+	if !readOnly {
+		if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
+			_ = tx.Rollback(ctx)
+			return lost(err)
+		}
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(ctx) // nothing is left of it either way
+		return lost(err)
+	}
+	err = tx.Commit(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case readOnly || !conn.Conn().IsClosed():
+		// Read only, or an answer from a live session (a COMMIT that
+		// fails rolls back): the outcome is known. pgconn.SafeToRetry
+		// cannot tell a COMMIT that was never sent: pgx reports a
+		// connection cut while it waits for the COMMIT's answer as "conn
+		// closed", safe to retry, although the COMMIT went out and may
+		// have taken effect (TestCommitCutInFlight).
+		return lost(err)
+	}
+	switch status := b.xactStatus(ctx, xid); status {
+	case "committed":
+		return nil
+	case "aborted":
+		return &lostBeforeCommit{err}
+	default:
+		return fmt.Errorf("the connection died during the COMMIT (%s): %w: %w", status, errCommitUnknown, err)
+	}
 }
 
-// releasingTx releases its connection when it commits or rolls back, as
-// the transactions of pgxpool.Pool.Begin do.
-type releasingTx struct {
-	pgx.Tx
-	conn *pgxpool.Conn
+// xactStatus asks the server what became of transaction xid, on a live
+// connection: committed, aborted, or (while its session lingers) in
+// progress, waited for up to a second. Anything else it returns is why it
+// could not tell.
+func (b boundedPool) xactStatus(ctx context.Context, xid string) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for {
+		conn, err := b.acquire(ctx, true)
+		if err != nil {
+			return "cannot ask: " + err.Error()
+		}
+		var status *string
+		err = conn.QueryRow(ctx, "SELECT pg_xact_status($1::xid8)", xid).Scan(&status)
+		conn.Release()
+		switch {
+		case err != nil:
+			return "cannot ask: " + err.Error()
+		case status == nil:
+			return "too old to tell"
+		case *status != "in progress":
+			return *status
+		}
+		select {
+		case <-ctx.Done():
+			return "still in progress"
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
-func (t *releasingTx) Commit(ctx context.Context) error {
-	err := t.Tx.Commit(ctx)
-	t.release()
-	return err
-}
-
-func (t *releasingTx) Rollback(ctx context.Context) error {
-	err := t.Tx.Rollback(ctx)
-	t.release()
-	return err
-}
-
-func (t *releasingTx) release() {
-	if t.conn != nil {
-		t.conn.Release()
-		t.conn = nil
+// acquire takes a connection, waiting at most acquireTimeout (else an
+// error that is errOverloaded). fresh: one that answers a ping, the dead
+// ones it finds on the way destroyed.
+func (b boundedPool) acquire(ctx context.Context, fresh bool) (*pgxpool.Conn, error) {
+	acquireCtx, cancel := context.WithTimeout(ctx, b.acquireTimeout)
+	defer cancel()
+	for {
+		conn, err := b.pool.Acquire(acquireCtx)
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(acquireCtx.Err(), context.DeadlineExceeded) {
+				return nil, fmt.Errorf("no database connection free within %s: %w", b.acquireTimeout, errOverloaded)
+			}
+			return nil, err
+		}
+		if !fresh {
+			return conn, nil
+		}
+		err = conn.Ping(acquireCtx)
+		if err == nil {
+			return conn, nil
+		}
+		dead := conn.Conn().IsClosed()
+		conn.Release()
+		if !dead || acquireCtx.Err() != nil {
+			return nil, err
+		}
 	}
 }

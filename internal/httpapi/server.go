@@ -36,6 +36,12 @@ type Config struct {
 	// order's trace: JaegerUIURL + "/trace/" + the trace id. Default: no
 	// link, the trace id only.
 	JaegerUIURL string
+	// SecureCookie makes the /ui/ sign-in cookie Secure (sent over HTTPS
+	// only) whatever the request's own scheme: for an API whose clients
+	// reach it over HTTPS through a proxy or load balancer that ends TLS
+	// and forwards plain HTTP. The cookie is Secure anyway when TLS ends in
+	// this process. Default false.
+	SecureCookie bool
 }
 
 func (c *Config) setDefaults() {
@@ -63,8 +69,8 @@ type Deps struct {
 	// MetricsHandler serves GET /metrics.
 	MetricsHandler http.Handler
 	// ShuttingDown is closed when the process starts to shut down: from
-	// then on /readyz answers 503, while the requests in flight finish.
-	// Nil: never.
+	// then on /readyz answers 503 and every answer closes its connection,
+	// while the requests in flight finish. Nil: never.
 	ShuttingDown <-chan struct{}
 }
 
@@ -104,6 +110,7 @@ func New(cfg Config, deps Deps) (*echo.Echo, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(deps.Logger)
 	e.Use(
+		closeWhenShuttingDown(deps.ShuttingDown),
 		withCorrelationID,
 		logRequests(deps.Logger),
 		instrument(deps.TracerProvider, deps.MeterProvider),
@@ -136,6 +143,7 @@ func New(cfg Config, deps Deps) (*echo.Echo, error) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(deps.MetricsHandler))
 	e.GET("/openapi.yaml", serveOpenAPI)
+	e.GET("/asyncapi.yaml", serveAsyncAPI)
 	return e, nil
 }
 
@@ -195,4 +203,10 @@ func (s *Server) readyz(c echo.Context) error {
 
 func serveOpenAPI(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/yaml", api.OpenAPI)
+}
+
+// serveAsyncAPI serves the AsyncAPI document of the messages the API's
+// orders cause, for the teams that consume them.
+func serveAsyncAPI(c echo.Context) error {
+	return c.Blob(http.StatusOK, "application/yaml", api.AsyncAPI)
 }

@@ -101,7 +101,7 @@ func (s *Server) uiOrders(c echo.Context) error {
 	ctx := c.Request().Context()
 	page := ordersPage{Caller: caller(ctx), Statuses: domain.Statuses, Status: params.Status, CustomerID: params.CustomerID}
 	var next *store.Cursor
-	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		page.Orders, next, err = listVisible(ctx, tx, params)
 		return err
@@ -140,7 +140,7 @@ func (s *Server) uiOrder(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	var tl *timeline.Timeline
-	err = pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		if err := hideOthers(ctx, tx, id); err != nil {
 			return err

@@ -36,6 +36,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 
@@ -178,12 +179,17 @@ func startFlow(t *testing.T) *flowBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The cookie POST /ui/login sets, on every request as a browser sends it.
+	// The cookie POST /ui/login sets, on every request as a browser sends
+	// it; what the browser asks for and gets is checked against the
+	// OpenAPI document.
 	target, _ := url.Parse(api.URL)
-	browser := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(target)
-		r.Out.AddCookie(&http.Cookie{Name: "orders_ui_token", Value: operator})
-	}})
+	browser := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.AddCookie(&http.Cookie{Name: "orders_ui_token", Value: operator})
+		},
+		Transport: apicheck.Transport(t, nil),
+	})
 	t.Cleanup(browser.Close)
 	return &flowBundle{api: api, pool: db.Pool, operator: operator, browser: browser}
 }
@@ -236,7 +242,7 @@ func TestUIOrderTimelineInChromium(t *testing.T) {
 		strings.NewReader(`{"customer_id":"c-browser","currency":"EUR","items":[{"sku":"BOOK-1","quantity":1,"unit_price_cents":1999}]}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+f.operator)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apicheck.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

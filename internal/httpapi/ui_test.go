@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
@@ -22,11 +21,9 @@ import (
 )
 
 func init() {
-	// The pages of /ui/ are described in openapi.yaml as text/html strings.
-	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
-	// As telemetry.Setup does in each binary: a request's traceparent
-	// becomes the trace of the outbox rows it writes.
-	otel.SetTextMapPropagator(propagation.TraceContext{})
+	// As telemetry.Setup does in each binary: W3C trace context and
+	// baggage, which the outbox rows carry.
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 }
 
 // page gets a page of /ui/ and checks that it is HTML under the page's
@@ -54,6 +51,9 @@ var orderRow = regexp.MustCompile(`<tr class="order">`)
 func TestUIOrderTimeline(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, func(c *httpapi.Config, _ *httpapi.Deps) { c.JaegerUIURL = "http://jaeger.test:16686/" })
+	// The test's tracer is a no-op, which keeps the caller's span context:
+	// so the caller picks the trace id here. The API's own tracer starts a
+	// trace of its own (TestCallersTraceIsLinkedNotContinued).
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	o := b.createOrder(`{"customer_id":"<script>alert(1)</script>","currency":"EUR","items":[{"sku":"A-1","quantity":2,"unit_price_cents":1250}]}`,
 		header{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01", httpapi.HeaderCorrelationID: "corr-ui"})

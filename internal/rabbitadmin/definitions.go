@@ -25,8 +25,16 @@ import (
 	"strings"
 )
 
-// DefinitionsFile is the definitions file, from the repository's root.
-const DefinitionsFile = "deploy/rabbitmq/definitions.json"
+// The definitions files, from the repository's root: the users of the
+// stack, and the user the demo adds (the walkthrough, which may publish to
+// orders.events), which exists only where the demo runs. Neither holds a
+// password: make dev gives each user its own (cmd/rabbitmq-users), and
+// docker compose renders them with the passwords it generates
+// (internal/composesecrets).
+const (
+	DefinitionsFile     = "deploy/rabbitmq/definitions.json"
+	DemoDefinitionsFile = "deploy/rabbitmq/definitions.demo.json"
+)
 
 // The users, one per process (the administrator is for people: the
 // management UI).
@@ -52,11 +60,12 @@ type Definitions struct {
 	Permissions []Permission `json:"permissions"`
 }
 
-// User is a user of a definitions file.
+// User is a user of a definitions file. The repository's files hold no
+// password: a rendered file (internal/composesecrets) has its hash.
 type User struct {
 	Name             string   `json:"name"`
-	PasswordHash     string   `json:"password_hash"`
-	HashingAlgorithm string   `json:"hashing_algorithm"`
+	PasswordHash     string   `json:"password_hash,omitempty"`
+	HashingAlgorithm string   `json:"hashing_algorithm,omitempty"`
 	Tags             []string `json:"tags"`
 }
 
@@ -81,17 +90,33 @@ type Permission struct {
 	Permissions
 }
 
-// ReadDefinitions reads a definitions file.
-func ReadDefinitions(path string) (Definitions, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return Definitions{}, err
+// ReadDefinitions reads definitions files, merged: their vhosts, users and
+// permissions together. A user defined twice is an error.
+func ReadDefinitions(paths ...string) (Definitions, error) {
+	var all Definitions
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return Definitions{}, err
+		}
+		var d Definitions
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return Definitions{}, fmt.Errorf("%s: %w", path, err)
+		}
+		for _, v := range d.Vhosts {
+			if !slices.Contains(all.Vhosts, v) {
+				all.Vhosts = append(all.Vhosts, v)
+			}
+		}
+		for _, u := range d.Users {
+			if _, twice := all.User(u.Name); twice {
+				return Definitions{}, fmt.Errorf("%s: user %s is defined twice", path, u.Name)
+			}
+			all.Users = append(all.Users, u)
+		}
+		all.Permissions = append(all.Permissions, d.Permissions...)
 	}
-	var d Definitions
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return Definitions{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return d, nil
+	return all, nil
 }
 
 // User returns the user named name.
@@ -112,10 +137,10 @@ func (d Definitions) PermissionsOf(user, vhost string) (Permissions, bool) {
 	return d.Permissions[i].Permissions, true
 }
 
-// DevPassword is the password make dev gives user unless told otherwise,
-// and the one the definitions file's hash is of: the user's name, as
-// RabbitMQ's own guest / guest. Fine for a laptop; docs/operations.md says
-// how to replace them.
+// DevPassword is the password make dev gives user unless told otherwise:
+// the user's name, as RabbitMQ's own guest / guest. Fine for a laptop, and
+// refused outside development (config.DevelopmentCredential);
+// docs/operations.md says how to replace them.
 func DevPassword(user string) string { return user }
 
 // PasswordVariable is the environment variable that sets user's password

@@ -25,7 +25,8 @@ import (
 )
 
 // These tests give each process's user, in a vhost of the test's own, the
-// permissions deploy/rabbitmq/definitions.json gives it in "/", and show
+// permissions deploy/rabbitmq/definitions.json (or, for the walkthrough,
+// definitions.demo.json) gives it in "/", and show
 // what it can and cannot do: each test fails when the file loses a
 // permission a process needs, or gains one it should not have.
 
@@ -38,7 +39,8 @@ type broker struct {
 
 func newBroker(t *testing.T, vhostURL string) *broker {
 	t.Helper()
-	d, err := rabbitadmin.ReadDefinitions(filepath.Join(testenv.RepoRoot(t), rabbitadmin.DefinitionsFile))
+	root := testenv.RepoRoot(t)
+	d, err := rabbitadmin.ReadDefinitions(filepath.Join(root, rabbitadmin.DefinitionsFile), filepath.Join(root, rabbitadmin.DemoDefinitionsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +201,10 @@ func TestConsumerUser(t *testing.T) {
 	b := newBroker(t, testenv.NewVhost(t))
 	const consumer = rabbitadmin.ConsumerUser
 	b.allowed(consumer, "declare its topology (exchange, work, retry and parking-lot queues, bindings)", topology.Declare)
+	partitioned := topology
+	partitioned.Partitions = 4
+	b.allowed(consumer, "declare its partitioned topology (partition exchange, partition queues, bindings)", partitioned.Declare)
+	b.allowed(consumer, "consume a partition queue", consume(inbox.PartitionQueueName(topology.Consumer, 3)))
 	b.allowed(consumer, "consume its work queue", consume(workQueue))
 	b.allowed(consumer, "retry: publish to a retry queue through amq.default", publish("", retryQueue))
 	b.allowed(consumer, "park: publish to its parking lot through amq.default", publish("", parkingLot))

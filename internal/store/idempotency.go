@@ -21,8 +21,13 @@ var (
 
 // IdempotentRequest identifies a request that carries an Idempotency-Key.
 // A key is its caller's: the same key from two callers names two requests,
-// so that no caller can replay another's key to read its response.
+// so that no caller can replay another's key to read its response. A
+// caller is a role and a subject: a customer and an operator whose tokens
+// name the same sub are two callers.
 type IdempotentRequest struct {
+	// CallerRole is the caller's role (customer or operator; operator with
+	// authentication off).
+	CallerRole string
 	// Caller is who sent the request (the token's sub; "" with
 	// authentication off).
 	Caller       string
@@ -33,10 +38,10 @@ type IdempotentRequest struct {
 	Hash string
 }
 
-// lockKey names the key for the advisory lock. The caller is quoted, so
-// that no caller and path together can spell another's.
+// lockKey names the key for the advisory lock. The role and the caller
+// are quoted, so that no caller and path together can spell another's.
 func (r IdempotentRequest) lockKey() string {
-	return strconv.Quote(r.Caller) + " " + r.Method + " " + r.Path + " " + r.Key
+	return strconv.Quote(r.CallerRole) + " " + strconv.Quote(r.Caller) + " " + r.Method + " " + r.Path + " " + r.Key
 }
 
 // StoredResponse is the first response to a key, returned again on replay.
@@ -66,6 +71,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx database.DBTX, req IdempotentRe
 		return nil, ErrKeyInFlight
 	}
 	_, err = queries.ClaimIdempotencyKey(ctx, tx, dbsqlc.ClaimIdempotencyKeyParams{
+		CallerRole:     req.CallerRole,
 		Caller:         req.Caller,
 		RequestMethod:  req.Method,
 		RequestPath:    req.Path,
@@ -81,7 +87,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx database.DBTX, req IdempotentRe
 	}
 	// The key is taken and not expired: this is a repeat.
 	row, err := queries.GetIdempotencyKey(ctx, tx, dbsqlc.GetIdempotencyKeyParams{
-		Caller: req.Caller, RequestMethod: req.Method, RequestPath: req.Path, IdempotencyKey: req.Key,
+		CallerRole: req.CallerRole, Caller: req.Caller, RequestMethod: req.Method, RequestPath: req.Path, IdempotencyKey: req.Key,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency key: %w", Translate(err))
@@ -100,6 +106,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx database.DBTX, req IdempotentRe
 func CompleteIdempotencyKey(ctx context.Context, tx database.DBTX, req IdempotentRequest, resp StoredResponse) error {
 	status := int32(resp.Status)
 	err := queries.CompleteIdempotencyKey(ctx, tx, dbsqlc.CompleteIdempotencyKeyParams{
+		CallerRole:       req.CallerRole,
 		Caller:           req.Caller,
 		RequestMethod:    req.Method,
 		RequestPath:      req.Path,

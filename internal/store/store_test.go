@@ -233,7 +233,7 @@ func TestMoveOrderConcurrently(t *testing.T) {
 func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	req := store.IdempotentRequest{Method: "POST", Path: "/v1/orders", Key: "k-1", Hash: "h-1"}
+	req := store.IdempotentRequest{CallerRole: "customer", Method: "POST", Path: "/v1/orders", Key: "k-1", Hash: "h-1"}
 	resp := store.StoredResponse{Status: 201, Body: []byte(`{"a":1}`), Location: "/v1/orders/x"}
 
 	// The first request takes the key and holds it until it commits.
@@ -289,7 +289,7 @@ func TestIdempotencyKey(t *testing.T) {
 func TestIdempotencyKeyIsTheCallers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	alice := store.IdempotentRequest{Caller: "alice", Method: "POST", Path: "/v1/orders", Key: "k-1", Hash: "h-1"}
+	alice := store.IdempotentRequest{CallerRole: "customer", Caller: "alice", Method: "POST", Path: "/v1/orders", Key: "k-1", Hash: "h-1"}
 	bob := alice
 	bob.Caller = "bob"
 
@@ -329,11 +329,53 @@ func TestIdempotencyKeyIsTheCallers(t *testing.T) {
 	}
 }
 
+// A caller is a role and a subject: a customer and an operator whose
+// tokens name the same sub each have their own keys. The same key with
+// another body is no reuse across them, and each replays its own response;
+// the retention deletes an expired key of one and keeps the other's.
+func TestIdempotencyKeyIsTheCallersRoles(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	customer := store.IdempotentRequest{CallerRole: "customer", Caller: "alice", Method: "POST", Path: "/v1/orders", Key: "k-1", Hash: "h-customer"}
+	operator := customer
+	operator.CallerRole, operator.Hash = "operator", "h-operator"
+	claim := func(r store.IdempotentRequest, body string) (*store.StoredResponse, error) {
+		var got *store.StoredResponse
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			if got, err = store.ClaimIdempotencyKey(b.ctx, tx, r, time.Hour); err != nil || got != nil {
+				return err
+			}
+			return store.CompleteIdempotencyKey(b.ctx, tx, r, store.StoredResponse{Status: 201, Body: []byte(body)})
+		})
+		return got, err
+	}
+	for _, r := range []store.IdempotentRequest{customer, operator} {
+		if got, err := claim(r, `"`+r.CallerRole+`'s"`); err != nil || got != nil {
+			t.Fatalf("the %s's first claim = %+v, %v; want a new request", r.CallerRole, got, err)
+		}
+	}
+	for _, r := range []store.IdempotentRequest{customer, operator} {
+		if got, err := claim(r, "again"); err != nil || got == nil || string(got.Body) != `"`+r.CallerRole+`'s"` {
+			t.Errorf("the %s's replay = %+v, %v; want its own response", r.CallerRole, got, err)
+		}
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE http_idempotency_key SET created_at = now() - interval '2 hours' WHERE caller_role = 'operator'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := store.DeleteExpiredIdempotencyKeys(b.ctx, b.pool, time.Hour, 10); err != nil || n != 1 {
+		t.Fatalf("deleted %d expired keys (%v), want the operator's 1", n, err)
+	}
+	if got, err := claim(customer, "again"); err != nil || got == nil {
+		t.Errorf("the customer's key after the operator's expired: %+v, %v; want it kept", got, err)
+	}
+}
+
 func TestDeleteExpiredIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for i := range 5 {
-		req := store.IdempotentRequest{Method: "POST", Path: "/v1/orders", Key: fmt.Sprint("k-", i), Hash: "h"}
+		req := store.IdempotentRequest{CallerRole: "customer", Method: "POST", Path: "/v1/orders", Key: fmt.Sprint("k-", i), Hash: "h"}
 		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			if _, err := store.ClaimIdempotencyKey(b.ctx, tx, req, time.Hour); err != nil {
 				return err

@@ -76,6 +76,7 @@ type config struct {
 	rates       []float64     // orders per second, one run each
 	duration    time.Duration // how long loadgen sends, each run
 	relays      int           // outbox-relays to start
+	partitions  int           // MESSAGE_PARTITIONS of the relays and the consumer
 	wait        time.Duration // loadgen's -wait
 	databaseURL string        // the PostgreSQL server (its database is replaced)
 	amqpURL     string        // the RabbitMQ server (its vhost is replaced)
@@ -94,6 +95,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	rates := fs.String("rates", "50,100,150", "orders per second, comma-separated: one run each, on a fresh system")
 	fs.DurationVar(&cfg.duration, "duration", 20*time.Second, "how long each run sends orders")
 	fs.IntVar(&cfg.relays, "relays", 2, "outbox-relays to start")
+	fs.IntVar(&cfg.partitions, "partitions", 0, "MESSAGE_PARTITIONS: relays share the outbox by partition, consumers keep each order in order")
 	fs.DurationVar(&cfg.wait, "wait", 2*time.Minute, "how long each run waits, after sending, for every order to reach a final status")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -112,6 +114,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return cfg, errors.New("-duration must be more than 0")
 	case cfg.relays < 1:
 		return cfg, errors.New("-relays must be at least 1")
+	case cfg.partitions < 0:
+		return cfg, errors.New("-partitions must not be negative")
 	}
 	return cfg, nil
 }
@@ -149,7 +153,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := os.Mkdir(logs, 0o755); err != nil {
 			return err
 		}
-		_, _ = fmt.Fprintf(stdout, "\n%g orders/s for %s: order-api, order-consumer and %d outbox-relays\n", rate, cfg.duration, cfg.relays)
+		_, _ = fmt.Fprintf(stdout, "\n%g orders/s for %s: order-api, order-consumer and %d outbox-relays, %d partitions\n", rate, cfg.duration, cfg.relays, cfg.partitions)
 		r, err := benchRate(ctx, cfg, vhosts, dir, logs, rate, stdout, stderr)
 		if ctx.Err() != nil {
 			// The database and the vhost are gone; err has what went wrong
@@ -237,7 +241,7 @@ func benchRate(ctx context.Context, cfg config, vhosts *sandbox.VhostAdmin, bin,
 	if addErr != nil {
 		return res, addErr
 	}
-	env := []string{"DATABASE_URL=" + dbURL, "AMQP_URL=" + amqpURL, "LOG_FORMAT=json"}
+	env := []string{"DATABASE_URL=" + dbURL, "AMQP_URL=" + amqpURL, "LOG_FORMAT=json", fmt.Sprintf("MESSAGE_PARTITIONS=%d", cfg.partitions)}
 
 	// Schema: migrate creates the database.
 	migrate := exec.CommandContext(ctx, filepath.Join(bin, "order-api"), "migrate", "up")

@@ -1,10 +1,11 @@
 // Command rabbitmq-users creates the RabbitMQ users of the processes
 // (outbox-relay, order-consumer, orderctl, the walkthrough) with the
-// permissions of deploy/rabbitmq/definitions.json: make dev runs it before
+// permissions of deploy/rabbitmq/definitions.json and definitions.demo.json
+// (the walkthrough's): make dev runs it before
 // it starts the processes. docker compose needs it not: its broker imports
 // that file at boot.
 //
-//	rabbitmq-users [-definitions FILE] [-prefix P]
+//	rabbitmq-users [-definitions FILE,...] [-prefix P]
 //	rabbitmq-users -hash PASSWORD   print a password_hash for the definitions file
 //
 // It logs in as AMQP_URL's user, who must be an administrator (guest on a
@@ -26,6 +27,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 
 	"github.com/yourorg/orders/internal/rabbitadmin"
 )
@@ -41,7 +43,7 @@ func main() {
 
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
 	fs := flag.NewFlagSet("rabbitmq-users", flag.ContinueOnError)
-	definitions := fs.String("definitions", rabbitadmin.DefinitionsFile, "the definitions file")
+	definitions := fs.String("definitions", rabbitadmin.DefinitionsFile+","+rabbitadmin.DemoDefinitionsFile, "the definitions files, comma-separated")
 	prefix := fs.String("prefix", "", "put this before every user name (tests: users are the broker's, not the vhost's)")
 	hash := fs.String("hash", "", "print the password_hash of this password (rabbit_password_hashing_sha256), and do nothing else")
 	if err := fs.Parse(args); err != nil {
@@ -51,7 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		_, err := fmt.Fprintln(out, rabbitadmin.HashPassword(*hash))
 		return err
 	}
-	d, err := rabbitadmin.ReadDefinitions(*definitions)
+	d, err := rabbitadmin.ReadDefinitions(strings.Split(*definitions, ",")...)
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,8 @@ func TestCreatesTheUsers(t *testing.T) {
 	}
 	testenv.DeleteBrokerUsers(t, users...)
 	env := map[string]string{"AMQP_URL": vhost, rabbitadmin.PasswordVariable(rabbitadmin.RelayUser): "from-the-env"}
-	args := []string{"-definitions", filepath.Join(testenv.RepoRoot(t), rabbitadmin.DefinitionsFile), "-prefix", prefix}
+	root := testenv.RepoRoot(t)
+	args := []string{"-definitions", filepath.Join(root, rabbitadmin.DefinitionsFile) + "," + filepath.Join(root, rabbitadmin.DemoDefinitionsFile), "-prefix", prefix}
 	var urls map[string]string
 	for range 2 {
 		var out bytes.Buffer

@@ -26,8 +26,9 @@
 //	API_URL               order-api                   (http://127.0.0.1:8080)
 //	CONSUMER_ADMIN_URL    order-consumer admin        (http://127.0.0.1:9102)
 //	WEBHOOK_RECEIVER_URL  webhook receiver; "" skips  (http://127.0.0.1:8090)
-//	DATABASE_URL          PostgreSQL, only read       (postgres://orders_operator:operator-dev@127.0.0.1:5432/orders)
+//	DATABASE_URL          PostgreSQL, only read       (postgres://orders_operator@127.0.0.1:5432/orders)
 //	AMQP_URL              RabbitMQ                    (amqp://guest:guest@127.0.0.1:5672/)
+//	DATABASE_PASSWORD_FILE, AMQP_PASSWORD_FILE        the password of the URL's user, in a file (the demo stack's secrets)
 //	JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL          the web UIs, checked to choose the hints
 //	                      (http://localhost:16686, :15672, :3000)
 //	API_BROWSER_URL, JAEGER_BROWSER_URL, RABBITMQ_UI_BROWSER_URL, GRAFANA_BROWSER_URL
@@ -36,8 +37,8 @@
 //	                      in the demo compose stack, the walkthrough reaches the services by
 //	                      their names inside the network and your browser their published ports
 //	API_TOKEN             order-api's bearer token    (an operator's: it creates, reads and cancels orders)
-//	API_JWT_SECRET        without API_TOKEN, mint an operator token with the API's development secret
-//	                      (make walkthrough and the demo stack pass the secret of make dev and compose)
+//	API_JWT_SECRET        without API_TOKEN, mint an operator token with the API's secret
+//	                      (make walkthrough passes make dev's; API_JWT_SECRET_FILE, the demo stack's)
 package main
 
 import (
@@ -59,6 +60,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 )
@@ -113,6 +115,17 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	}
 	cfg := configFrom(env)
 	var err error
+	// The demo stack gives the passwords in files of its secrets volume.
+	if file := env("DATABASE_PASSWORD_FILE", ""); file != "" {
+		if cfg.DatabaseURL, err = config.URLWithPasswordFile(cfg.DatabaseURL, file); err != nil {
+			return fmt.Errorf("DATABASE_URL, DATABASE_PASSWORD_FILE: %w", err)
+		}
+	}
+	if file := env("AMQP_PASSWORD_FILE", ""); file != "" {
+		if cfg.AMQPURL, err = config.URLWithPasswordFile(cfg.AMQPURL, file); err != nil {
+			return fmt.Errorf("AMQP_URL, AMQP_PASSWORD_FILE: %w", err)
+		}
+	}
 	if cfg.APIToken, err = auth.ClientToken(func(name string) string { return env(name, "") }); err != nil {
 		return err
 	}
@@ -147,9 +160,8 @@ func configFrom(env func(name, def string) string) Config {
 		APIURL:           env("API_URL", "http://127.0.0.1:8080"),
 		ConsumerAdminURL: env("CONSUMER_ADMIN_URL", "http://127.0.0.1:9102"),
 		WebhookURL:       env("WEBHOOK_RECEIVER_URL", "http://127.0.0.1:8090"),
-		// The password is the one of docker compose; the local trust
-		// authentication of make dev ignores it.
-		DatabaseURL: env("DATABASE_URL", "postgres://orders_operator:operator-dev@127.0.0.1:5432/orders?sslmode=disable"),
+		// make dev's server trusts its local roles: no password.
+		DatabaseURL: env("DATABASE_URL", "postgres://orders_operator@127.0.0.1:5432/orders?sslmode=disable"),
 		AMQPURL:     env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		JaegerURL:   env("JAEGER_URL", "http://localhost:16686"),
 		RabbitUIURL: env("RABBITMQ_UI_URL", "http://localhost:15672"),
@@ -270,8 +282,9 @@ func (s *system) checkDatabase(ctx context.Context) string {
 }
 
 // checkVhost says what is wrong with the vhost for the walkthrough, or "":
-// the queue of every consumer must be there, else order-consumer uses
-// another vhost (or has never started).
+// the parking lot of every consumer must be there (it is, with or without
+// MESSAGE_PARTITIONS), else order-consumer uses another vhost (or has
+// never started).
 func (s *system) checkVhost() string {
 	var absent []string
 	for _, c := range consumer.All(consumer.Deps{}) {
@@ -279,8 +292,9 @@ func (s *system) checkVhost() string {
 		if err != nil {
 			return fmt.Sprintf("cannot open a channel: %v", err)
 		}
-		if _, err := ch.QueueDeclarePassive(inbox.QueueName(c.Name()), true, false, false, false, nil); err != nil {
-			absent = append(absent, inbox.QueueName(c.Name()))
+		lot := inbox.ParkingLotName(inbox.QueueName(c.Name()))
+		if _, err := ch.QueueDeclarePassive(lot, true, false, false, false, nil); err != nil {
+			absent = append(absent, lot)
 		}
 		_ = ch.Close() // a failed passive declare closed it already
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // tour runs the steps in order; each returns a failure when the system did
@@ -423,7 +424,9 @@ func stepPoison(ctx context.Context, s *system, n *narrator, _ *state) error {
 	poison := amqp.Publishing{
 		MessageId: poisonID, Type: domain.TypeOrderSubmitted, ContentType: messaging.ContentTypeJSON,
 		DeliveryMode: amqp.Persistent, Timestamp: time.Now(), CorrelationId: "walkthrough-poison",
-		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(1), messaging.HeaderCorrelationID: "walkthrough-poison"},
+		// A partition, for a system that runs with MESSAGE_PARTITIONS (the
+		// topic exchange of one that does not ignores it).
+		Headers: amqp.Table{messaging.HeaderMessageVersion: int32(1), messaging.HeaderCorrelationID: "walkthrough-poison", outbox.HeaderPartition: int32(0)},
 		Body:    []byte(`{"order_id": "` + uuid.NewString() + `", "items": [{"sku": "BO`),
 	}
 	if err := s.publish(ctx, "orders.events", domain.TypeOrderSubmitted, poison); err != nil {

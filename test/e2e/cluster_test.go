@@ -41,11 +41,6 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 	t.Parallel()
 	c := testenv.NewRabbitCluster(t)
 	s := newSystemOn(t, c.NewVhost)
-	// The relays back off as by default, not as briefly as the other
-	// end-to-end tests have them: during a failover a quorum queue may nack
-	// the first publishes of a new channel (it could not register the
-	// publisher in time), and each nack spends an attempt.
-	s.env = append(s.env, "RELAY_BACKOFF_BASE=1s", "RELAY_BACKOFF_MAX=5m")
 	s.startConsumer("consumer-1") // first: it declares the queues the relays publish to
 	relays := []string{s.startRelay("relay-1"), s.startRelay("relay-2")}
 	s.startAPI()

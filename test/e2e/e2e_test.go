@@ -27,6 +27,7 @@ import (
 
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 
@@ -57,7 +58,9 @@ type system struct {
 	bin     string
 	env     []string
 	apiURL  string
-	token   string // an operator's token for the API
+	client  *http.Client // for the API: checks every exchange against api/openapi.yaml
+	token   string       // an operator's token for the API
+	secret  string       // the API's JWT secret
 	procs   map[string]*process
 	admin   map[string]string // a consumer's admin address, by name
 	dbURL   string
@@ -80,7 +83,7 @@ func newSystemOn(t *testing.T, vhost func(testing.TB) string) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &system{t: t, bin: bin, procs: map[string]*process{}, admin: map[string]string{}, dbURL: dbURL, amqpURL: amqpURL}
+	s := &system{t: t, bin: bin, client: apicheck.Client(t), procs: map[string]*process{}, admin: map[string]string{}, dbURL: dbURL, amqpURL: amqpURL}
 	// The schema's owner (the server's superuser here) migrates, as the
 	// migrate service does in compose; each process then connects as its
 	// own role (start), so a grant it lacks fails the flow.
@@ -134,7 +137,7 @@ var processRoles = map[string]string{
 }
 
 // start runs binary as process name with extra environment, and waits
-// until its readiness endpoint answers 200.
+// until its readiness endpoint answers 200 (order-api's through s.client).
 func (s *system) start(name, binary, readyURL string, args []string, env ...string) *process {
 	s.t.Helper()
 	cmd := exec.Command(filepath.Join(s.bin, binary), args...)
@@ -152,9 +155,13 @@ func (s *system) start(name, binary, readyURL string, args []string, env ...stri
 	}
 	go func() { p.done <- cmd.Wait() }()
 	s.procs[name] = p
+	client := http.DefaultClient // the admin endpoints of the relay and the consumer
+	if binary == "order-api" {
+		client = s.client
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(readyURL)
+		resp, err := client.Get(readyURL)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -183,7 +190,7 @@ func (s *system) startAPI() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.token = token
+	s.token, s.secret = token, secret
 	s.start("order-api", "order-api", s.apiURL+"/readyz", nil, "HTTP_ADDR="+addr,
 		"API_AUTH=jwt", "API_JWT_SECRET="+secret, "API_JWT_PUBLIC_KEYS=", "API_JWT_ISSUER=", "API_JWT_AUDIENCE=")
 }
@@ -293,7 +300,7 @@ func (s *system) postWithKey(path, key string, body any) (int, map[string]any) {
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		s.t.Error(err)
 		return 0, nil

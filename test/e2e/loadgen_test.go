@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/testenv/apicheck"
 )
 
 // loadgenSummary is the part of loadgen's -json summary this test reads.
@@ -46,7 +48,8 @@ func TestLoadgenAgainstTheProcesses(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	chart := filepath.Join(dir, "latency.svg")
-	run := exec.Command(filepath.Join(dir, "loadgen"), "-api", s.apiURL, "-token", s.token, "-rate", "20", "-duration", "2s", "-wait", "60s", "-json", "-chart", chart)
+	// Its traffic goes through a proxy that checks it against api/openapi.yaml.
+	run := exec.Command(filepath.Join(dir, "loadgen"), "-api", apicheck.Proxy(t, s.apiURL), "-token", s.token, "-rate", "20", "-duration", "2s", "-wait", "60s", "-json", "-chart", chart)
 	var stderr strings.Builder
 	run.Stderr = &stderr
 	out, err := run.Output()

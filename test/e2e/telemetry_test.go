@@ -154,7 +154,7 @@ func TestMetricsAreDocumentedAndMove(t *testing.T) {
 	})
 
 	scrapes := map[string]string{
-		"order-api":      scrape(t, s.apiURL),
+		"order-api":      scrapeWith(t, s.client, s.apiURL),
 		"outbox-relay":   scrape(t, relayAdmin),
 		"order-consumer": scrape(t, consumerAdmin),
 	}
@@ -218,7 +218,13 @@ func hasMetric(text, name string) bool {
 
 func scrape(t *testing.T, base string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	return scrapeWith(t, http.DefaultClient, base)
+}
+
+// scrapeWith reads base's /metrics with client.
+func scrapeWith(t *testing.T, client *http.Client, base string) string {
+	t.Helper()
+	resp, err := client.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 
@@ -121,8 +122,10 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	// The walkthrough and orderctl connect as the operators' role, as make
 	// walkthrough and make ctl run them; make dev's processes as theirs.
 	operatorURL := testenv.AsRole(dbURL, migrations.RoleOperator)
+	// Its requests to order-api go through a proxy that checks them, and
+	// the answers, against api/openapi.yaml.
 	walk.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.WalkthroughUser), "API_JWT_SECRET=", "API_TOKEN="+strings.TrimSpace(string(token)),
-		"API_URL=http://"+addr["DEV_API_ADDR"], "CONSUMER_ADMIN_URL=http://"+addr["DEV_CONSUMER_ADDR"],
+		"API_URL="+apicheck.Proxy(t, "http://"+addr["DEV_API_ADDR"]), "CONSUMER_ADMIN_URL=http://"+addr["DEV_CONSUMER_ADDR"],
 		"WEBHOOK_RECEIVER_URL=http://"+addr["DEV_WEBHOOK_ADDR"])
 	out, err := walk.CombinedOutput()
 	if err != nil {
@@ -143,7 +146,10 @@ func TestWalkthroughAgainstMakeDev(t *testing.T) {
 	ctl := func(args ...string) []byte {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(bin, "orderctl"), append(args, "--json")...)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.OperatorUser), "ORDERCTL_USER=e2e")
+		// As make ctl runs it: in development (scripts/env.sh), where the
+		// development password of its RabbitMQ user is taken.
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+operatorURL, "AMQP_URL="+loginAs(rabbitadmin.OperatorUser), "ORDERCTL_USER=e2e",
+			"DEV_MODE=true")
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("orderctl %v: %v\n%s", args, err, out)

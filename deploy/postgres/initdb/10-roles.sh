@@ -10,28 +10,29 @@
 #   orders_consumer  order-consumer
 #   orders_operator  orderctl and the walkthrough
 #
-# each with the password of its ORDERS_DB_*_PASSWORD variable (docker
-# compose passes them from .env; the defaults in docker-compose.yml are for
-# a machine of your own). The process roles get their privileges from the
-# migration migrations/00008_roles.sql, which the migrate service applies as
+# each with the password in the file of its ORDERS_DB_*_PASSWORD_FILE
+# variable: the stack's secrets volume, where the secrets service put it
+# (generated at the first start, or from .env: cmd/compose-secrets). The
+# process roles get their privileges from the migration
+# migrations/00008_roles.sql, which the migrate service applies as
 # orders_migrate: it finds the roles here, so it needs no CREATEROLE.
 # docs/security.md says how to change a password later.
 set -euo pipefail
 
-for v in ORDERS_DB_MIGRATE_PASSWORD ORDERS_DB_API_PASSWORD ORDERS_DB_RELAY_PASSWORD ORDERS_DB_CONSUMER_PASSWORD ORDERS_DB_OPERATOR_PASSWORD; do
-	if [[ -z ${!v:-} ]]; then
-		echo "10-roles.sh: $v is empty: every role needs a password" >&2
+for v in ORDERS_DB_MIGRATE_PASSWORD_FILE ORDERS_DB_API_PASSWORD_FILE ORDERS_DB_RELAY_PASSWORD_FILE ORDERS_DB_CONSUMER_PASSWORD_FILE ORDERS_DB_OPERATOR_PASSWORD_FILE; do
+	if [[ ! -s ${!v:-/nonexistent} ]]; then
+		echo "10-roles.sh: $v names no file with a password (${!v:-unset}): every role needs one" >&2
 		exit 1
 	fi
 done
 
 psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres \
 	-v db="$POSTGRES_DB" \
-	-v migrate="$ORDERS_DB_MIGRATE_PASSWORD" \
-	-v api="$ORDERS_DB_API_PASSWORD" \
-	-v relay="$ORDERS_DB_RELAY_PASSWORD" \
-	-v consumer="$ORDERS_DB_CONSUMER_PASSWORD" \
-	-v operator="$ORDERS_DB_OPERATOR_PASSWORD" <<'SQL'
+	-v migrate="$(<"$ORDERS_DB_MIGRATE_PASSWORD_FILE")" \
+	-v api="$(<"$ORDERS_DB_API_PASSWORD_FILE")" \
+	-v relay="$(<"$ORDERS_DB_RELAY_PASSWORD_FILE")" \
+	-v consumer="$(<"$ORDERS_DB_CONSUMER_PASSWORD_FILE")" \
+	-v operator="$(<"$ORDERS_DB_OPERATOR_PASSWORD_FILE")" <<'SQL'
 CREATE ROLE orders_migrate LOGIN PASSWORD :'migrate';
 CREATE ROLE orders_api LOGIN PASSWORD :'api';
 CREATE ROLE orders_relay LOGIN PASSWORD :'relay';

@@ -15,14 +15,21 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.32.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 )
 
@@ -33,11 +40,12 @@ type Config struct {
 	URL string
 	// Timeout bounds one webhook call. Default 5s.
 	Timeout time.Duration
-	// Client makes the calls. Default: an http.Client with Timeout whose
-	// calls are client spans of the processing trace (and carry its
-	// traceparent to the receiver).
+	// Client makes the calls. Default: an http.Client with Timeout that
+	// follows no redirect (a 3xx is a refusal: following it would turn the
+	// POST into a GET, or post the notification somewhere else).
 	Client *http.Client
-	// TracerProvider traces the calls of the default client; default: the
+	// TracerProvider traces the calls, each a client span of the
+	// processing trace whose traceparent the receiver gets; default: the
 	// global one.
 	TracerProvider trace.TracerProvider
 }
@@ -75,13 +83,12 @@ func New(cfg Config) *inbox.Consumer {
 		cfg.Timeout = 5 * time.Second
 	}
 	if cfg.Client == nil {
-		var opts []otelhttp.Option
-		if cfg.TracerProvider != nil {
-			opts = append(opts, otelhttp.WithTracerProvider(cfg.TracerProvider))
+		cfg.Client = &http.Client{
+			Timeout:       cfg.Timeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
-		cfg.Client = &http.Client{Timeout: cfg.Timeout, Transport: otelhttp.NewTransport(http.DefaultTransport, opts...)}
 	}
-	n := &notifier{cfg: cfg}
+	n := &notifier{cfg: cfg, where: config.URLOrigin(cfg.URL), tracer: messaging.Tracer(cfg.TracerProvider, "github.com/yourorg/orders/internal/consumer/notification")}
 	c := inbox.NewConsumer(Name)
 	inbox.Handle(c, func(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderSubmittedV1) (inbox.Outcome, error) {
 		return n.notify(ctx, tx, d, m.ID, "order_received")
@@ -98,7 +105,11 @@ func New(cfg Config) *inbox.Consumer {
 	return c
 }
 
-type notifier struct{ cfg Config }
+type notifier struct {
+	cfg    Config
+	where  string // the webhook's URL without its secrets: config.URLOrigin
+	tracer trace.Tracer
+}
 
 // notify records the notification of kind for order orderID, once, and
 // delivers it: in two steps when a webhook is set, else it is SKIPPED.
@@ -151,27 +162,81 @@ func (n *notifier) notify(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, ord
 // a network error are transient (the outcome of a timeout is unknown: the
 // receiver may have it, which is what the Idempotency-Key is for); any
 // other status is permanent.
+//
+// A webhook's URL often is its credential (a chat webhook's token in its
+// path, a signature in its query), so nothing post returns or records
+// holds more of it than config.URLOrigin leaves (its scheme and host): not the error (which becomes the
+// notification's and the inbox row's last error, a log line, and the
+// customer's order page), nor the client span (whose url.full is the
+// redacted URL). The net/http client's own errors quote the whole URL, so
+// they are rewritten here.
 func (n *notifier) post(ctx context.Context, id uuid.UUID, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
+	ctx, span := n.tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.HTTPRequestMethodPost, semconv.URLFull(n.where)))
+	defer span.End()
+	err := n.call(ctx, id, body, span)
+	if err != nil {
+		code, _ := inbox.Classify(err)
+		span.SetAttributes(semconv.ErrorTypeKey.String(code))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+func (n *notifier) call(ctx context.Context, id uuid.UUID, body []byte, span trace.Span) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return inbox.Permanent("webhook_misconfigured", err)
+		return inbox.Permanent("webhook_misconfigured", fmt.Errorf("POST %s: the URL cannot be requested", n.where))
 	}
+	span.SetAttributes(semconv.ServerAddress(req.URL.Hostname()))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderIdempotencyKey, id.String())
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := n.cfg.Client.Do(req)
 	if err != nil {
-		return inbox.Retryable("webhook_unavailable", err)
+		return inbox.Retryable("webhook_unavailable", n.redact(err))
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return nil
 	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
-		return inbox.Retryable("webhook_unavailable", fmt.Errorf("webhook answered %s", resp.Status))
+		return inbox.Retryable("webhook_unavailable", fmt.Errorf("POST %s: webhook answered %s", n.where, resp.Status))
 	default:
-		return inbox.Permanent("webhook_rejected", errors.New("webhook answered "+resp.Status))
+		return inbox.Permanent("webhook_rejected", fmt.Errorf("POST %s: webhook answered %s", n.where, resp.Status))
 	}
+}
+
+// redactedError is an error of the HTTP client with the webhook's URL
+// replaced by its redacted form; it unwraps to the client's own cause (a
+// timeout, a refused connection), so that it is classified as before.
+type redactedError struct {
+	msg   string
+	cause error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.cause }
+
+// redact rewrites an error of n.cfg.Client: a *url.Error quotes the whole
+// URL, and its cause may repeat parts of it, which are masked too.
+func (n *notifier) redact(err error) error {
+	cause := err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		cause = ue.Err
+	}
+	msg := cause.Error()
+	if u, perr := url.Parse(n.cfg.URL); perr == nil {
+		for _, secret := range []string{n.cfg.URL, u.User.String(), u.RawQuery, u.EscapedPath(), u.Path, u.Fragment} {
+			if len(secret) > 1 {
+				msg = strings.ReplaceAll(msg, secret, "…")
+			}
+		}
+	}
+	return &redactedError{msg: "POST " + n.where + ": " + msg, cause: cause}
 }

@@ -79,3 +79,31 @@ func TestNoWebhookSkips(t *testing.T) {
 		t.Fatalf("%d SKIPPED notifications, want 1", n)
 	}
 }
+
+// A webhook that redirects is not followed: the client would turn the POST
+// into a GET (301, 302, 303), or post the notification to an address
+// nobody configured. The redirect is the receiver's refusal: permanent,
+// parked after one call.
+func TestWebhookRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var paths []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		if r.URL.Path == "/hook" {
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		}
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	h := consumertest.Start(t, notification.New(notification.Config{URL: srv.URL + "/hook", Timeout: time.Second}))
+	row := h.WaitDone(notification.Name, h.Deliver(domain.OrderCancelledV1{ID: uuid.New()}))
+	mu.Lock()
+	defer mu.Unlock()
+	if row.Status != inbox.StatusPermanentFailed || row.LastErrorCode != "webhook_rejected" || len(paths) != 1 || paths[0] != "POST /hook" {
+		t.Fatalf("inbox row %s %s %q, calls %v; want PERMANENT_FAILED webhook_rejected after one POST /hook", row.Status, row.LastErrorCode, row.LastErrorMessage, paths)
+	}
+}

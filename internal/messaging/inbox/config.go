@@ -62,6 +62,26 @@ type Config struct {
 	// as long as a message may be delivered or replayed again. 0 keeps them
 	// forever.
 	InboxRetention time.Duration
+	// Partitions, when above 0, keeps the messages of each aggregate (an
+	// order) in order through the consumers. Each consumer gets one work
+	// queue per partition, routed by the partition header the relays set
+	// (outbox.Config.Partitions: set both to the same number), each with
+	// single active consumer: one replica at a time consumes a partition,
+	// and another takes over when it dies. A partition is handled one
+	// delivery batch at a time, in order, never two deliveries of one
+	// aggregate in a batch; a failure is retried in place, holding the
+	// partition (a trip through a retry queue would let later messages
+	// overtake it); and once a message is parked, the later messages of
+	// its aggregate for this consumer are parked behind it (held_behind),
+	// to be replayed together. Workers and RetryDelays do not apply. 0 (the
+	// default): one work queue, Workers at a time, retries through the
+	// retry queues.
+	Partitions int
+	// AlsoDeclare lists consumers this process does not run whose queues
+	// and bindings it declares too, at every connect: so that the whole
+	// topology exists whichever consumer processes run, and a message
+	// published while one of them is down still reaches its queue.
+	AlsoDeclare []*Consumer
 	// Faults, when set, injects failures (tests, drills). Nil in production.
 	Faults Faults
 }
@@ -115,6 +135,9 @@ func (c *Config) Validate() error {
 	}
 	if c.InboxRetention < 0 {
 		errs = append(errs, errors.New("inbox retention must not be negative"))
+	}
+	if c.Partitions < 0 || c.Partitions > 1024 {
+		errs = append(errs, errors.New("partitions must be between 0 and 1024"))
 	}
 	return errors.Join(errs...)
 }

@@ -24,6 +24,7 @@ import (
 type Consumers struct {
 	cfg           Config
 	pool          *pgxpool.Pool
+	log           *slog.Logger
 	subscriptions []*subscription
 }
 
@@ -32,6 +33,7 @@ type Consumers struct {
 type subscription struct {
 	consumer *Consumer
 	topology Topology
+	others   []Topology // of Config.AlsoDeclare: declared, not consumed
 	cfg      Config
 	pool     *pgxpool.Pool
 	amqpURL  string
@@ -50,17 +52,22 @@ func NewConsumers(cfg Config, deps messaging.Deps, consumers ...*Consumer) (*Con
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer config: %w", err)
 	}
-	cs := &Consumers{cfg: cfg, pool: deps.Pool}
+	cs := &Consumers{cfg: cfg, pool: deps.Pool, log: deps.Logger}
 	m, err := newConsumerMetrics(deps.MeterProvider.Meter(scope), cs)
 	if err != nil {
 		return nil, err
 	}
 	tracer := messaging.Tracer(deps.TracerProvider, scope)
+	var others []Topology
+	for _, c := range cfg.AlsoDeclare {
+		others = append(others, cfg.topology(c))
+	}
 	for _, c := range consumers {
 		m.zero(c)
 		cs.subscriptions = append(cs.subscriptions, &subscription{
 			consumer: c,
-			topology: Topology{Consumer: c.name, Exchange: cfg.Exchange, Types: c.Types(), RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit},
+			topology: cfg.topology(c),
+			others:   others,
 			cfg:      cfg,
 			pool:     deps.Pool,
 			amqpURL:  deps.AMQPURL,
@@ -99,7 +106,7 @@ func (cs *Consumers) Run(ctx context.Context) error {
 	}
 	if cs.cfg.InboxRetention > 0 {
 		retention := background.Retention{
-			What: "processed inbox rows", Logger: cs.subscriptions[0].log,
+			What: "processed inbox rows", Logger: cs.log,
 			Delete: func(ctx context.Context, limit int) (int64, error) {
 				return DeleteProcessed(ctx, cs.pool, cs.cfg.InboxRetention, limit)
 			},
@@ -112,7 +119,7 @@ func (cs *Consumers) Run(ctx context.Context) error {
 
 func (s *subscription) run(ctx context.Context) {
 	s.log.InfoContext(ctx, "consumer starting", slog.String("queue", s.topology.Queue()),
-		slog.Int("workers", s.cfg.Workers), slog.Int("prefetch", s.cfg.Prefetch))
+		slog.Int("workers", s.cfg.Workers), slog.Int("prefetch", s.cfg.Prefetch), slog.Int("partitions", s.cfg.Partitions))
 	background.Reconnect{
 		What: "broker session", Base: 500 * time.Millisecond, MaxDelay: 30 * time.Second,
 		Logger: s.log, Session: s.session,
@@ -128,8 +135,10 @@ func (s *subscription) session(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
-	if err := s.topology.Declare(ch); err != nil {
-		return err
+	for _, t := range append([]Topology{s.topology}, s.others...) {
+		if err := t.Declare(ch); err != nil {
+			return err
+		}
 	}
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("set prefetch: %w", err)
@@ -139,17 +148,32 @@ func (s *subscription) session(ctx context.Context) error {
 		return err
 	}
 	s.pub.Store(pub)
-	queue := s.topology.Queue()
-	tag := fmt.Sprintf("%s-%d-%d", s.consumer.name, os.Getpid(), time.Now().UnixNano())
-	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", queue, err)
+
+	// The work queues: one, taken by Workers workers; or, with partitions,
+	// one per partition, each taken by a worker of its own, in order.
+	type feed struct {
+		queue, tag string
+		deliveries <-chan amqp.Delivery
+		workers    int
+	}
+	var feeds []feed
+	for _, queue := range WorkQueues(s.consumer.name, s.cfg.Partitions) {
+		tag := fmt.Sprintf("%s-%d-%d", queue, os.Getpid(), time.Now().UnixNano())
+		deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("consume %s: %w", queue, err)
+		}
+		workers := s.cfg.Workers
+		if s.cfg.Partitions > 0 {
+			workers = 1
+		}
+		feeds = append(feeds, feed{queue: queue, tag: tag, deliveries: deliveries, workers: workers})
 	}
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	cancelled := ch.NotifyCancel(make(chan string, 1))
+	cancelled := ch.NotifyCancel(make(chan string, len(feeds)))
 	s.consuming.Store(true)
 	defer s.consuming.Store(false)
-	s.log.InfoContext(ctx, "consuming", slog.String("queue", queue))
+	s.log.InfoContext(ctx, "consuming", slog.Int("queues", len(feeds)), slog.String("queue", feeds[0].queue))
 
 	// workCtx bounds the processing: it ends ShutdownTimeout after ctx.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -161,51 +185,61 @@ func (s *subscription) session(ctx context.Context) error {
 	var wg sync.WaitGroup
 	deliveriesClosed := make(chan struct{})
 	var closeOnce sync.Once
-	for range s.cfg.Workers {
-		w := &worker{consumer: s.consumer, cfg: s.cfg, pool: s.pool, pub: pub, topology: s.topology,
-			log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held}
-		wg.Go(func() {
-			for {
-				select { // stopping wins over a delivery that is ready too
-				case <-stopTaking:
-					return // what is still buffered stays unacknowledged
-				default:
-				}
-				select {
-				case <-stopTaking:
-					return
-				case raw, ok := <-deliveries:
-					if !ok { // the broker cancelled the consumer, or the channel closed
-						closeOnce.Do(func() { close(deliveriesClosed) })
+	for _, f := range feeds {
+		for range f.workers {
+			w := &worker{consumer: s.consumer, cfg: s.cfg, pool: s.pool, pub: pub, topology: s.topology,
+				log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held, queue: f.queue, ordered: s.cfg.Partitions > 0}
+			wg.Go(func() {
+				for {
+					select { // stopping wins over a delivery that is ready too
+					case <-stopTaking:
+						return // what is still buffered stays unacknowledged
+					default:
+					}
+					select {
+					case <-stopTaking:
 						return
+					case raw, ok := <-f.deliveries:
+						if !ok { // the broker cancelled the consumer, or the channel closed
+							closeOnce.Do(func() { close(deliveriesClosed) })
+							return
+						}
+						if !s.waitBefore(ctx, stopTaking, raw) {
+							return // stopping: the delivery stays unacknowledged, and comes again
+						}
+						batch := []amqp.Delivery{raw}
+						if len(s.consumer.waits) == 0 { // a consumer that waits takes one at a time: each waits its own time
+							batch = s.collect(batch, f.deliveries, stopTaking)
+						}
+						w.handle(workCtx, batch)
 					}
-					if !s.waitBefore(ctx, stopTaking, raw) {
-						return // stopping: the delivery stays unacknowledged, and comes again
-					}
-					batch := []amqp.Delivery{raw}
-					if len(s.consumer.waits) == 0 { // a consumer that waits takes one at a time: each waits its own time
-						batch = s.collect(batch, deliveries, stopTaking)
-					}
-					w.handle(workCtx, batch)
 				}
-			}
-		})
+			})
+		}
 	}
 
 	// The session ends on shutdown, when the channel dies, or when the
-	// broker cancels the consumer (its queue deleted and declared again, a
+	// broker cancels a consumer (its queue deleted and declared again, a
 	// quorum leader moved): then the next session declares the topology
 	// again and consumes anew. Until it does, the consumer is not ready.
 	var sessionErr error
 	select {
 	case <-ctx.Done():
-		_ = ch.Cancel(tag, false) // no more deliveries
+		// No more deliveries. A partition's consumer is not cancelled but
+		// closed with its channel once its worker is done (below), so that
+		// the broker takes back what it holds in the same step as it passes
+		// the partition to the next replica: those come first, in order.
+		if s.cfg.Partitions == 0 {
+			for _, f := range feeds {
+				_ = ch.Cancel(f.tag, false)
+			}
+		}
 	case amqpErr := <-chClosed:
 		sessionErr = fmt.Errorf("channel closed: %w", amqpErr)
-	case <-cancelled:
-		sessionErr = fmt.Errorf("the broker cancelled the consumer of %s", queue)
+	case tag := <-cancelled:
+		sessionErr = fmt.Errorf("the broker cancelled the consumer %s", tag)
 	case <-deliveriesClosed:
-		sessionErr = fmt.Errorf("the deliveries of %s stopped", queue)
+		sessionErr = fmt.Errorf("the deliveries of %s stopped", s.consumer.name)
 	}
 	s.consuming.Store(false)
 	close(stopTaking)
@@ -276,4 +310,25 @@ func (s *subscription) collect(batch []amqp.Delivery, deliveries <-chan amqp.Del
 		}
 	}
 	return batch
+}
+
+// Declare declares the queues and bindings of consumers (and the exchange)
+// once, and returns: for a deployment step that must create the whole
+// topology before any relay publishes (order-consumer declare).
+func Declare(ctx context.Context, amqpURL string, cfg Config, consumers ...*Consumer) error {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("consumer config: %w", err)
+	}
+	conn, ch, err := messaging.Open(ctx, amqpURL, "declare topology")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
+	for _, c := range consumers {
+		if err := cfg.topology(c).Declare(ch); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -80,7 +80,7 @@ func setupConsumer(t *testing.T) *consumerBundle {
 	if err := messaging.DeclareExchange(b.ch, testExchange); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), txid bigint NOT NULL DEFAULT txid_current())`)
+	_, err := b.pool.Exec(b.ctx, `CREATE TABLE test_effect (message_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), txid bigint NOT NULL DEFAULT txid_current(), seq bigserial)`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -795,5 +795,31 @@ func TestReusedMessageIDWithAnotherBodyIsCounted(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the mismatch to be counted", func() bool { return b.counter("consumer.inbox.payload_mismatch") == 1 })
 	if n := b.effects(first.MessageId); n != 1 {
 		t.Fatalf("%d effects", n)
+	}
+}
+
+// A process declares the queues of the consumers it does not run too
+// (Config.AlsoDeclare), so that a message published while another
+// consumer's process is down, or not started yet, still reaches that
+// consumer's queue: mandatory would not notice it missing while any other
+// reader's queue took the message.
+func TestConsumersDeclareTheQueuesOfOthers(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	late := inbox.NewConsumer("late")
+	inbox.Handle(late, func(context.Context, pgx.Tx, *inbox.Delivery, cancelledV1) (inbox.Outcome, error) {
+		return inbox.Applied(), nil
+	})
+	cfg := testConsumerConfig()
+	cfg.AlsoDeclare = []*inbox.Consumer{late}
+	b.start(cfg, b.amqpURL, nil)
+	msg := message()
+	b.publish(msg)
+	b.waitInbox(msg.MessageId, inbox.StatusProcessed)
+	if n := b.ready(inbox.QueueName("late")); n != 1 {
+		t.Fatalf("the late consumer's queue holds %d messages, want the one published before it started", n)
+	}
+	if n := b.ready(inbox.ParkingLotName(inbox.QueueName("late"))); n != 0 {
+		t.Fatalf("its parking lot holds %d", n)
 	}
 }

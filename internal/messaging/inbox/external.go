@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // External is a side effect no database transaction can cover (an HTTP
@@ -15,7 +17,8 @@ import (
 //  2. Call runs, outside any transaction, within the lease;
 //  3. Record stores the result in a second transaction, fenced by the
 //     attempt that made the call, which also marks the inbox row PROCESSED
-//     if Call succeeded.
+//     and writes the handler's follow-up messages (Outcome.Publish) if
+//     Call succeeded: once, however often the call was retried.
 //
 // A failed Call is classified like any handler error (retried later, or
 // parked). A worker that dies between the steps leaves the row PROCESSING;
@@ -41,6 +44,7 @@ type External struct {
 // and the row PROCESSING for a retry.
 func (w *worker) secondStep(d *delivery, e effect) (result, error) {
 	ctx := d.ctx
+	d.heldAttempt = e.attempt // a failure from here on ends this attempt's hold
 	callCtx, cancel := context.WithDeadline(ctx, e.heldAt.Add(w.cfg.ProcessingLease*9/10))
 	callErr := e.external.Call(callCtx)
 	cancel()
@@ -54,7 +58,14 @@ func (w *worker) secondStep(d *delivery, e effect) (result, error) {
 				if err := fence(ctx, tx, w.consumer.name, d.MessageID, e.attempt); err != nil {
 					return err
 				}
-				return e.external.Record(ctx, tx, callErr)
+				if err := e.external.Record(ctx, tx, callErr); err != nil || callErr != nil {
+					return err
+				}
+				followUps := outbox.Buffer{Writer: w.cfg.FollowUps}
+				if _, err := followUps.Add(ctx, d.Cause(), e.followUps...); err != nil {
+					return err
+				}
+				return followUps.Flush(ctx, tx)
 			})
 		})
 	})

@@ -51,7 +51,7 @@ func Classify(err error) (code string, permanent bool) {
 		return f.code, f.permanent
 	case errors.Is(err, database.ErrNotFound):
 		return "not_found", true
-	case database.IsTransient(err):
+	case dbTransient(err):
 		return database.TransientCode(err), false
 	case errors.Is(err, database.ErrUniqueViolation):
 		return "conflict", false
@@ -81,7 +81,7 @@ func (w *worker) fail(d *delivery, cause error) {
 	switch {
 	case permanent:
 		status = StatusPermanentFailed
-	case d.Attempt >= w.cfg.MaxAttempts && !database.IsTransient(cause):
+	case d.Attempt >= w.cfg.MaxAttempts && !dbTransient(cause):
 		// Only failures of the message's own handling spend its retry
 		// budget. Database contention (a lock or statement timeout, a
 		// deadlock that outlived its in-place retries) is the
@@ -97,14 +97,24 @@ func (w *worker) fail(d *delivery, cause error) {
 		err := w.untilWritable(ctx, 1, func() error {
 			recordCtx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 			defer cancel()
-			_, err := RecordFailure(recordCtx, w.pool, d.inboxEntry(w.consumer.name), Failure{Status: status, Code: code, Message: reason})
-			return err
+			_, err := RecordFailure(recordCtx, w.pool, d.inboxEntry(w.consumer.name), Failure{
+				Status: status, Code: code, Message: reason, HeldAttempt: d.heldAttempt, Lease: w.cfg.ProcessingLease,
+			})
+			if errors.Is(err, ErrProcessed) || errors.Is(err, ErrTakenOver) {
+				return err
+			}
+			return fromDatabase(err)
 		})
-		if errors.Is(err, ErrProcessed) {
-			// PROCESSED meanwhile (a concurrent delivery finished it).
+		if errors.Is(err, ErrProcessed) || errors.Is(err, ErrTakenOver) {
+			// PROCESSED meanwhile, or held by another delivery that took the
+			// message over: that one settles it.
+			why := "processed by another delivery"
+			if errors.Is(err, ErrTakenOver) {
+				why = "taken over by another delivery after the processing lease; this attempt's failure is not recorded"
+			}
 			_ = d.raw.Ack(false)
 			w.metrics.duplicates.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), messaging.AttrMessageType.String(d.Type)))
-			w.log.InfoContext(ctx, "duplicate acknowledged", slog.String("outcome", "duplicate"), slog.String("reason", "processed by another delivery"))
+			w.log.InfoContext(ctx, "duplicate acknowledged", slog.String("outcome", "duplicate"), slog.String("reason", why))
 			return
 		}
 		if err != nil {
@@ -115,6 +125,13 @@ func (w *worker) fail(d *delivery, cause error) {
 
 	if status == StatusRetryableFailed {
 		w.metrics.retried.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), attrCode.String(code)))
+		if w.ordered { // a retry queue would let the later messages overtake it
+			d.retryIn = w.retryDelay(d.Attempt)
+			w.log.WarnContext(ctx, "retrying in place, holding the partition", slog.String("outcome", "retried"),
+				slog.String("reason_code", code), slog.String("reason", reason), slog.Int("next_attempt", d.Attempt+1),
+				slog.Duration("retry_in", d.retryIn))
+			return
+		}
 		w.retryLater(d, d.Attempt+1, code, reason)
 		return
 	}
@@ -151,7 +168,7 @@ func (w *worker) retryLater(d *delivery, attempt int, code, reason string) {
 // and acknowledges the original once the broker confirmed the copy.
 func (w *worker) park(d *delivery, code, reason string) {
 	ctx, start := d.ctx, d.start
-	queue := w.topology.Queue()
+	queue := w.queue
 	msg := republish(d.raw)
 	msg.Headers[HeaderParkedCode] = code
 	msg.Headers[HeaderParkedReason] = reason
@@ -163,7 +180,7 @@ func (w *worker) park(d *delivery, code, reason string) {
 	if id := d.AggregateID(); id != "" {
 		msg.Headers[HeaderParkedAggregateID] = id
 	}
-	if err := w.pub.publish(ctx, ParkingLotName(queue), msg); err != nil {
+	if err := w.pub.publish(ctx, ParkingLotName(w.topology.Queue()), msg); err != nil {
 		w.requeue(d, "cannot park the message: "+err.Error())
 		return
 	}
@@ -174,7 +191,7 @@ func (w *worker) park(d *delivery, code, reason string) {
 	w.metrics.parked.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), attrCode.String(code)))
 	w.metrics.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(w.consumer.name), messaging.AttrOutcome.String("parked")))
 	w.log.ErrorContext(ctx, "message parked", slog.String("outcome", "parked"), slog.String("reason_code", code),
-		slog.String("reason", reason), slog.String("parking_lot", ParkingLotName(queue)), slog.Duration("took", time.Since(start)))
+		slog.String("reason", reason), slog.String("parking_lot", ParkingLotName(w.topology.Queue())), slog.Duration("took", time.Since(start)))
 }
 
 // requeue gives a delivery back to the broker when it could not be moved
@@ -187,6 +204,13 @@ func (w *worker) requeue(d *delivery, why string) {
 	ctx := d.ctx
 	w.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))
 	w.metrics.requeued.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name)))
+	if w.ordered {
+		// A partition's worker holds the later deliveries in its buffer: a
+		// requeued one would come back behind them. It tries again in place.
+		d.retryIn = time.Second
+		d.Attempt-- // moving it on failed; its attempt did not end
+		return
+	}
 	background.Sleep(ctx, time.Second)
 	_ = d.raw.Nack(false, true)
 }

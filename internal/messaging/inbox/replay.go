@@ -21,8 +21,8 @@ type ReplayRequest struct {
 	Limit int
 }
 
-// Replay moves messages from the parking lot of consumer back to its work
-// queue, oldest first, and returns the ids of those it moved. Each keeps
+// Replay moves messages from the parking lot of consumer back to the work
+// queue they came from (with partitions, their partition's), oldest first, and returns the ids of those it moved. Each keeps
 // its message_id (so the inbox still recognises it), loses the parking and
 // retry headers (so it gets a fresh retry budget), and gains replayed_at,
 // replay_count (one more than it had) and replay_id (this replay's). A
@@ -70,7 +70,7 @@ func replay(ctx context.Context, lot *parkingLot, pub *confirmPublisher, r Repla
 		msg.Headers[HeaderReplayedAt] = time.Now().UTC().Format(time.RFC3339Nano)
 		msg.Headers[HeaderReplayCount] = int32(headerInt(d.Headers, HeaderReplayCount) + 1)
 		msg.Headers[HeaderReplayID] = id
-		if err := pub.publish(ctx, lot.queue, msg); err != nil {
+		if err := pub.publish(ctx, replayQueue(d, lot.queue), msg); err != nil {
 			return false, true, fmt.Errorf("replay %s: %w", d.MessageId, err)
 		}
 		if err := d.Ack(false); err != nil {
@@ -80,4 +80,21 @@ func replay(ctx context.Context, lot *parkingLot, pub *confirmPublisher, r Repla
 		return true, r.Limit > 0 && len(moved) >= r.Limit, nil
 	})
 	return moved, err
+}
+
+// replayQueue is the work queue a parked message goes back to: the one it
+// was parked from, as the consumer's parked_from_queue header or the
+// broker's x-death says; else the consumer's work queue.
+func replayQueue(d amqp.Delivery, workQueue string) string {
+	if q := messaging.HeaderString(d.Headers, HeaderParkedFromQueue); q != "" {
+		return q
+	}
+	if deaths, ok := d.Headers["x-death"].([]any); ok {
+		for _, death := range deaths {
+			if t, ok := death.(amqp.Table); ok && messaging.HeaderString(t, "queue") != "" {
+				return messaging.HeaderString(t, "queue")
+			}
+		}
+	}
+	return workQueue
 }

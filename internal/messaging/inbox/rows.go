@@ -208,6 +208,14 @@ type Failure struct {
 	Status  string // RETRYABLE_FAILED, PERMANENT_FAILED or POISONED
 	Code    string // a short, stable error code
 	Message string // what went wrong, without payload data
+	// HeldAttempt is the attempt whose committed hold the failure ends: a
+	// failed external call, after its first step committed the row
+	// PROCESSING. 0 when the attempt committed nothing.
+	HeldAttempt int
+	// Lease is the processing lease: a PROCESSING row another attempt
+	// holds is left alone while its lease runs. 0 treats every hold as
+	// expired (tools, tests).
+	Lease time.Duration
 }
 
 // ErrProcessed says that a message's row is PROCESSED: a failure of
@@ -215,20 +223,31 @@ type Failure struct {
 var ErrProcessed = errors.New("the message is PROCESSED already")
 
 // RecordFailure writes a failed attempt of e, after the transaction of
-// the attempt rolled back, and returns the row's attempt count. A PROCESSED
-// row is never touched (ErrProcessed): what committed stays.
+// the attempt rolled back, and returns the row's attempt count. It never
+// touches a PROCESSED row (ErrProcessed): what committed stays; nor a row
+// another attempt holds PROCESSING within its lease (ErrTakenOver): a
+// failure recorded late, after a takeover, must not undo the takeover.
 func RecordFailure(ctx context.Context, db database.DBTX, e Entry, f Failure) (int, error) {
 	row, err := queries.RecordInboxFailure(ctx, db, dbsqlc.RecordInboxFailureParams{
 		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
 		AggregateID: database.NilIfEmpty(e.AggregateID), Status: f.Status, PayloadHash: e.PayloadHash,
 		LastErrorCode: database.NilIfEmpty(f.Code), LastErrorMessage: database.NilIfEmpty(f.Message),
 		CorrelationID: database.NilIfEmpty(e.CorrelationID), CausationID: database.NilIfEmpty(e.CausationID), TraceID: database.NilIfEmpty(e.TraceID),
+		HeldAttempt: int32(f.HeldAttempt), LeaseSeconds: f.Lease.Seconds(),
 	})
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) { // the row is there, and not ours to change: whose is it?
+		current, getErr := queries.GetInbox(ctx, db, dbsqlc.GetInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID})
+		switch {
+		case getErr != nil:
+			return 0, fmt.Errorf("record inbox failure: %w", database.Translate(getErr))
+		case current.Status == StatusProcessed:
 			return 0, fmt.Errorf("%w: message %s, consumer %s", ErrProcessed, e.MessageID, e.Consumer)
+		default:
+			return 0, fmt.Errorf("%w: message %s, consumer %s, attempt %d holds it", ErrTakenOver, e.MessageID, e.Consumer, current.AttemptCount)
 		}
-		return 0, fmt.Errorf("record inbox failure: %w", err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("record inbox failure: %w", database.Translate(err))
 	}
 	return int(row.AttemptCount), nil
 }
@@ -280,4 +299,31 @@ func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 			OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
 	}
 	return out, nil
+}
+
+// earlierParked returns the id of a parked (PERMANENT_FAILED or POISONED)
+// message of e's aggregate for e's consumer that arrived before e, or "".
+func earlierParked(ctx context.Context, db database.DBTX, e Entry) (string, error) {
+	id, err := queries.EarlierParkedOfAggregate(ctx, db, dbsqlc.EarlierParkedOfAggregateParams{
+		ConsumerName: e.Consumer, AggregateID: database.NilIfEmpty(e.AggregateID), MessageID: e.MessageID,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look for a parked earlier message of aggregate %s: %w", e.AggregateID, database.Translate(err))
+	}
+	return id, nil
+}
+
+// ForgetFailure deletes the failed row (RETRYABLE_FAILED, PERMANENT_FAILED
+// or POISONED) of a message an operator discarded for good, and reports
+// whether there was one. With partitions, the later messages of its
+// aggregate parked behind it may then be replayed. A PROCESSED row stays.
+func ForgetFailure(ctx context.Context, db database.DBTX, consumer, messageID string) (bool, error) {
+	n, err := queries.ForgetFailedInbox(ctx, db, dbsqlc.ForgetFailedInboxParams{ConsumerName: consumer, MessageID: messageID})
+	if err != nil {
+		return false, fmt.Errorf("forget the failure of %s: %w", messageID, database.Translate(err))
+	}
+	return n > 0, nil
 }

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -20,6 +21,16 @@ import (
 //	                     with headers saying why; also where the broker puts
 //	                     a message redelivered more than the delivery limit
 //
+// With partitions (Config.Partitions = P), instead of orders.N and its
+// retry queues:
+//
+//	orders.N.partitions  a headers exchange bound to the exchange for N's
+//	                     message types, which routes each message by its
+//	                     partition header (set by the relays)
+//	orders.N.p<k>        k = 0 .. P-1: a quorum queue per partition, with
+//	                     single active consumer, the delivery limit and the
+//	                     parking lot of orders.N
+//
 // Declaring is idempotent; every consumer declares its topology at start
 // and after every reconnect. A declaration whose arguments differ from the
 // queue's (a changed delivery limit, say) fails with PRECONDITION_FAILED.
@@ -29,6 +40,28 @@ func QueueName(consumer string) string { return "orders." + consumer }
 
 // ParkingLotName is the parking-lot queue of a work queue.
 func ParkingLotName(queue string) string { return queue + ".dlq" }
+
+// PartitionQueueName is the work queue of partition k of consumer name.
+func PartitionQueueName(consumer string, k int) string {
+	return fmt.Sprintf("orders.%s.p%d", consumer, k)
+}
+
+// PartitionExchangeName is the exchange that routes the messages of
+// consumer name to its partition queues.
+func PartitionExchangeName(consumer string) string { return "orders." + consumer + ".partitions" }
+
+// WorkQueues lists the queues consumer name consumes: its work queue, or
+// with partitions, one per partition.
+func WorkQueues(consumer string, partitions int) []string {
+	if partitions == 0 {
+		return []string{QueueName(consumer)}
+	}
+	queues := make([]string, partitions)
+	for k := range queues {
+		queues[k] = PartitionQueueName(consumer, k)
+	}
+	return queues
+}
 
 // RetryQueueName is the queue a message of queue waits in for delay.
 func RetryQueueName(queue string, delay time.Duration) string {
@@ -42,6 +75,7 @@ type Topology struct {
 	Types         []string        // the message types it is bound to
 	RetryDelays   []time.Duration // the delayed-retry steps, shortest first
 	DeliveryLimit int             // x-delivery-limit of the work queue
+	Partitions    int             // 0: one work queue; else one per partition
 }
 
 // Queue is the consumer's work queue.
@@ -55,8 +89,7 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 	if err := messaging.DeclareExchange(ch, t.Exchange); err != nil {
 		return err
 	}
-	queue := t.Queue()
-	dlq := ParkingLotName(queue)
+	dlq := ParkingLotName(t.Queue())
 	declare := func(name string, args amqp.Table) error {
 		args["x-queue-type"] = "quorum"
 		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
@@ -64,19 +97,30 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		}
 		return nil
 	}
+	workQueue := func(singleActive bool) amqp.Table {
+		args := amqp.Table{
+			// A message redelivered this often (a consumer crashing on it,
+			// or unable to reach the database) goes to the parking lot.
+			"x-delivery-limit":          int64(t.DeliveryLimit),
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": dlq,
+			// Dead-letter at least once (not the quorum default, at most once).
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		}
+		if singleActive {
+			args["x-single-active-consumer"] = true
+		}
+		return args
+	}
 	if err := declare(dlq, amqp.Table{}); err != nil {
 		return err
 	}
-	if err := declare(queue, amqp.Table{
-		// A message redelivered this often (a consumer crashing on it, or
-		// unable to reach the database) goes to the parking lot.
-		"x-delivery-limit":          int64(t.DeliveryLimit),
-		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": dlq,
-		// Dead-letter at least once (not the quorum default, at most once).
-		"x-dead-letter-strategy": "at-least-once",
-		"x-overflow":             "reject-publish",
-	}); err != nil {
+	if t.Partitions > 0 {
+		return t.declarePartitions(ch, declare, workQueue(true))
+	}
+	queue := t.Queue()
+	if err := declare(queue, workQueue(false)); err != nil {
 		return err
 	}
 	for _, d := range t.RetryDelays {
@@ -98,9 +142,49 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 	return nil
 }
 
+// declarePartitions declares the partition exchange of the consumer,
+// bound to its message types, and its partition queues, each bound to
+// its partition number.
+func (t Topology) declarePartitions(ch *amqp.Channel, declare func(string, amqp.Table) error, args amqp.Table) error {
+	ex := PartitionExchangeName(t.Consumer)
+	if err := ch.ExchangeDeclare(ex, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", ex, err)
+	}
+	for _, typ := range t.Types {
+		if err := ch.ExchangeBind(ex, typ, t.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind %s to %s for %s: %w", ex, t.Exchange, typ, err)
+		}
+	}
+	for k := range t.Partitions {
+		queue := PartitionQueueName(t.Consumer, k)
+		if err := declare(queue, maps.Clone(args)); err != nil {
+			return err
+		}
+		// The partition header is an int32 (outbox.HeaderPartition): a
+		// headers exchange matches the value and its type.
+		if err := ch.QueueBind(queue, "", ex, false, amqp.Table{"x-match": "all", "partition": int32(k)}); err != nil {
+			return fmt.Errorf("bind %s to partition %d: %w", queue, k, err)
+		}
+	}
+	return nil
+}
+
+// retryDelay is the wait before the retry after attempt (1-based): the
+// delays grow with the attempts, and the last one repeats.
+func (w *worker) retryDelay(attempt int) time.Duration {
+	d := w.cfg.RetryDelays
+	return d[min(max(attempt, 1), len(d))-1]
+}
+
 // retryQueue is the queue for the retry after attempt (1-based): the
 // delays grow with the attempts, and the last one repeats.
 func (t Topology) retryQueue(attempt int) string {
 	i := min(max(attempt, 1), len(t.RetryDelays)) - 1
 	return RetryQueueName(QueueName(t.Consumer), t.RetryDelays[i])
+}
+
+// topology is the topology of consumer c under cfg.
+func (c Config) topology(consumer *Consumer) Topology {
+	return Topology{Consumer: consumer.name, Exchange: c.Exchange, Types: consumer.Types(), RetryDelays: c.RetryDelays,
+		DeliveryLimit: c.DeliveryLimit, Partitions: c.Partitions}
 }

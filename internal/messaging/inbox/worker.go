@@ -36,6 +36,12 @@ type worker struct {
 	tracer   trace.Tracer
 	metrics  *consumerMetrics
 	held     *atomic.Int64 // the subscription's deliveries held for the database (readiness)
+	// queue is the work queue this worker takes deliveries from.
+	queue string
+	// ordered: the queue is a partition (Config.Partitions). This worker
+	// is its only one; a failure is retried in place, and a message waits
+	// behind a parked earlier one of its aggregate.
+	ordered bool
 }
 
 // delivery is one delivery on its way through a worker: the AMQP delivery,
@@ -49,6 +55,12 @@ type delivery struct {
 	h     handler
 	err   error // the envelope is invalid, or no handler reads it: fail at once
 	start time.Time
+	// heldAttempt is the attempt that committed the message's row
+	// PROCESSING before an external call; 0 when none did.
+	heldAttempt int
+	// retryIn, when above 0, asks for the delivery to be tried again in
+	// place after this wait (ordered workers only).
+	retryIn time.Duration
 }
 
 // result is what became of one delivery.
@@ -63,6 +75,7 @@ type effect struct {
 	res         result
 	attempt     int
 	external    *External             // a call to make, and its second step
+	followUps   []messaging.Message   // with an external call: written by its second step
 	heldAt      time.Time             // when the row was held PROCESSING: the lease counts from there
 	afterCommit func(context.Context) // the handler's, run once committed
 }
@@ -85,6 +98,10 @@ type effect struct {
 // row, or after it was parked. When any delivery of a batch of several
 // fails, the transaction rolls back whole and each goes through again
 // alone, so one bad message never takes others down with it.
+//
+// An ordered worker (a partition's) never puts two deliveries of one
+// aggregate in one batch, and retries a failure in place, before it takes
+// the next delivery of its partition.
 func (w *worker) handle(ctx context.Context, raws []amqp.Delivery) {
 	w.metrics.batchSize.Record(ctx, int64(len(raws)), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
 	batch := make([]*delivery, 0, len(raws))
@@ -93,11 +110,36 @@ func (w *worker) handle(ctx context.Context, raws []amqp.Delivery) {
 		defer d.span.End()
 		if d.err != nil {
 			w.settle(d, result{}, d.err) // an invalid envelope or payload: parked at once
+			w.retryInPlace(ctx, d)
 			continue
 		}
 		batch = append(batch, d)
 	}
-	w.process(ctx, batch)
+	if !w.ordered {
+		w.process(ctx, batch)
+		return
+	}
+	for len(batch) > 0 {
+		run := distinctAggregates(batch)
+		w.process(ctx, run)
+		for _, d := range run {
+			w.retryInPlace(ctx, d)
+		}
+		batch = batch[len(run):]
+	}
+}
+
+// distinctAggregates is the longest head of batch with no two deliveries
+// of one aggregate.
+func distinctAggregates(batch []*delivery) []*delivery {
+	seen := map[string]bool{}
+	for i, d := range batch {
+		if seen[d.AggregateID()] {
+			return batch[:i]
+		}
+		seen[d.AggregateID()] = true
+	}
+	return batch
 }
 
 // process applies a batch in one transaction and settles each delivery.
@@ -121,6 +163,22 @@ func (w *worker) process(ctx context.Context, batch []*delivery) {
 		}
 		res, err := w.finish(d, effects[i])
 		w.settle(d, res, err)
+	}
+}
+
+// retryInPlace tries a delivery again, alone, for as long as its failure
+// asks for it (an ordered worker's retries: d.retryIn), waiting in between.
+// The delivery stays unacknowledged meanwhile, and the worker takes no
+// other: its partition waits behind it. When the consumer stops during a
+// wait, the delivery is left for the broker to deliver again, first.
+func (w *worker) retryInPlace(ctx context.Context, d *delivery) {
+	for d.retryIn > 0 {
+		if !background.Sleep(ctx, d.retryIn) {
+			return
+		}
+		d.retryIn, d.heldAttempt, d.err = 0, 0, nil
+		d.Attempt++
+		w.process(ctx, []*delivery{d})
 	}
 }
 
@@ -234,13 +292,30 @@ func (w *worker) step(ctx context.Context, tx pgx.Tx, d *delivery, inserted bool
 	}
 	e.attempt = decision.Attempt
 	w.metrics.attempt.Record(ctx, int64(decision.Attempt), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
+	if w.ordered {
+		// A parked earlier message of the aggregate holds this one: both are
+		// replayed together, in order, once its cause is fixed.
+		parked, err := earlierParked(ctx, tx, d.inboxEntry(w.consumer.name))
+		if err != nil {
+			return e, err
+		}
+		if parked != "" {
+			return e, Permanent("held_behind", fmt.Errorf("message %s of aggregate %s is parked: this one waits behind it, "+
+				"to be replayed after it (or after it is discarded)", parked, d.AggregateID()))
+		}
+	}
 
 	out, err := d.h.run(ctx, tx, d.Delivery)
 	if err != nil {
 		return e, err
 	}
 	e.afterCommit = out.AfterCommit
-	if _, err := followUps.Add(ctx, d.Cause(), out.Publish...); err != nil {
+	if out.External != nil {
+		// The follow-ups of a call are written with its second step, once
+		// the call succeeded: a failed call is retried, and each retry's
+		// handler returns them again, under new ids.
+		e.followUps = out.Publish
+	} else if _, err := followUps.Add(ctx, d.Cause(), out.Publish...); err != nil {
 		return e, err
 	}
 	switch {
@@ -280,6 +355,11 @@ func (w *worker) settle(d *delivery, res result, err error) {
 		return
 	}
 	if res.outcome == "busy" { // another delivery holds the message: look again later
+		if w.ordered {
+			d.retryIn = w.retryDelay(1)
+			d.Attempt-- // finding it busy spends no attempt
+			return
+		}
 		w.retryLater(d, d.Attempt, "busy", res.reason)
 		return
 	}
@@ -311,8 +391,9 @@ func (w *worker) settle(d *delivery, res result, err error) {
 }
 
 // untilWritable runs f, and while it fails because the database is
-// unavailable (down, unreachable, a read-only standby, out of disk:
-// database.IsUnavailable) holds the deliveries it works on and runs f
+// unavailable (down, unreachable, a read-only standby, out of disk: an
+// error of the database's that database.IsUnavailable says so of; never
+// an external call's) holds the deliveries it works on and runs f
 // again, with growing waits, until a real write succeeds, f fails
 // otherwise, or the process stops. The deliveries stay unacknowledged and
 // the worker takes no others, so the consumer pauses with its prefetched
@@ -329,7 +410,7 @@ func (w *worker) untilWritable(ctx context.Context, deliveries int, f func() err
 	}()
 	for try := 1; ; try++ {
 		err := f()
-		if err == nil || !database.IsUnavailable(err) || ctx.Err() != nil {
+		if err == nil || !dbUnavailable(err) || ctx.Err() != nil {
 			if held && err == nil {
 				w.log.InfoContext(ctx, "database available again: the held deliveries went on", slog.Int("tries", try))
 			}
@@ -349,13 +430,23 @@ func (w *worker) untilWritable(ctx context.Context, deliveries int, f func() err
 }
 
 // inTx runs f in a transaction bounded by CONSUMER_TX_TIMEOUT, so that a
-// connection that stopped answering cannot hang a worker.
+// connection that stopped answering cannot hang a worker. Its errors say
+// whether they are the database's (dbError): a failed begin or commit
+// always is; an error of f is when the database gave it or the
+// transaction died under it (classifyTxError).
 func (w *worker) inTx(ctx context.Context, f func(context.Context, pgx.Tx) error) error {
 	start := time.Now()
 	txCtx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(txCtx, w.pool, func(tx pgx.Tx) error { return f(txCtx, tx) })
+	var fErr error
+	err := pgx.BeginFunc(txCtx, w.pool, func(tx pgx.Tx) error {
+		fErr = classifyTxError(txCtx, tx, f(txCtx, tx))
+		return fErr
+	})
 	w.metrics.txDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
+	if err != nil && fErr == nil { // begin, commit or rollback failed
+		return fromDatabase(err)
+	}
 	return err
 }
 

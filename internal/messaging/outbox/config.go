@@ -55,6 +55,26 @@ type Config struct {
 	// publish, so that their metric series exist at zero before the first
 	// message. Optional.
 	MessageTypes []string
+	// Readers lists, by message type, the queues of every consumer that
+	// reads that type. mandatory has the broker return a message only when
+	// no queue at all matches it; a message that reaches one of its readers
+	// and not another, whose queue is missing (not declared yet, deleted
+	// and declared again), is confirmed, and lost for that reader. So the
+	// relay checks these queues when it connects and at every poll, and
+	// claims no row of a type while any of its readers' queues is missing:
+	// it is not ready then, and says which. Optional: a type not listed is
+	// published whatever queues exist.
+	Readers map[string][]string
+	// Partitions, when above 0, shares the outbox among the relays by
+	// partition: each relay leases a fair share of the partitions (for
+	// Lease, renewed at every poll) and claims only their rows, so relays
+	// do not compete for the same rows; a dead relay's partitions pass to
+	// the others when its leases end. A row's partition is derived from its
+	// aggregate id, and travels as the message's partition header, which the
+	// consumers' partitioned topology routes by (inbox.Config.Partitions:
+	// set both to the same number). 0: every relay claims from the whole
+	// outbox. Default 0.
+	Partitions int
 	// Faults, when set, injects failures (tests, drills). Nil in production.
 	Faults Faults
 }
@@ -104,6 +124,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Retention < 0 {
 		errs = append(errs, errors.New("retention must not be negative"))
+	}
+	if c.Partitions < 0 || c.Partitions > MaxPartitions {
+		errs = append(errs, fmt.Errorf("partitions must be between 0 and %d", MaxPartitions))
 	}
 	return errors.Join(errs...)
 }

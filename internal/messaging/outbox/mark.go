@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -16,18 +17,30 @@ import (
 // (Mark: one round trip and one commit per batch, whatever the mix):
 //
 //   - confirmed: PUBLISHED;
-//   - returned (unroutable) or nacked, a cause that belongs to the message:
-//     back to PENDING after a backoff, the attempt counted, FAILED after
-//     the last one;
+//   - returned (unroutable: no queue matched its routing key), the one
+//     cause that belongs to the message: back to PENDING after a backoff,
+//     the attempt counted, FAILED after the last one;
+//   - nacked by the broker (a quorum queue without a leader, a full queue
+//     rejecting publishes, an internal error): back to PENDING with the
+//     attempt not counted, after a wait that grows with the batches the
+//     broker nacked in a row;
 //   - cut short by the infrastructure (the connection lost, no confirm in
 //     time) or never published (shutdown): back to PENDING with the
-//     attempt not counted, so broker trouble never spends a row's attempts.
+//     attempt not counted.
+//
+// So broker trouble never spends a row's attempts: only a return does.
 //
 // The statement is fenced by the claims' tokens and takes effect whole or
 // not at all, so its retries never repeat a change that took effect.
 func (r *Relay) mark(outcomes []outcome) error {
 	var m Marks
 	ctx := context.Background()
+	nackWait := r.cfg.BackoffBase
+	if slices.ContainsFunc(outcomes, func(o outcome) bool { return o.result == outcomeNacked }) {
+		nackWait = background.Backoff(int(r.refusals.Add(1)), r.cfg.BackoffBase, r.cfg.BackoffMax)
+	} else {
+		r.refusals.Store(0)
+	}
 	type group struct{ typ, result string }
 	counts := map[group]int64{} // the counters are added once per type and outcome, not once per row
 	for _, o := range outcomes {
@@ -39,7 +52,9 @@ func (r *Relay) mark(outcomes []outcome) error {
 			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim()})
 		case outcomeTimeout, outcomeConnectionLost:
 			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: r.cfg.BackoffBase})
-		default: // unroutable, nacked
+		case outcomeNacked:
+			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: nackWait})
+		default: // unroutable
 			m.Refused = append(m.Refused, PublishFailure{
 				Claim: o.row.Claim(), Reason: o.reason,
 				RetryIn: background.Backoff(o.row.Attempt, r.cfg.BackoffBase, r.cfg.BackoffMax),
@@ -86,9 +101,9 @@ func (r *Relay) mark(outcomes []outcome) error {
 	return nil
 }
 
-// logFailures names each message the broker refused (returned or nacked:
-// something about that message), and sums up in one line the rows a lost
-// connection or a missing confirm sent back (something about the broker).
+// logFailures names each message the broker refused (returned or nacked),
+// and sums up in one line the rows a lost connection or a missing confirm
+// sent back.
 func (r *Relay) logFailures(ctx context.Context, outcomes []outcome) {
 	lost := map[string]int{}
 	var example outcome

@@ -95,6 +95,11 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	missingReaders, err := meter.Int64ObservableGauge("relay.readers.missing", metric.WithUnit("{queue}"),
+		metric.WithDescription("Reader queues missing (RELAY readers of a message type): the relay holds the messages of their types back, by message type."))
+	if err != nil {
+		return nil, err
+	}
 	connected, err := meter.Int64ObservableGauge("relay.broker.connected",
 		metric.WithDescription("1 while this relay holds an open confirm channel to RabbitMQ."))
 	if err != nil {
@@ -103,6 +108,11 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		o.ObserveInt64(inFlight, r.inFlight.Load())
 		o.ObserveInt64(connected, boolInt(r.connected.Load()))
+		if check := r.readers.Load(); check != nil {
+			for typ := range r.cfg.Readers {
+				o.ObserveInt64(missingReaders, int64(len(check.missing[typ])), metric.WithAttributes(messaging.AttrMessageType.String(typ)))
+			}
+		}
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		stats, err := Stats(ctx, r.pool)
@@ -130,7 +140,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		}
 		o.ObserveFloat64(oldest, oldestAge.Seconds())
 		return nil
-	}, pending, oldest, publishing, failedRows, inFlight, connected)
+	}, pending, oldest, publishing, failedRows, inFlight, connected, missingReaders)
 	return &m, err
 }
 

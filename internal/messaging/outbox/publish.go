@@ -19,6 +19,9 @@ import (
 // as AMQP headers, except the producer, which becomes the app_id.
 func Publishing(row Row) amqp.Publishing {
 	headers := amqp.Table{messaging.HeaderMessageVersion: int32(row.Version)}
+	if row.Partition >= 0 {
+		headers[HeaderPartition] = int32(row.Partition)
+	}
 	for k, v := range row.Headers {
 		if k != messaging.HeaderProducer {
 			headers[k] = v

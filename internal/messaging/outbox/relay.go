@@ -30,6 +30,15 @@ type Relay struct {
 	wake      chan struct{} // a rows-may-be-due signal; holds at most one
 	connected atomic.Bool   // a confirm channel is open
 	inFlight  atomic.Int64  // published, not yet confirmed
+	// refusals counts the batches in a row that the broker nacked some of:
+	// the broker's own trouble, so the wait before the next try grows with
+	// it, not with the rows' attempts.
+	refusals atomic.Int64
+	// readers is the last look at the readers' queues (Config.Readers).
+	readers atomic.Pointer[readerCheck]
+	// partitions are those this relay holds (Config.Partitions); nil: none.
+	partitions    atomic.Pointer[[]int32]
+	partitionRows atomic.Bool // the lease rows are made
 }
 
 // errStopped ends Run when Faults.BeforeMark fails: a test's stand-in for a
@@ -50,6 +59,9 @@ func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 		wake:   make(chan struct{}, 1),
 		tracer: messaging.Tracer(deps.TracerProvider, scope),
 	}
+	if len(cfg.Readers) > 0 {
+		r.readers.Store(uncheckedReaders(cfg.Readers))
+	}
 	m, err := newRelayMetrics(deps.MeterProvider.Meter(scope), r)
 	if err != nil {
 		return nil, err
@@ -62,10 +74,14 @@ func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 func (r *Relay) ID() string { return r.cfg.ID }
 
 // Ready reports whether the relay can publish: it holds an open confirm
-// channel and the database answers.
+// channel, every reader's queue is there (Config.Readers), and the
+// database answers.
 func (r *Relay) Ready(ctx context.Context) error {
 	if !r.connected.Load() {
 		return errors.New("not connected to RabbitMQ")
+	}
+	if err := r.readers.Load().notReady(); err != nil {
+		return err
 	}
 	if err := r.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("database: %w", err)
@@ -122,7 +138,8 @@ func (r *Relay) signal() {
 }
 
 // maintain runs the relay's clock: the poll tick (a wake-up in case a
-// NOTIFY was missed or a retry came due), lease recovery, and retention.
+// NOTIFY was missed or a retry came due), the partition leases, lease
+// recovery, and retention. When it stops, it gives the partitions back.
 func (r *Relay) maintain(ctx context.Context) {
 	if r.cfg.Retention > 0 {
 		go background.Retention{
@@ -132,6 +149,8 @@ func (r *Relay) maintain(ctx context.Context) {
 			},
 		}.Run(ctx)
 	}
+	r.leasePartitions(ctx)
+	defer r.releasePartitions(ctx)
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
 	for {
@@ -139,22 +158,30 @@ func (r *Relay) maintain(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-poll.C:
+			r.leasePartitions(ctx)
 			r.signal()
 			r.recoverExpired(ctx)
 		}
 	}
 }
 
-// recoverExpired hands back the rows of relays whose lease ran out.
+// recoverExpired hands back the rows of relays whose lease ran out, and
+// names them: a message whose publish keeps outliving its relay (one that
+// crashes relays) shows up here, again and again.
 func (r *Relay) recoverExpired(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
-	n, err := RecoverExpiredClaims(ctx, r.pool, r.cfg.MaxAttempts)
+	ids, err := RecoverExpiredClaims(ctx, r.pool)
 	if err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "recovering expired claims failed", slog.String("error", err.Error()))
 	}
-	if n > 0 {
-		r.metrics.recovered.Add(ctx, n)
-		r.log.WarnContext(ctx, "recovered outbox rows whose relay lease expired", slog.Int64("rows", n))
+	if len(ids) > 0 {
+		r.metrics.recovered.Add(ctx, int64(len(ids)))
+		names := make([]string, 0, min(len(ids), 10))
+		for _, id := range ids[:min(len(ids), 10)] {
+			names = append(names, id.String())
+		}
+		r.log.WarnContext(ctx, "recovered outbox rows whose relay lease expired", slog.Int("rows", len(ids)),
+			slog.Any("message_ids", names))
 	}
 }

@@ -31,6 +31,10 @@ type Row struct {
 	Attempt     int    // 1 on the first claim
 	ClaimToken  string // claimed_by: unique to the claim that took the row
 	CreatedAt   time.Time
+	// Partition is the row's partition when the relay shares the outbox by
+	// partition (Config.Partitions), -1 when not. It travels as the
+	// message's partition header, which routes it to its partition's queue.
+	Partition int
 }
 
 // Claim names one claim of a row: the row, the attempt that claimed it,
@@ -52,9 +56,27 @@ func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt, Token: r
 // a token no other claim has. A row that is not marked before its lease
 // ends is recovered by RecoverExpiredClaims.
 func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
+	return claimRows(ctx, db, claimer, limit, lease, claimScope{})
+}
+
+// claimScope narrows a claim: the message types held back, and the
+// partitions the relay holds (none: the whole outbox).
+type claimScope struct {
+	held       []string
+	partitions int     // 0: not partitioned
+	mine       []int32 // with partitions: the partitions this relay holds
+}
+
+// claimRows is ClaimRows within scope. Whatever the scope, a row is
+// claimed only when no earlier row of its aggregate is unpublished: the
+// messages of one aggregate go out one at a time, in order.
+func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, scope claimScope) ([]Row, error) {
 	token := claimer + "/" + claimSuffix()
 	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
 		Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
+		HeldTypes:  append([]string{}, scope.held...), // never NULL: <> ALL (NULL) matches no row
+		Partitions: int32(scope.partitions),
+		Mine:       append([]int32{}, scope.mine...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", database.Translate(err))
@@ -71,6 +93,7 @@ func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int,
 			ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
 			Exchange: r.ExchangeName, RoutingKey: r.RoutingKey, Payload: r.Payload, Headers: headers,
 			Attempt: int(r.AttemptCount), ClaimToken: database.Deref(r.ClaimedBy), CreatedAt: r.CreatedAt,
+			Partition: int(r.Partition),
 		}
 	}
 	// UPDATE ... RETURNING keeps no order: publish oldest first.
@@ -105,9 +128,9 @@ type PublishFailure struct {
 	RetryIn time.Duration // the wait before the next attempt
 }
 
-// MarkFailed sends rows the broker refused (returned, nacked) back to
-// PENDING after their backoff, or to FAILED once maxAttempts is spent, in
-// one statement. It returns the ids that became FAILED.
+// MarkFailed sends rows the broker returned as unroutable back to PENDING
+// after their backoff, or to FAILED once maxAttempts is spent, in one
+// statement. It returns the ids that became FAILED.
 func MarkFailed(ctx context.Context, db database.DBTX, failures []PublishFailure, maxAttempts int) ([]uuid.UUID, error) {
 	m, err := Mark(ctx, db, Marks{Refused: failures}, maxAttempts)
 	return m.Failed, err
@@ -115,9 +138,9 @@ func MarkFailed(ctx context.Context, db database.DBTX, failures []PublishFailure
 
 // ReleaseClaims hands claimed rows back with the attempt not counted, due
 // after each one's RetryIn and with its Reason (if any) in last_error: rows
-// a stopping relay never got to publish, and rows whose publish the
-// infrastructure cut short (a lost connection, a confirm that never came).
-// Only a cause that belongs to the message spends its attempts (MarkFailed).
+// a stopping relay never got to publish, and rows the broker could not take
+// (a nack, a lost connection, a confirm that never came). Only a cause that
+// belongs to the message spends its attempts (MarkFailed).
 // It returns how many rows it released.
 func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFailure) (int64, error) {
 	m, err := Mark(ctx, db, Marks{Released: releases}, 0)
@@ -127,8 +150,8 @@ func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFail
 // Marks are the outcomes of the rows of one batch: each row in one list.
 type Marks struct {
 	Published []Claim          // confirmed: PUBLISHED
-	Refused   []PublishFailure // returned or nacked: MarkFailed
-	Released  []PublishFailure // never published, or cut short: ReleaseClaims
+	Refused   []PublishFailure // returned as unroutable: MarkFailed
+	Released  []PublishFailure // never published, nacked, or cut short: ReleaseClaims
 }
 
 // Marked is what Mark changed: how many rows of each list it marked (fewer
@@ -173,14 +196,15 @@ func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Mark
 	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
 
-// RecoverExpiredClaims returns rows whose lease has run out to
-// PENDING (or FAILED after the last attempt), and says how many.
-func RecoverExpiredClaims(ctx context.Context, db database.DBTX, maxAttempts int) (int64, error) {
-	n, err := queries.RecoverExpiredOutboxClaims(ctx, db, int32(maxAttempts))
+// RecoverExpiredClaims returns rows whose lease has run out to PENDING,
+// with the attempt their claim counted given back (a relay's death is not
+// the message's fault), and returns their ids.
+func RecoverExpiredClaims(ctx context.Context, db database.DBTX) ([]uuid.UUID, error) {
+	ids, err := queries.RecoverExpiredOutboxClaims(ctx, db)
 	if err != nil {
-		return 0, fmt.Errorf("recover expired outbox claims: %w", database.Translate(err))
+		return nil, fmt.Errorf("recover expired outbox claims: %w", database.Translate(err))
 	}
-	return n, nil
+	return ids, nil
 }
 
 // DeletePublished deletes up to limit rows published longer than

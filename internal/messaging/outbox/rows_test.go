@@ -47,16 +47,21 @@ func TestClaimAndMarkAreFencedByTheClaim(t *testing.T) {
 		t.Fatalf("second claim overlaps: %+v, %v", second, err)
 	}
 
-	// relay-a's lease on ids[0] ends; the row is recovered and claimed again.
+	// relay-a's lease on ids[0] ends; the row is recovered, with the attempt
+	// given back (a relay's death is not the message's fault), and claimed
+	// again.
 	if _, err := b.pool.Exec(b.ctx, "UPDATE message_outbox SET claimed_until = now() - interval '1s' WHERE outbox_id = $1", ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := outbox.RecoverExpiredClaims(b.ctx, b.pool, 10); err != nil || n != 1 {
-		t.Fatalf("recovered %d, %v", n, err)
+	if recovered, err := outbox.RecoverExpiredClaims(b.ctx, b.pool); err != nil || len(recovered) != 1 || recovered[0] != ids[0] {
+		t.Fatalf("recovered %v, %v", recovered, err)
+	}
+	if status, attempts := rowStatus(t, b, ids[0]); status != "PENDING" || attempts != 0 {
+		t.Fatalf("recovered row: %s attempt %d, want PENDING with no attempt spent", status, attempts)
 	}
 	// The same relay claims it again: a claim of its own, with a token of its own.
 	again, err := outbox.ClaimRows(b.ctx, b.pool, "relay-a", 10, time.Minute)
-	if err != nil || len(again) != 1 || again[0].ID != ids[0] || again[0].Attempt != 2 || again[0].ClaimToken == first[0].ClaimToken {
+	if err != nil || len(again) != 1 || again[0].ID != ids[0] || again[0].Attempt != 1 || again[0].ClaimToken == first[0].ClaimToken {
 		t.Fatalf("reclaim: %+v, %v", again, err)
 	}
 	// relay-a's old claim, late, marks the row: nothing happens.
@@ -66,7 +71,7 @@ func TestClaimAndMarkAreFencedByTheClaim(t *testing.T) {
 	if _, err := outbox.MarkFailed(b.ctx, b.pool, []outbox.PublishFailure{{Claim: first[0].Claim(), Reason: "late"}}, 10); err != nil {
 		t.Fatal(err)
 	}
-	if status, attempts := rowStatus(t, b, ids[0]); status != "PUBLISHING" || attempts != 2 {
+	if status, attempts := rowStatus(t, b, ids[0]); status != "PUBLISHING" || attempts != 1 {
 		t.Fatalf("row after stale marks: %s attempt %d", status, attempts)
 	}
 	// The current claim marks it.
@@ -87,7 +92,7 @@ func TestMarkFailedBacksOffThenFails(t *testing.T) {
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("attempt %d: claim %v, %v", attempt, rows, err)
 		}
-		failed, err := outbox.MarkFailed(b.ctx, b.pool, []outbox.PublishFailure{{Claim: rows[0].Claim(), Reason: "nacked", RetryIn: time.Hour}}, 3)
+		failed, err := outbox.MarkFailed(b.ctx, b.pool, []outbox.PublishFailure{{Claim: rows[0].Claim(), Reason: "unroutable", RetryIn: time.Hour}}, 3)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -80,6 +80,11 @@ func (s *session) run(ctx context.Context) error {
 	go s.watchChannel(ch.NotifyClose(make(chan *amqp.Error, 1)))
 	go s.watchBlocked(ctx, conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
 
+	// Before anything is published, and at every poll: are all the
+	// readers' queues there? A type one of whose readers has none is held.
+	r.lookForReaders(ctx, conn)
+	go s.watchReaders(sessCtx, conn)
+
 	r.connected.Store(true)
 	defer r.connected.Store(false)
 	r.log.InfoContext(ctx, "connected to RabbitMQ")
@@ -127,6 +132,25 @@ func (s *session) watchChannel(closed <-chan *amqp.Error) {
 	}
 }
 
+// watchReaders looks for the readers' queues at every poll, until ctx
+// ends.
+func (s *session) watchReaders(ctx context.Context, conn *amqp.Connection) {
+	r := s.relay
+	if len(r.cfg.Readers) == 0 {
+		return
+	}
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			r.lookForReaders(ctx, conn)
+		}
+	}
+}
+
 // watchBlocked pauses claiming while the broker blocks publishers (a
 // memory or disk alarm).
 func (s *session) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
@@ -161,14 +185,19 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 		if err := s.window.Acquire(ctx, size); err != nil {
 			return
 		}
-		// The end of the session does not cut a claim short: a claim
-		// cancelled in flight may have committed all the same, and its rows
-		// would wait for their lease (RELAY_LEASE) unseen. It runs to its
-		// end (DBTimeout at most), and what it claimed goes on to the
-		// publish step, which hands it back unpublished.
-		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
-		rows, err := ClaimRows(claimCtx, r.pool, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease)
-		cancel()
+		scope := r.scope()
+		var rows []Row
+		var err error
+		if !scope.claimsNothing() { // a relay that holds no partition yet waits for the next poll
+			// The end of the session does not cut a claim short: a claim
+			// cancelled in flight may have committed all the same, and its
+			// rows would wait for their lease (RELAY_LEASE) unseen. It runs
+			// to its end (DBTimeout at most), and what it claimed goes on to
+			// the publish step, which hands it back unpublished.
+			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+			rows, err = claimRows(claimCtx, r.pool, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, scope)
+			cancel()
+		}
 		if err != nil {
 			s.window.Release(size)
 			if ctx.Err() != nil {

@@ -106,21 +106,14 @@ func TestBrokerTroubleNeverSpendsAttempts(t *testing.T) {
 }
 
 // A real nack from the broker (the queue is full and rejects publishes) is
-// the message's own failure: it counts, and after the last attempt the row
-// is FAILED with the reason, while the next rows flow once there is room.
-func TestBrokerNackCountsAndFails(t *testing.T) {
+// the broker's trouble, not the message's: the row goes back to PENDING
+// with no attempt spent, however often it is nacked, with the reason in
+// last_error, while the next rows flow; once the broker takes it, it is
+// published.
+func TestBrokerNackSpendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	// A queue that holds nothing and rejects what overflows: every publish
-	// routed only to it is nacked.
-	if _, err := b.ch.QueueDeclare("full", true, false, false, false, amqp.Table{
-		"x-queue-type": "classic", "x-max-length": int64(0), "x-overflow": "reject-publish",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ch.QueueBind("full", typeRejected, testExchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	b.fullQueue("full", typeRejected)
 	b.bindQueue("observer", typeCancelled)
 	rejected, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, testMessage{Type: typeRejected, ID: testenv.NewID()})
 	if err != nil {
@@ -133,19 +126,28 @@ func TestBrokerNackCountsAndFails(t *testing.T) {
 	if got := b.receive("observer", len(ok), 20*time.Second, 0); len(got) != len(ok) {
 		t.Fatalf("received %d of %d", len(got), len(ok))
 	}
-	var status, lastError string
-	var attempts int
-	testenv.WaitFor(t, 20*time.Second, "the nacked row to be FAILED", func() bool {
+	row := func() (status, lastError string, attempts int) {
 		_ = b.pool.QueryRow(b.ctx, "SELECT status, coalesce(last_error, ''), attempt_count FROM message_outbox WHERE outbox_id = $1", rejected[0]).
 			Scan(&status, &lastError, &attempts)
-		return status == "FAILED"
-	})
-	if lastError != "nacked by RabbitMQ" || attempts != 2 {
-		t.Logf("status %s", status)
-		t.Fatalf("FAILED row: %d attempts, last_error %q", attempts, lastError)
+		return
 	}
-	if got := b.counter("outbox.failed"); got != 1 {
+	testenv.WaitFor(t, 20*time.Second, "more nacks than the row has attempts", func() bool {
+		return b.counterWith("outbox.publish.attempts", "outcome", "nacked") > int64(cfg.MaxAttempts)
+	})
+	if status, lastError, attempts := row(); status == "FAILED" || attempts > 1 || lastError != "nacked by RabbitMQ" {
+		t.Fatalf("after %d nacks: %s, %d attempts, last_error %q; want it back in line with no attempt spent",
+			b.counterWith("outbox.publish.attempts", "outcome", "nacked"), status, attempts, lastError)
+	}
+	if got := b.counter("outbox.failed"); got != 0 {
 		t.Fatalf("outbox.failed = %d", got)
+	}
+	// The broker can take it now: it is published.
+	if _, err := b.ch.QueueDelete("full", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	b.bindQueue("roomy", typeRejected)
+	if got := b.receive("roomy", 1, 30*time.Second, 0); got[0].MessageId != rejected[0].String() {
+		t.Fatalf("received %s", got[0].MessageId)
 	}
 }
 
@@ -181,9 +183,14 @@ func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 	b.startRelay(testRelayConfig(), b.amqpURL, nil)
 	again := b.receive("observer", len(ids), 60*time.Second, 0)
 	testenv.WaitFor(t, 60*time.Second, "every row PUBLISHED by the second relay", b.allPublished(len(ids)))
-	var reclaimed int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE attempt_count >= 2").Scan(&reclaimed); err != nil || reclaimed != len(ids) {
-		t.Fatalf("%d rows claimed again after the lease (%v), want %d", reclaimed, err, len(ids))
+	// Every row was recovered from the slow relay's expired lease, and its
+	// attempt given back: a relay's trouble spends none of a row's.
+	if got := b.counter("outbox.lease.recovered"); got != int64(len(ids)) {
+		t.Fatalf("%d rows recovered after the lease, want %d", got, len(ids))
+	}
+	var attempts int
+	if err := b.pool.QueryRow(b.ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("max attempt_count %d (%v), want 1", attempts, err)
 	}
 	unblock() // the late relay's marks now run: fenced out
 	if err := slow.stop(); err != nil {
@@ -255,4 +262,18 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// fullQueue declares a queue bound to key that holds nothing and rejects
+// what overflows: every publish routed only to it is nacked.
+func (b *relayBundle) fullQueue(name, key string) {
+	b.t.Helper()
+	if _, err := b.ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-max-length": int64(0), "x-overflow": "reject-publish",
+	}); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := b.ch.QueueBind(name, key, testExchange, false, nil); err != nil {
+		b.t.Fatal(err)
+	}
 }

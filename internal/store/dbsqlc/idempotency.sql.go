@@ -10,19 +10,20 @@ import (
 )
 
 const claimIdempotencyKey = `-- name: ClaimIdempotencyKey :one
-INSERT INTO http_idempotency_key (caller, request_method, request_path, idempotency_key, request_hash)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (caller, request_method, request_path, idempotency_key) DO UPDATE
+INSERT INTO http_idempotency_key (caller_role, caller, request_method, request_path, idempotency_key, request_hash)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (caller_role, caller, request_method, request_path, idempotency_key) DO UPDATE
 SET request_hash = excluded.request_hash,
     response_status = NULL,
     response_body = NULL,
     response_location = NULL,
     created_at = now()
-WHERE http_idempotency_key.created_at < now() - make_interval(secs => $6::float8)
+WHERE http_idempotency_key.created_at < now() - make_interval(secs => $7::float8)
 RETURNING idempotency_key
 `
 
 type ClaimIdempotencyKeyParams struct {
+	CallerRole     string
 	Caller         string
 	RequestMethod  string
 	RequestPath    string
@@ -36,6 +37,7 @@ type ClaimIdempotencyKeyParams struct {
 // primary key, not a prior SELECT, decides between concurrent requests.
 func (q *Queries) ClaimIdempotencyKey(ctx context.Context, db DBTX, arg ClaimIdempotencyKeyParams) (string, error) {
 	row := db.QueryRow(ctx, claimIdempotencyKey,
+		arg.CallerRole,
 		arg.Caller,
 		arg.RequestMethod,
 		arg.RequestPath,
@@ -51,13 +53,15 @@ func (q *Queries) ClaimIdempotencyKey(ctx context.Context, db DBTX, arg ClaimIde
 const completeIdempotencyKey = `-- name: CompleteIdempotencyKey :exec
 UPDATE http_idempotency_key
 SET response_status = $1, response_body = $2, response_location = $3
-WHERE caller = $4 AND request_method = $5 AND request_path = $6 AND idempotency_key = $7
+WHERE caller_role = $4 AND caller = $5 AND request_method = $6
+  AND request_path = $7 AND idempotency_key = $8
 `
 
 type CompleteIdempotencyKeyParams struct {
 	ResponseStatus   *int32
 	ResponseBody     []byte
 	ResponseLocation *string
+	CallerRole       string
 	Caller           string
 	RequestMethod    string
 	RequestPath      string
@@ -69,6 +73,7 @@ func (q *Queries) CompleteIdempotencyKey(ctx context.Context, db DBTX, arg Compl
 		arg.ResponseStatus,
 		arg.ResponseBody,
 		arg.ResponseLocation,
+		arg.CallerRole,
 		arg.Caller,
 		arg.RequestMethod,
 		arg.RequestPath,
@@ -79,8 +84,8 @@ func (q *Queries) CompleteIdempotencyKey(ctx context.Context, db DBTX, arg Compl
 
 const deleteExpiredIdempotencyKeys = `-- name: DeleteExpiredIdempotencyKeys :execrows
 DELETE FROM http_idempotency_key
-WHERE (caller, request_method, request_path, idempotency_key) IN (
-    SELECT caller, request_method, request_path, idempotency_key
+WHERE (caller_role, caller, request_method, request_path, idempotency_key) IN (
+    SELECT caller_role, caller, request_method, request_path, idempotency_key
     FROM http_idempotency_key
     WHERE created_at < now() - make_interval(secs => $1::float8)
     LIMIT $2
@@ -103,10 +108,12 @@ func (q *Queries) DeleteExpiredIdempotencyKeys(ctx context.Context, db DBTX, arg
 const getIdempotencyKey = `-- name: GetIdempotencyKey :one
 SELECT request_hash, response_status, response_body, response_location
 FROM http_idempotency_key
-WHERE caller = $1 AND request_method = $2 AND request_path = $3 AND idempotency_key = $4
+WHERE caller_role = $1 AND caller = $2 AND request_method = $3
+  AND request_path = $4 AND idempotency_key = $5
 `
 
 type GetIdempotencyKeyParams struct {
+	CallerRole     string
 	Caller         string
 	RequestMethod  string
 	RequestPath    string
@@ -122,6 +129,7 @@ type GetIdempotencyKeyRow struct {
 
 func (q *Queries) GetIdempotencyKey(ctx context.Context, db DBTX, arg GetIdempotencyKeyParams) (GetIdempotencyKeyRow, error) {
 	row := db.QueryRow(ctx, getIdempotencyKey,
+		arg.CallerRole,
 		arg.Caller,
 		arg.RequestMethod,
 		arg.RequestPath,

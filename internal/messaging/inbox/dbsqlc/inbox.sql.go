@@ -33,6 +33,34 @@ func (q *Queries) DeleteProcessedInbox(ctx context.Context, db DBTX, arg DeleteP
 	return result.RowsAffected(), nil
 }
 
+const earlierParkedOfAggregate = `-- name: EarlierParkedOfAggregate :one
+SELECT p.message_id
+FROM message_inbox p
+WHERE p.consumer_name = $1 AND p.aggregate_id = $2
+  AND p.status IN ('PERMANENT_FAILED', 'POISONED') AND p.message_id <> $3
+  AND p.first_received_at < coalesce(
+      (SELECT s.first_received_at FROM message_inbox s WHERE s.consumer_name = $1 AND s.message_id = $3),
+      now())
+ORDER BY p.first_received_at
+LIMIT 1
+`
+
+type EarlierParkedOfAggregateParams struct {
+	ConsumerName string
+	AggregateID  *string
+	MessageID    string
+}
+
+// With partitions, a message waits behind a parked earlier message of its
+// aggregate for the same consumer: the oldest such row, received before
+// this message's own (or before now, for a message not seen yet).
+func (q *Queries) EarlierParkedOfAggregate(ctx context.Context, db DBTX, arg EarlierParkedOfAggregateParams) (string, error) {
+	row := db.QueryRow(ctx, earlierParkedOfAggregate, arg.ConsumerName, arg.AggregateID, arg.MessageID)
+	var message_id string
+	err := row.Scan(&message_id)
+	return message_id, err
+}
+
 const fenceInbox = `-- name: FenceInbox :one
 SELECT attempt_count FROM message_inbox
 WHERE consumer_name = $1 AND message_id = $2
@@ -80,6 +108,28 @@ func (q *Queries) FenceInboxProcessed(ctx context.Context, db DBTX, arg FenceInb
 	var attempt_count int32
 	err := row.Scan(&attempt_count)
 	return attempt_count, err
+}
+
+const forgetFailedInbox = `-- name: ForgetFailedInbox :execrows
+DELETE FROM message_inbox
+WHERE consumer_name = $1 AND message_id = $2
+  AND status IN ('RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED')
+`
+
+type ForgetFailedInboxParams struct {
+	ConsumerName string
+	MessageID    string
+}
+
+// An operator discarded a parked message for good: its failed row goes, so
+// that the later messages of its aggregate parked behind it may be
+// replayed. A PROCESSED row is never touched.
+func (q *Queries) ForgetFailedInbox(ctx context.Context, db DBTX, arg ForgetFailedInboxParams) (int64, error) {
+	result, err := db.Exec(ctx, forgetFailedInbox, arg.ConsumerName, arg.MessageID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const getInbox = `-- name: GetInbox :one
@@ -368,6 +418,9 @@ SET status = excluded.status,
     last_error_message = excluded.last_error_message,
     last_received_at = now()
 WHERE message_inbox.status <> 'PROCESSED'
+  AND (message_inbox.status <> 'PROCESSING'
+       OR message_inbox.attempt_count = $13::integer
+       OR message_inbox.processing_started_at < now() - make_interval(secs => $14::float8))
 RETURNING status, attempt_count
 `
 
@@ -384,6 +437,8 @@ type RecordInboxFailureParams struct {
 	CorrelationID    *string
 	CausationID      *string
 	TraceID          *string
+	HeldAttempt      int32
+	LeaseSeconds     float64
 }
 
 type RecordInboxFailureRow struct {
@@ -393,7 +448,11 @@ type RecordInboxFailureRow struct {
 
 // Records a failed attempt after its transaction rolled back, in a
 // transaction of its own, so that the failure is remembered. It never
-// touches a PROCESSED row: what committed stays committed.
+// touches a PROCESSED row: what committed stays committed. Nor a row
+// another delivery holds PROCESSING within its lease: held_attempt is the
+// attempt whose committed hold this failure ends (a failed external call),
+// 0 when the attempt committed nothing; a late record of an attempt that
+// was taken over meanwhile finds a newer attempt there, and leaves it be.
 func (q *Queries) RecordInboxFailure(ctx context.Context, db DBTX, arg RecordInboxFailureParams) (RecordInboxFailureRow, error) {
 	row := db.QueryRow(ctx, recordInboxFailure,
 		arg.ConsumerName,
@@ -408,6 +467,8 @@ func (q *Queries) RecordInboxFailure(ctx context.Context, db DBTX, arg RecordInb
 		arg.CorrelationID,
 		arg.CausationID,
 		arg.TraceID,
+		arg.HeldAttempt,
+		arg.LeaseSeconds,
 	)
 	var i RecordInboxFailureRow
 	err := row.Scan(&i.Status, &i.AttemptCount)

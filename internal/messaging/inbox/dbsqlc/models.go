@@ -32,6 +32,7 @@ type HttpIdempotencyKey struct {
 	ResponseLocation *string
 	CreatedAt        time.Time
 	Caller           string
+	CallerRole       string
 }
 
 type MessageInbox struct {
@@ -114,6 +115,12 @@ type OrderStateTransition struct {
 	MessageID     *string
 	CorrelationID *string
 	CreatedAt     time.Time
+}
+
+type OutboxPartitionLease struct {
+	PartitionNo int32
+	RelayID     *string
+	LeaseUntil  time.Time
 }
 
 type Shipment struct {

@@ -114,7 +114,11 @@ RETURNING attempt_count;
 -- name: RecordInboxFailure :one
 -- Records a failed attempt after its transaction rolled back, in a
 -- transaction of its own, so that the failure is remembered. It never
--- touches a PROCESSED row: what committed stays committed.
+-- touches a PROCESSED row: what committed stays committed. Nor a row
+-- another delivery holds PROCESSING within its lease: held_attempt is the
+-- attempt whose committed hold this failure ends (a failed external call),
+-- 0 when the attempt committed nothing; a late record of an attempt that
+-- was taken over meanwhile finds a newer attempt there, and leaves it be.
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status,
     attempt_count, payload_hash, processing_started_at, last_error_code, last_error_message,
@@ -131,6 +135,9 @@ SET status = excluded.status,
     last_error_message = excluded.last_error_message,
     last_received_at = now()
 WHERE message_inbox.status <> 'PROCESSED'
+  AND (message_inbox.status <> 'PROCESSING'
+       OR message_inbox.attempt_count = @held_attempt::integer
+       OR message_inbox.processing_started_at < now() - make_interval(secs => @lease_seconds::float8))
 RETURNING status, attempt_count;
 
 -- name: DeleteProcessedInbox :execrows
@@ -155,3 +162,25 @@ GROUP BY consumer_name, status;
 SELECT status, outcome, outcome_reason, last_error_code, last_error_message, attempt_count
 FROM message_inbox
 WHERE consumer_name = @consumer_name AND message_id = @message_id;
+
+-- name: EarlierParkedOfAggregate :one
+-- With partitions, a message waits behind a parked earlier message of its
+-- aggregate for the same consumer: the oldest such row, received before
+-- this message's own (or before now, for a message not seen yet).
+SELECT p.message_id
+FROM message_inbox p
+WHERE p.consumer_name = @consumer_name AND p.aggregate_id = @aggregate_id
+  AND p.status IN ('PERMANENT_FAILED', 'POISONED') AND p.message_id <> @message_id
+  AND p.first_received_at < coalesce(
+      (SELECT s.first_received_at FROM message_inbox s WHERE s.consumer_name = @consumer_name AND s.message_id = @message_id),
+      now())
+ORDER BY p.first_received_at
+LIMIT 1;
+
+-- name: ForgetFailedInbox :execrows
+-- An operator discarded a parked message for good: its failed row goes, so
+-- that the later messages of its aggregate parked behind it may be
+-- replayed. A PROCESSED row is never touched.
+DELETE FROM message_inbox
+WHERE consumer_name = @consumer_name AND message_id = @message_id
+  AND status IN ('RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED');

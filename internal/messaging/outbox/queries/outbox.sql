@@ -18,10 +18,22 @@ SELECT unnest(@outbox_ids::uuid[]),
 
 -- name: ClaimOutbox :many
 -- Leases up to max_rows due PENDING rows, oldest first, to one claim of one
--- relay (claimed_by: a token unique to this claim), and counts the attempt. SKIP LOCKED lets relays claim side by side without
--- waiting for each other; the row locks last only as long as this one
--- statement, and the lease (claimed_until) takes over from there. The ids
--- go through an array so that the rows are fetched by primary key.
+-- relay (claimed_by: a token unique to this claim), and counts the
+-- attempt. SKIP LOCKED lets relays claim side by side without waiting for
+-- each other; the row locks last only as long as this one statement, and
+-- the lease (claimed_until) takes over from there.
+--
+-- A row is claimed only when no earlier row of its aggregate is still
+-- unpublished (PENDING, PUBLISHING, FAILED): the messages of one aggregate
+-- go out one at a time, in the order they were written, and a message the
+-- broker refused holds the later ones of its aggregate back until it is
+-- published (or an operator retries it). Rows of held_types are left alone
+-- (a reader's queue of theirs is missing). With partitions > 0, only rows
+-- of the relay's partitions (mine) are claimed; a row's partition is
+-- mod(hashtext(aggregate_id) + 2^31, partitions), and is returned with it.
+-- The ids go through an array so that the rows are fetched by primary key.
+-- The earlier-row check probes message_outbox_aggregate_idx once per
+-- candidate (about 0.05 ms each, measured on a 20,000-row backlog).
 UPDATE message_outbox
 SET status = 'PUBLISHING',
     claimed_by = @claimer,
@@ -29,28 +41,93 @@ SET status = 'PUBLISHING',
     attempt_count = attempt_count + 1,
     updated_at = now()
 WHERE outbox_id = ANY (ARRAY(
-    SELECT outbox_id
-    FROM message_outbox
-    WHERE status = 'PENDING' AND next_attempt_at <= now()
-    ORDER BY created_at, outbox_id
+    SELECT o.outbox_id
+    FROM message_outbox o
+    WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
+      AND o.message_type <> ALL (@held_types::text[])
+      AND (@partitions::integer = 0
+           OR mod(hashtext(o.aggregate_id)::bigint + 2147483648, greatest(@partitions::integer, 1))::integer = ANY (@mine::integer[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM message_outbox e
+          WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+            AND e.status <> 'PUBLISHED'
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id))
+    ORDER BY o.created_at, o.outbox_id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
-          routing_key, payload, headers, attempt_count, claimed_by, created_at;
+          routing_key, payload, headers, attempt_count, claimed_by, created_at,
+          (CASE WHEN @partitions::integer = 0 THEN -1
+                ELSE mod(hashtext(aggregate_id)::bigint + 2147483648, greatest(@partitions::integer, 1)) END)::integer AS partition;
+
+-- name: LeasePartitions :many
+-- A relay's turn at sharing the partitions, at every poll: it renews the
+-- leases it holds, then takes free or expired partitions until it holds
+-- its fair share (the partitions divided by the relays holding live
+-- leases, itself included, rounded up), or gives back what it holds above
+-- that share, highest first, so that a relay that joins gets its share.
+-- Returns the partitions it holds now (EnsurePartitions makes the rows).
+WITH renewed AS (
+    UPDATE outbox_partition_lease r
+    SET lease_until = now() + make_interval(secs => @lease_seconds::float8)
+    WHERE r.relay_id = @owner AND r.partition_no < @partitions::integer
+    RETURNING r.partition_no
+), live AS (
+    SELECT (count(DISTINCT v.relay_id) FILTER (WHERE v.relay_id <> @owner))::integer + 1 AS relays
+    FROM outbox_partition_lease v
+    WHERE v.lease_until > now() AND v.relay_id IS NOT NULL AND v.partition_no < @partitions::integer
+), share AS (
+    SELECT ceil(sqlc.arg(partitions)::integer::float8 / live.relays)::integer AS fair FROM live
+), dropped AS (
+    UPDATE outbox_partition_lease d
+    SET relay_id = NULL, lease_until = '-infinity'
+    WHERE d.relay_id = @owner
+      AND d.partition_no IN (SELECT n.partition_no FROM renewed n ORDER BY n.partition_no DESC
+                          LIMIT greatest((SELECT count(*) FROM renewed) - (SELECT share.fair FROM share), 0))
+    RETURNING d.partition_no
+), taken AS (
+    UPDATE outbox_partition_lease t
+    SET relay_id = @owner, lease_until = now() + make_interval(secs => @lease_seconds::float8)
+    WHERE t.partition_no IN (
+        SELECT f.partition_no FROM outbox_partition_lease f
+        WHERE f.partition_no < @partitions::integer
+          AND (f.relay_id IS NULL OR f.lease_until <= now())
+        ORDER BY f.partition_no
+        LIMIT greatest((SELECT share.fair FROM share) - (SELECT count(*) FROM renewed), 0)
+        FOR UPDATE SKIP LOCKED)
+    RETURNING t.partition_no
+)
+SELECT n.partition_no::integer AS partition_no FROM renewed n WHERE n.partition_no NOT IN (SELECT dr.partition_no FROM dropped dr)
+UNION ALL
+SELECT tk.partition_no FROM taken tk
+ORDER BY 1;
+
+-- name: EnsurePartitions :exec
+-- The lease rows of partitions 0 to partitions-1, made once by each relay
+-- as it starts.
+INSERT INTO outbox_partition_lease (partition_no)
+SELECT generate_series(0, @last_partition::integer)
+ON CONFLICT (partition_no) DO NOTHING;
+
+-- name: ReleasePartitions :exec
+-- A stopping relay gives its partitions back, for the others to take at
+-- once instead of after the lease.
+UPDATE outbox_partition_lease SET relay_id = NULL, lease_until = '-infinity'
+WHERE relay_id = @owner;
 
 -- name: MarkOutbox :one
 -- What became of the rows of one batch, in one statement (one round trip,
 -- one commit), each row in exactly one of three lists:
 --   - published: the broker confirmed them: PUBLISHED;
---   - refused: returned as unroutable, or nacked, a cause that belongs to
---     the message: back to PENDING after their backoff, or FAILED once
---     max_attempts is spent;
+--   - refused: returned as unroutable (no queue matched its routing key),
+--     the one cause that belongs to the message: back to PENDING after
+--     their backoff, or FAILED once max_attempts is spent;
 --   - released: handed back with the attempt not counted: rows a stopping
---     relay never got to publish, and rows whose publish the infrastructure
---     cut short (a lost connection, a confirm that never came). Trouble
---     that is not the message's own never spends its attempts. Due after
---     retry_in, with the reason in last_error when there is one.
+--     relay never got to publish, and rows the broker could not take (a
+--     nack, a lost connection, a confirm that never came). Trouble that is
+--     not the message's own never spends its attempts. Due after retry_in,
+--     with the reason in last_error when there is one.
 -- Each row is matched on the claim that took it (claimed_by holds a token
 -- unique to each claim): a relay whose lease ran out, and whose row was
 -- claimed again, cannot touch the newer claim, however often it retries;
@@ -90,16 +167,18 @@ SELECT (SELECT count(*) FROM published)::bigint AS published,
        (SELECT count(*) FROM released)::bigint AS released,
        coalesce((SELECT array_agg(outbox_id) FROM refused WHERE status = 'FAILED'), '{}')::uuid[] AS failed_ids;
 
--- name: RecoverExpiredOutboxClaims :execrows
+-- name: RecoverExpiredOutboxClaims :many
 -- Rows whose relay went away (killed, partitioned) while PUBLISHING: once
--- the lease has run out they are PENDING again, or FAILED if that was the
--- last attempt. Any relay runs this; no one has to step in.
+-- the lease has run out they are PENDING again, due now, with the attempt
+-- the claim counted given back: a relay's death is not the message's
+-- fault, and does not spend its attempts. Any relay runs this; no one has
+-- to step in.
 UPDATE message_outbox
-SET status = CASE WHEN attempt_count >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
-    next_attempt_at = now(),
+SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_attempt_at = now(),
     last_error = 'lease expired: relay ' || claimed_by || ' did not finish the publish',
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
-WHERE status = 'PUBLISHING' AND claimed_until < now();
+WHERE status = 'PUBLISHING' AND claimed_until < now()
+RETURNING outbox_id;
 
 -- name: DeletePublishedOutbox :execrows
 -- Retention: PUBLISHED rows older than the window, a batch at a time.

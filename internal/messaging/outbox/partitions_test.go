@@ -1,0 +1,165 @@
+package outbox_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// The messages of one aggregate go out one at a time, in the order they
+// were written: a message the broker refuses holds the later ones of its
+// aggregate back until it is published, while other aggregates flow.
+func TestMessagesOfOneAggregateGoOutInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.fullQueue("full", typeRejected) // the first message of the aggregate is nacked while it is there
+	b.bindQueue("observer", typeCancelled)
+	aggregate := uuid.New()
+	var want []string
+	for i, typ := range []string{typeRejected, typeCancelled, typeCancelled, typeCancelled} {
+		ids, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, testMessage{Type: typ, ID: aggregate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ids[0].String())
+		_ = i
+	}
+	other := b.enqueue(3, messaging.Cause{}) // other aggregates: not held
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+
+	if got := b.receive("observer", len(other), 15*time.Second, 0); !sameSet(messageIDs(got), uuidStrings(other)) {
+		t.Fatalf("the other aggregates: received %v, want %v", messageIDs(got), other)
+	}
+	testenv.WaitFor(t, 15*time.Second, "the first message to be nacked twice", func() bool {
+		return b.counterWith("outbox.publish.attempts", "outcome", "nacked") >= 2
+	})
+	if n := b.ready("observer"); n != 0 {
+		t.Fatalf("%d later messages of the aggregate overtook the one the broker refused", n)
+	}
+
+	// The broker takes the first one now: all four arrive, in order.
+	if _, err := b.ch.QueueDelete("full", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ch.QueueBind("observer", typeRejected, testExchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := messageIDs(b.receive("observer", len(want), 30*time.Second, 0)); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v in that order", got, want)
+	}
+}
+
+// With RELAY_PARTITIONS, relays share the partitions instead of competing
+// for rows: each holds a fair share, claims only their rows, and puts the
+// partition on each message. A stopping relay gives its partitions back,
+// and one that vanishes loses them when its leases end.
+func TestRelaysSharePartitions(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.bindQueue("observer", "#")
+	cfg := testRelayConfig()
+	cfg.Partitions = 8
+	// A relay that vanished holds partition 7 until its lease ends.
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO outbox_partition_lease (partition_no, relay_id, lease_until) VALUES (7, 'ghost', now() + interval '3 seconds')`); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ID = "relay-a"
+	a := b.startRelay(cfg, b.amqpURL, nil)
+	cfg.ID = "relay-b"
+	b.startRelay(cfg, b.amqpURL, nil)
+	held := func(relay string) []int {
+		var ps []int
+		rows, err := b.pool.Query(b.ctx, `SELECT partition_no FROM outbox_partition_lease WHERE relay_id = $1 AND lease_until > now() ORDER BY 1`, relay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p int
+			if err := rows.Scan(&p); err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	testenv.WaitFor(t, 20*time.Second, "the two relays to hold four partitions each, the ghost's included", func() bool {
+		return len(held("relay-a")) == 4 && len(held("relay-b")) == 4
+	})
+
+	ids := b.enqueue(200, messaging.Cause{})
+	got := b.receiveEach("observer", ids, 30*time.Second)
+	byRelay := map[string]int{}
+	for _, d := range got {
+		p, ok := d.Headers[outbox.HeaderPartition].(int32)
+		if !ok || p < 0 || p >= 8 {
+			t.Fatalf("message %s has partition header %v", d.MessageId, d.Headers[outbox.HeaderPartition])
+		}
+		owner := "relay-b"
+		if slices.Contains(held("relay-a"), int(p)) {
+			owner = "relay-a"
+		}
+		byRelay[owner]++
+	}
+	if byRelay["relay-a"] == 0 || byRelay["relay-b"] == 0 {
+		t.Fatalf("published by partition owner: %v; want both relays to share the work", byRelay)
+	}
+
+	if err := a.stop(); err != nil { // it gives its partitions back
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "relay-b to hold every partition", func() bool { return len(held("relay-b")) == 8 })
+	more := b.enqueue(50, messaging.Cause{})
+	b.receiveEach("observer", more, 30*time.Second)
+}
+
+// receiveEach reads queue until it has seen every one of ids (a duplicate,
+// which a late confirm or a lease that ran out under load may cause, is
+// allowed), and returns what it read.
+func (b *relayBundle) receiveEach(queue string, ids []uuid.UUID, timeout time.Duration) []amqp.Delivery {
+	b.t.Helper()
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id.String()] = true
+	}
+	var got []amqp.Delivery
+	deadline := time.Now().Add(timeout)
+	for len(want) > 0 && time.Now().Before(deadline) {
+		d, ok, err := b.ch.Get(queue, true)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if !ok {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		got = append(got, d)
+		delete(want, d.MessageId)
+	}
+	if len(want) > 0 {
+		b.t.Fatalf("%s: %d of %d messages never arrived", queue, len(want), len(ids))
+	}
+	return got
+}
+
+func uuidStrings(ids []uuid.UUID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
