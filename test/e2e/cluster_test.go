@@ -24,8 +24,9 @@ const clusterRate = 50
 // AMQP_URL listing all three, with the service's queues as quorum queues
 // replicated on every node. At 50 orders/s, each node in turn is killed
 // (kill -9 of its Erlang VM; the first is the leader of orders.fulfillment,
-// the busiest queue), started again six seconds later, and given the time
-// to rejoin before the next one goes.
+// the busiest queue) and, six seconds later, started again; the load
+// pauses while it rejoins and the flow drains, and resumes three seconds
+// before the next kill.
 //
 // It holds the service to RabbitMQ's promise (a confirmed message on a
 // quorum queue survives while a majority of its replicas do) and to its
@@ -80,20 +81,29 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 		}
 		k.at = time.Now()
 		node.Kill(t)
-		// Six seconds under load with the node down, then back. (How long
-		// the flow stalled is read from the database afterwards.)
+		// Six seconds under load with the node down. (How long the flow
+		// stalled is read from the database afterwards.) Then the load
+		// pauses while the node boots again on its data and rejoins, which
+		// takes minutes on a busy machine, and the flow drains, so that
+		// the next kill starts from a steady flow.
 		time.Sleep(time.Until(k.at.Add(6 * time.Second)))
+		ld.pause()
 		restart := time.Now()
 		node.Start(t)
 		k.back = time.Since(restart)
 		c.AwaitQueue(t, s.amqpURL, "orders.fulfillment", node.Name+" to be an online member of orders.fulfillment again", func(q testenv.QuorumQueue) bool {
 			return slices.Contains(q.Online, node.Name)
 		})
+		testenv.WaitFor(t, 5*time.Minute, "the flow to drain after the kill of "+node.Name, func() bool {
+			var left int
+			_ = db.QueryRow(context.Background(), "SELECT count(*) FROM orders WHERE status NOT IN ('FULFILLED', 'REJECTED', 'CANCELLED')").Scan(&left)
+			return left == 0
+		})
 		kills = append(kills, k)
+		ld.resume()
 		time.Sleep(3 * time.Second)
 	}
-	placed := ld.stop()
-	loadTime := time.Since(ld.started)
+	placed, loadTime := ld.stop()
 	if t.Failed() {
 		return
 	}
@@ -216,7 +226,7 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 		t.Errorf("the consumer parked %v messages", sumMetric(metrics, "consumer_messages_parked_total"))
 	}
 	rows2 := count("SELECT count(*) FROM message_outbox")
-	t.Logf("%d orders in %s (%.1f/s), final %v", len(placed), loadTime.Round(time.Second), float64(len(placed))/loadTime.Seconds(), final)
+	t.Logf("%d orders in %s of load (%.1f/s), final %v", len(placed), loadTime.Round(time.Second), float64(len(placed))/loadTime.Seconds(), final)
 	t.Logf("outbox rows %d; published %.0f (confirmed %.0f, connection lost %.0f, timed out %.0f, nacked %.0f, unroutable %.0f, not published %.0f); "+
 		"messages consumed %d (deliveries %.0f); lost %d; duplicated %d (redelivered %.0f, of which already processed %.0f); applied twice %d; parked %d",
 		rows2, published, attempts["confirmed"], attempts["connection_lost"], attempts["timeout"], attempts["nacked"], attempts["unroutable"], attempts["not_published"],
@@ -322,19 +332,23 @@ func sumMetricWhere(text, name, label string) float64 {
 	return sumMetric("\n"+strings.Join(lines, "\n"), name)
 }
 
-// clusterLoad places orders at a steady rate until stopped: one in ten
-// for a sku out of stock (REJECTED), the rest FULFILLED.
+// clusterLoad places orders at a steady rate until stopped, except while
+// paused: one in ten for a sku out of stock (REJECTED), the rest
+// FULFILLED.
 type clusterLoad struct {
-	started time.Time
 	done    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
+
 	mu      sync.Mutex
 	orders  []placed
+	paused  bool
+	resumed time.Time     // when placing last began
+	ran     time.Duration // placing before that
 }
 
 func startClusterLoad(s *system, rate int) *clusterLoad {
-	ld := &clusterLoad{started: time.Now(), done: make(chan struct{})}
+	ld := &clusterLoad{done: make(chan struct{}), resumed: time.Now()}
 	sem := make(chan struct{}, 16)
 	ld.wg.Go(func() {
 		tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -344,6 +358,12 @@ func startClusterLoad(s *system, rate int) *clusterLoad {
 			case <-ld.done:
 				return
 			case <-tick.C:
+			}
+			ld.mu.Lock()
+			paused := ld.paused
+			ld.mu.Unlock()
+			if paused {
+				continue
 			}
 			sem <- struct{}{}
 			ld.wg.Go(func() {
@@ -369,9 +389,31 @@ func startClusterLoad(s *system, rate int) *clusterLoad {
 	return ld
 }
 
-// stop stops placing orders, and returns those placed.
-func (ld *clusterLoad) stop() []placed {
+// pause stops placing orders until resume.
+func (ld *clusterLoad) pause() {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	if !ld.paused {
+		ld.paused, ld.ran = true, ld.ran+time.Since(ld.resumed)
+	}
+}
+
+// resume places orders again after pause.
+func (ld *clusterLoad) resume() {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	if ld.paused {
+		ld.paused, ld.resumed = false, time.Now()
+	}
+}
+
+// stop stops placing orders, and returns those placed and how long orders
+// were placed for (pauses left out).
+func (ld *clusterLoad) stop() ([]placed, time.Duration) {
+	ld.pause()
 	ld.stopped.Do(func() { close(ld.done) })
 	ld.wg.Wait()
-	return ld.orders
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return ld.orders, ld.ran
 }
