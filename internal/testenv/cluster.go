@@ -261,14 +261,16 @@ func (n *RabbitNode) boot(ctx context.Context) error {
 	if n.cmd != nil {
 		return fmt.Errorf("%s is running already", n.Name)
 	}
-	cmd := exec.Command(filepath.Join(n.cluster.bin, "rabbitmq-server"))
+	// The node lives until Kill or the cluster's cleanup, not as long as a
+	// context: a subtest that restarts it must not take it down when it ends.
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(n.cluster.bin, "rabbitmq-server"))
 	cmd.Env = append(slices.Clone(n.cluster.env), n.env...)
 	cmd.Dir = n.dir
 	out, err := os.OpenFile(filepath.Join(n.dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	defer out.Close()
+	defer func() { _ = out.Close() }() // the node has its own descriptor
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := startTiedToTest(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", n.Name, err)
