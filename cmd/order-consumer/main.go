@@ -130,7 +130,7 @@ func (c *Config) consumerConfig() inbox.Config {
 	return consumer.Inbox(inbox.Config{
 		Prefetch: c.Prefetch, Workers: c.Workers, BatchSize: c.BatchSize, BatchWait: c.BatchWait, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
 		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout, TxTimeout: c.TxTimeout,
-		InboxRetention: c.InboxRetention, Partitions: c.Partitions.Count,
+		InboxRetention: c.InboxRetention, Partitions: c.MessagePartitions,
 	})
 }
 

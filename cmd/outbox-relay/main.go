@@ -107,8 +107,8 @@ func (c *Config) relayConfig() outbox.Config {
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
 		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout, DBTimeout: c.DBTimeout,
-		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.Partitions.Count),
-		Partitions: c.Partitions.Count,
+		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.MessagePartitions),
+		Partitions: c.MessagePartitions,
 	}
 }
 

@@ -221,17 +221,17 @@ func Named(variable string, err error) error {
 // Partitions is the partition count the relays and the consumers share
 // (MESSAGE_PARTITIONS): set it to the same number for both.
 type Partitions struct {
-	// Count is 0 (the messages of one order may be handled out of order by
+	// MessagePartitions is 0 (the messages of one order may be handled out of order by
 	// two consumer replicas, and relays compete for rows) or the number of
 	// partitions: relays share them, and each consumer has a queue per
 	// partition with a single active consumer, in order per order.
-	Count int `env:"MESSAGE_PARTITIONS" envDefault:"0"`
+	MessagePartitions int `env:"MESSAGE_PARTITIONS" envDefault:"0"`
 }
 
 // Validate checks the partition count.
 func (p Partitions) Validate() error {
-	if p.Count < 0 || p.Count > 1024 {
-		return fmt.Errorf("MESSAGE_PARTITIONS must be between 0 and 1024, got %d", p.Count)
+	if p.MessagePartitions < 0 || p.MessagePartitions > 1024 {
+		return fmt.Errorf("MESSAGE_PARTITIONS must be between 0 and 1024, got %d", p.MessagePartitions)
 	}
 	return nil
 }

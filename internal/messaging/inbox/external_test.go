@@ -156,10 +156,3 @@ func TestLateFailureRecordLeavesATakeoverAlone(t *testing.T) {
 		t.Fatalf("a failure over the stale hold of attempt %d: %v", third, err)
 	}
 }
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
