@@ -36,12 +36,15 @@ import (
 // the `migrate` sub-command (docs/contract.md, "Configuration").
 var schemaBinaries = []string{"order-api", "outbox-relay", "order-consumer"}
 
-// stacks are the ways the compose files are used: the stack alone, and
-// with the demo override (the walkthrough, the fault endpoint). Every
-// check that holds for one holds for both.
+// stacks are the ways the compose files are used: the stack alone, with
+// the demo override (the walkthrough, the fault endpoint), with the
+// cluster override (three RabbitMQ nodes), and with both. Every check that
+// holds for one holds for all.
 var stacks = [][]string{
 	{testenv.ComposeFile},
 	{testenv.ComposeFile, testenv.DemoComposeFile},
+	{testenv.ComposeFile, testenv.ClusterComposeFile},
+	{testenv.ComposeFile, testenv.ClusterComposeFile, testenv.DemoComposeFile},
 }
 
 // checkStacks runs check on every stack and reports its problems, each

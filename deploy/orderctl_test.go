@@ -3,6 +3,7 @@ package deploy
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/types"
@@ -69,10 +70,18 @@ func jwtSecretOf(svc types.ServiceConfig) string {
 
 // endpoint is where a URL leads, without its user: host, port and path
 // (the database, the vhost). "" for no URL; the URL itself when it does not
-// parse.
+// parse; for a list of AMQP URLs (the nodes of a cluster), the endpoint of
+// each, in order.
 func endpoint(raw string) string {
 	if raw == "" {
 		return ""
+	}
+	if strings.HasPrefix(raw, "amqp") && strings.Contains(raw, ",") {
+		var each []string
+		for u := range strings.SplitSeq(raw, ",") {
+			each = append(each, endpoint(strings.TrimSpace(u)))
+		}
+		return strings.Join(each, ",")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

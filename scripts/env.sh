@@ -20,13 +20,18 @@
 # on stderr where they lead (password masked), so that a make ctl against
 # another server than the one meant does not go unnoticed.
 
-# masked URL: URL with its password, if any, replaced by ***.
+# masked URL: URL with its password, if any, replaced by ***; for a list
+# of URLs separated by commas (AMQP_URL's nodes of a cluster), each one's.
 masked() {
-	if [[ $1 =~ ^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/]*):[^@/]*@(.*)$ ]]; then
-		echo "${BASH_REMATCH[1]}:***@${BASH_REMATCH[2]}"
-	else
-		echo "$1"
-	fi
+	local out= part
+	IFS=, read -ra parts <<<"$1"
+	for part in "${parts[@]}"; do
+		if [[ $part =~ ^([[:space:]]*[a-zA-Z][a-zA-Z0-9+.-]*://[^:@/]*):[^@/]*@(.*)$ ]]; then
+			part="${BASH_REMATCH[1]}:***@${BASH_REMATCH[2]}"
+		fi
+		out+="${out:+,}$part"
+	done
+	echo "$out"
 }
 
 # load_dotenv FILE: export every NAME=value of FILE not already set.

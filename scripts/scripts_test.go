@@ -147,6 +147,14 @@ func TestEnvFileSaysWhereTheURLsLead(t *testing.T) {
 	if strings.Contains(out, "s3cret") {
 		t.Errorf("env.sh printed a password:\n%s", out)
 	}
+	// A cluster's nodes: every password masked.
+	out = said("AMQP_URL=amqp://u:s3cret@mq-1:5672/,amqp://u:s3cret@mq-2:5672/\n")
+	if want := "AMQP_URL=amqp://u:***@mq-1:5672/,amqp://u:***@mq-2:5672/ (from "; !strings.Contains(out, want) {
+		t.Errorf("env.sh does not say %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("env.sh printed a password of a node:\n%s", out)
+	}
 	if out := said("LOG_LEVEL=debug\n"); strings.Contains(out, "connect there") {
 		t.Errorf("no URL in the file, and env.sh named one:\n%s", out)
 	}
@@ -281,6 +289,9 @@ func TestOperatorLogins(t *testing.T) {
 			"amqp://orders-walkthrough:s3cret@mq.example:5673/orders"},
 		{"AMQP_URL", []string{amqpURL}, []string{"./amqp-user.sh", ""},
 			"amqp://admin:admin@mq.example:5673/orders"},
+		// The nodes of a cluster: the user replaced in each.
+		{"AMQP_URL", []string{"AMQP_URL=amqp://admin:admin@mq-1:5672/orders, amqp://admin:admin@mq-2:5672/orders"}, []string{"./amqp-user.sh", "orders-operator"},
+			"amqp://orders-operator:orders-operator@mq-1:5672/orders,amqp://orders-operator:orders-operator@mq-2:5672/orders"},
 	} {
 		if got := passedOn(t, c.name, c.env, c.args...); got != c.want {
 			t.Errorf("%v with %v: %s = %q, want %q", c.args, c.env, c.name, got, c.want)

@@ -50,6 +50,7 @@ import (
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/telemetry"
 )
 
@@ -61,6 +62,7 @@ type Config struct {
 	config.Database
 	config.Log
 	// AMQPURL is the RabbitMQ broker: the parking lots and queue depths.
+	// A URL, or the URLs of a cluster's nodes separated by commas.
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// User names the operator in operator_audit; empty: the OS user.
 	User string `env:"ORDERCTL_USER"`
@@ -79,7 +81,8 @@ type Config struct {
 
 // Validate checks every setting and reports all the bad ones.
 func (c *Config) Validate() error {
-	errs := []error{c.Database.Validate(), c.Log.Validate(), config.Positive("IDEMPOTENCY_KEY_TTL", c.IdempotencyKeyTTL)}
+	errs := []error{c.Database.Validate(), c.Log.Validate(), config.Positive("IDEMPOTENCY_KEY_TTL", c.IdempotencyKeyTTL),
+		config.Named("AMQP_URL", messaging.CheckURL(c.AMQPURL))}
 	for _, d := range c.RetryDelays {
 		errs = append(errs, config.Positive("CONSUMER_RETRY_DELAYS", d))
 	}

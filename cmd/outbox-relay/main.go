@@ -32,7 +32,8 @@ type Config struct {
 	config.Log
 	config.Telemetry
 	config.Partitions
-	// AMQPURL is the RabbitMQ broker.
+	// AMQPURL is the RabbitMQ broker: a URL, or the URLs of a cluster's
+	// nodes separated by commas (messaging.URLs).
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9101"`
@@ -58,6 +59,7 @@ func (c *Config) Validate() error {
 		c.Database.Validate(),
 		c.Log.Validate(),
 		c.Telemetry.Validate(),
+		config.Named("AMQP_URL", messaging.CheckURL(c.AMQPURL)),
 		c.Partitions.Validate(),
 		config.Positive("RELAY_BATCH_SIZE", c.BatchSize),
 		config.Positive("RELAY_MAX_IN_FLIGHT", c.MaxInFlight),

@@ -2,8 +2,9 @@
 // so that a stack started from a fresh clone, with nothing configured,
 // runs with secrets of its own and never with the repository's: a password
 // for each PostgreSQL role and RabbitMQ user, PostgreSQL's superuser and
-// Grafana's administrator, and order-api's token secret. Each is a file in
-// the stack's secrets volume, which the services mount and read
+// Grafana's administrator, order-api's token secret, and the Erlang cookie
+// of a RabbitMQ cluster. Each is a file in the stack's secrets volume,
+// which the services mount and read
 // (DATABASE_PASSWORD_FILE, AMQP_PASSWORD_FILE, API_JWT_SECRET_FILE,
 // POSTGRES_PASSWORD_FILE, ...); and the RabbitMQ definitions the broker
 // imports at boot are rendered there, with the hashes of those passwords.
@@ -63,7 +64,14 @@ var Secrets = []Secret{
 	rabbitMQ(rabbitadmin.OperatorUser, "ORDERS_RABBITMQ_OPERATOR_PASSWORD"),
 	rabbitMQ(rabbitadmin.WalkthroughUser, "ORDERS_RABBITMQ_WALKTHROUGH_PASSWORD"),
 	{File: "grafana-admin-password", Variable: "ORDERS_GRAFANA_ADMIN_PASSWORD"},
+	// The Erlang cookie of docker-compose.cluster.yml's RabbitMQ nodes:
+	// who holds it can join the cluster and run code on its nodes.
+	{File: ErlangCookieFile, Variable: "ORDERS_RABBITMQ_COOKIE"},
 }
+
+// ErlangCookieFile is the file of the Erlang cookie the RabbitMQ nodes of
+// a cluster share; each node copies it to its own .erlang.cookie at start.
+const ErlangCookieFile = "rabbitmq-erlang-cookie"
 
 func rabbitMQ(user, variable string) Secret {
 	return Secret{File: RabbitMQUserFile(user), Variable: variable, RabbitMQUser: user}

@@ -210,6 +210,14 @@ func Positive[T int | int32 | int64 | float64 | time.Duration](variable string, 
 	return nil
 }
 
+// Named prefixes err, when there is one, with the variable it is about.
+func Named(variable string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", variable, err)
+	}
+	return nil
+}
+
 // Partitions is the partition count the relays and the consumers share
 // (MESSAGE_PARTITIONS): set it to the same number for both.
 type Partitions struct {
@@ -326,19 +334,44 @@ const masked = "*****"
 //     value of every query parameter whose name looks secret (password,
 //     token, key, secret, signature, ...: see secretName);
 //   - a PostgreSQL keyword/value connection string (host=db password=...):
-//     the value of every keyword that looks secret.
+//     the value of every keyword that looks secret;
+//   - a list of URLs separated by commas (AMQP_URL's nodes of a cluster):
+//     each URL as above.
 //
 // Anything else is returned as it is. Redact masks too much rather than too
 // little: a masked value that was not secret costs a look at the
 // environment, a logged secret costs a rotation.
 func Redact(s string) string {
-	if scheme, _, ok := strings.Cut(s, "://"); ok && scheme != "" && !strings.ContainsAny(scheme, " =") {
+	if parts := strings.Split(s, ","); len(parts) > 1 && allURLs(parts) {
+		for i, p := range parts {
+			trimmed := strings.TrimSpace(p)
+			parts[i] = strings.Replace(p, trimmed, Redact(trimmed), 1) // spaces around an item stay
+		}
+		return strings.Join(parts, ",")
+	}
+	if isURL(s) {
 		return redactURL(s)
 	}
 	if strings.Contains(s, "=") {
 		return redactKeywordValue(s)
 	}
 	return s
+}
+
+func isURL(s string) bool {
+	scheme, _, ok := strings.Cut(strings.TrimSpace(s), "://")
+	return ok && scheme != "" && !strings.ContainsAny(scheme, " =,")
+}
+
+// allURLs reports whether each of parts is a URL: a list of URLs, not a
+// URL with commas in it (a PostgreSQL URL of several hosts).
+func allURLs(parts []string) bool {
+	for _, p := range parts {
+		if !isURL(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // redactURL masks the userinfo password and the secret query parameters

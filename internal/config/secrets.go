@@ -79,8 +79,19 @@ func readSecretFile(variable, path string) (string, error) {
 
 // URLWithPasswordFile returns rawURL with the password of its user read
 // from the file at path (a trailing newline dropped): a DATABASE_URL or
-// AMQP_URL whose password is a file's.
+// AMQP_URL whose password is a file's. An AMQP_URL that lists the nodes of
+// a cluster gets the password in each URL.
 func URLWithPasswordFile(rawURL, path string) (string, error) {
+	if parts := strings.Split(rawURL, ","); len(parts) > 1 && allURLs(parts) {
+		for i, part := range parts {
+			withPassword, err := URLWithPasswordFile(strings.TrimSpace(part), path)
+			if err != nil {
+				return "", fmt.Errorf("URL %d of %d: %w", i+1, len(parts), err)
+			}
+			parts[i] = withPassword
+		}
+		return strings.Join(parts, ","), nil
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
 		return "", errors.New("a password file needs the URL form (scheme://user@host/...)")

@@ -106,6 +106,16 @@ func TestSecretsFromFiles(t *testing.T) {
 	if cfg.URL != "postgres://orders_api:p%40ss%2Fw%3Ard@db:5432/orders?sslmode=disable" || cfg.AMQPURL != "amqp://orders-relay:mq-secret@mq:5672/" || cfg.Secret != "token-secret" {
 		t.Errorf("DATABASE_URL %q, AMQP_URL %q, TEST_SECRET %q", cfg.URL, cfg.AMQPURL, cfg.Secret)
 	}
+	// The nodes of a cluster: the password in each URL.
+	cfg = serviceConfig{}
+	if err := config.Load(&cfg, map[string]string{
+		"AMQP_URL": "amqp://orders-relay@mq-1:5672/, amqp://orders-relay@mq-2:5672/", "AMQP_PASSWORD_FILE": secretFile(t, "mq-secret"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "amqp://orders-relay:mq-secret@mq-1:5672/,amqp://orders-relay:mq-secret@mq-2:5672/"; cfg.AMQPURL != want {
+		t.Errorf("AMQP_URL of two nodes %q, want %q", cfg.AMQPURL, want)
+	}
 	for name, tc := range map[string]struct {
 		environ map[string]string
 		want    string
@@ -117,6 +127,8 @@ func TestSecretsFromFiles(t *testing.T) {
 		"a URL without a user":    {map[string]string{"DATABASE_URL": "postgres://db/orders", "DATABASE_PASSWORD_FILE": secretFile(t, "q")}, "DATABASE_URL, DATABASE_PASSWORD_FILE: the URL names no user"},
 		"a keyword/value string":  {map[string]string{"DATABASE_URL": "host=db user=u", "DATABASE_PASSWORD_FILE": secretFile(t, "q")}, "needs the URL form"},
 		"a missing password file": {map[string]string{"AMQP_URL": "amqp://u@mq/", "AMQP_PASSWORD_FILE": filepath.Join(t.TempDir(), "none")}, "AMQP_PASSWORD_FILE: the password file: open"},
+		"a node's URL with a password": {map[string]string{"AMQP_URL": "amqp://u@mq-1/,amqp://u:p@mq-2/", "AMQP_PASSWORD_FILE": secretFile(t, "q")},
+			"AMQP_URL, AMQP_PASSWORD_FILE: URL 2 of 2: the URL has a password already"},
 	} {
 		var cfg serviceConfig
 		if err := config.Load(&cfg, tc.environ); err == nil || !strings.Contains(err.Error(), tc.want) {

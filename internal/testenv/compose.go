@@ -12,11 +12,13 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-// The repository's compose files: the stack, and the demo override that
-// adds the walkthrough and turns on the consumer's fault endpoint.
+// The repository's compose files: the stack, the demo override that adds
+// the walkthrough and turns on the consumer's fault endpoint, and the
+// cluster override that runs three RabbitMQ nodes in place of one.
 const (
-	ComposeFile     = "docker-compose.yml"
-	DemoComposeFile = "docker-compose.demo.yml"
+	ComposeFile        = "docker-compose.yml"
+	DemoComposeFile    = "docker-compose.demo.yml"
+	ClusterComposeFile = "docker-compose.cluster.yml"
 )
 
 // Compose loads compose files of the repository (by default ComposeFile

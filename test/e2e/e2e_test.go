@@ -69,9 +69,16 @@ type system struct {
 
 func newSystem(t *testing.T) *system {
 	t.Helper()
+	return newSystemOn(t, testenv.NewVhost)
+}
+
+// newSystemOn is newSystem on the broker vhost that vhost makes for t
+// (testenv.NewVhost, or a cluster's NewVhost: AMQP_URL for the processes).
+func newSystemOn(t *testing.T, vhost func(testing.TB) string) *system {
+	t.Helper()
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
-	dbURL, amqpURL := testenv.ServerURL(t, name), testenv.NewVhost(t) // first: under -short they skip, before the build
+	dbURL, amqpURL := testenv.ServerURL(t, name), vhost(t) // first: under -short they skip, before the build
 	bin, err := binaries()
 	if err != nil {
 		t.Fatal(err)

@@ -189,7 +189,12 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 		var rows []Row
 		var err error
 		if !scope.claimsNothing() { // a relay that holds no partition yet waits for the next poll
-			claimCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+			// The end of the session does not cut a claim short: a claim
+			// cancelled in flight may have committed all the same, and its
+			// rows would wait for their lease (RELAY_LEASE) unseen. It runs
+			// to its end (DBTimeout at most), and what it claimed goes on to
+			// the publish step, which hands it back unpublished.
+			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
 			rows, err = claimRows(claimCtx, r.pool, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, scope)
 			cancel()
 		}
