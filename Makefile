@@ -53,8 +53,9 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: ## run every test against the local PostgreSQL and RabbitMQ (or containers)
+test: ## run every test against the local PostgreSQL and RabbitMQ (or containers); the relay suite once more with the log-tailing relay
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m ./internal/messaging/outbox/
 
 .PHONY: test/unit
 test/unit: ## the tests that need no servers (go test -short: those needing PostgreSQL or RabbitMQ skip)
@@ -67,6 +68,10 @@ test/race: ## run every test with the race detector
 .PHONY: bench
 bench: ## the benchmarks of docs/benchmarks.md (relay against a raw publisher, latency)
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/...
+
+.PHONY: bench/relay
+bench/relay: ## the polling relay, the log-tailing relay and a raw amqp091 publisher on the same backlog: their ratios
+	$(GO) test -run '^$$' -bench 'BenchmarkRelayModes' -benchtime 1x -timeout 20m ./internal/messaging/outbox/
 
 .PHONY: bench/flow
 bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, DURATION each: latency, CPU per 1,000 orders

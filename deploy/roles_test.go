@@ -73,10 +73,15 @@ func TestInitScriptCreatesTheRoles(t *testing.T) {
 	t.Parallel()
 	script := readRepoFile(t, "deploy/postgres/initdb/10-roles.sh")
 	for _, role := range append([]string{migrateRole}, migrations.Roles...) {
-		create := regexp.MustCompile(`CREATE ROLE ` + role + ` LOGIN PASSWORD :'(\w+)';`).FindStringSubmatch(script)
+		create := regexp.MustCompile(`CREATE ROLE ` + role + ` LOGIN (?:REPLICATION )?PASSWORD :'(\w+)';`).FindStringSubmatch(script)
 		if create == nil {
 			t.Errorf("10-roles.sh does not create %s LOGIN with a password", role)
 			continue
+		}
+		// The relay streams the outbox through a replication slot in
+		// RELAY_MODE=wal; no other role may replicate.
+		if replicates := strings.Contains(create[0], "REPLICATION"); replicates != (role == migrations.RoleRelay) {
+			t.Errorf("10-roles.sh: %s REPLICATION %v; only %s streams the log", role, replicates, migrations.RoleRelay)
 		}
 		if !strings.Contains(script, "-v "+create[1]+`="$(<"$`+passwordVariable(role)+`_FILE")"`) {
 			t.Errorf("10-roles.sh: the password of %s is not the file of %s_FILE", role, passwordVariable(role))

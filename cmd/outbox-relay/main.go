@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"time"
 
 	"github.com/yourorg/orders/internal/app"
@@ -37,6 +38,14 @@ type Config struct {
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" passwordFile:"AMQP_PASSWORD_FILE"`
 	// AdminAddr serves /healthz, /readyz and /metrics.
 	AdminAddr string `env:"ADMIN_ADDR" envDefault:":9101"`
+	// Mode is how the relay finds the rows to publish: poll (claim them
+	// from the table) or wal (stream them from the write-ahead log through
+	// a logical replication slot). docs/outbox-relay.md compares the two.
+	Mode string `env:"RELAY_MODE" envDefault:"poll"`
+	// The wal mode's slot, heartbeat and sweep (outbox.WALConfig).
+	WALSlot       string        `env:"RELAY_WAL_SLOT" envDefault:"orders_outbox_relay"`
+	WALHeartbeat  time.Duration `env:"RELAY_WAL_HEARTBEAT" envDefault:"10s"`
+	WALSweepAfter time.Duration `env:"RELAY_WAL_SWEEP_AFTER" envDefault:"30s"`
 	// ID names this relay in claimed_by; default host name and pid.
 	ID              string        `env:"RELAY_ID"`
 	BatchSize       int           `env:"RELAY_BATCH_SIZE" envDefault:"500"`
@@ -92,6 +101,21 @@ func (c *Config) validateRelay() error {
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("RELAY_RETENTION must not be negative, got %s", c.Retention))
 	}
+	switch c.Mode {
+	case "poll":
+	case "wal":
+		if c.MessagePartitions > 0 {
+			errs = append(errs, errors.New("MESSAGE_PARTITIONS needs RELAY_MODE=poll: the log stream does not hold an order's later messages behind a refused one"))
+		}
+		if !slotName.MatchString(c.WALSlot) {
+			errs = append(errs, fmt.Errorf("RELAY_WAL_SLOT %q: a slot name is 1 to 63 lower-case letters, digits and underscores", c.WALSlot))
+		}
+		if c.WALHeartbeat <= 0 || c.WALSweepAfter <= 0 {
+			errs = append(errs, errors.New("RELAY_WAL_HEARTBEAT and RELAY_WAL_SWEEP_AFTER must be positive"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("RELAY_MODE must be poll or wal, got %q", c.Mode))
+	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
@@ -110,6 +134,25 @@ func (c *Config) relayConfig() outbox.Config {
 		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.MessagePartitions),
 		Partitions: c.MessagePartitions,
 	}
+}
+
+// slotName is what PostgreSQL accepts as a replication slot's name.
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// relay is what the process runs: the polling or the log-tailing relay.
+type relay interface {
+	Run(ctx context.Context) error
+	Ready(ctx context.Context) error
+}
+
+// newRelay builds the relay of RELAY_MODE.
+func (c *Config) newRelay(deps messaging.Deps) (relay, error) {
+	if c.Mode == "wal" {
+		return outbox.NewWALRelay(c.relayConfig(), outbox.WALConfig{
+			Slot: c.WALSlot, Heartbeat: c.WALHeartbeat, SweepAfter: c.WALSweepAfter,
+		}, deps)
+	}
+	return outbox.NewRelay(c.relayConfig(), deps)
 }
 
 func main() { app.Main(service, run) }
@@ -131,7 +174,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		// The relay, and its admin endpoints beside it, until SIGINT/SIGTERM:
 		// the relay then stops claiming, waits for the confirms of what it
 		// published (SHUTDOWN_TIMEOUT) and hands back the rest.
-		relay, err := outbox.NewRelay(cfg.relayConfig(), messaging.Deps{
+		relay, err := cfg.newRelay(messaging.Deps{
 			Pool: pool, AMQPURL: cfg.AMQPURL, Logger: p.Log, MeterProvider: p.Tel.MeterProvider, TracerProvider: p.Tel.TracerProvider,
 		})
 		if err != nil {

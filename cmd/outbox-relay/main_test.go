@@ -142,6 +142,9 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 		{map[string]string{"RELAY_MAX_IN_FLIGHT": "10", "RELAY_BATCH_SIZE": "20"}, []string{"RELAY_MAX_IN_FLIGHT", "RELAY_BATCH_SIZE"}},
 		{map[string]string{"RELAY_BACKOFF_BASE": "1m", "RELAY_BACKOFF_MAX": "1s"}, []string{"RELAY_BACKOFF_MAX", "RELAY_BACKOFF_BASE"}},
 		{map[string]string{"RELAY_RETENTION": "-1h"}, []string{"RELAY_RETENTION"}},
+		{map[string]string{"RELAY_MODE": "tail"}, []string{"RELAY_MODE", "poll or wal"}},
+		{map[string]string{"RELAY_MODE": "wal", "MESSAGE_PARTITIONS": "8"}, []string{"MESSAGE_PARTITIONS", "RELAY_MODE=poll"}},
+		{map[string]string{"RELAY_MODE": "wal", "RELAY_WAL_SLOT": "Bad-Slot"}, []string{"RELAY_WAL_SLOT"}},
 	} {
 		err := run(t.Context(), nil, tc.env, io.Discard, io.Discard)
 		for _, name := range tc.want {
@@ -185,4 +188,75 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 func TestComposeSetsOnlyVariablesItReads(t *testing.T) {
 	t.Parallel()
 	testenv.ComposeSetsOnly(t, "outbox-relay", config.Variables(&Config{}))
+}
+
+// RELAY_MODE=wal: the process streams the outbox from its slot, as the
+// relay role, publishes a committed row, and says so on /metrics; it
+// stops cleanly.
+func TestRelayProcessInWALMode(t *testing.T) {
+	t.Parallel()
+	db := testenv.LogicalPostgres(t).NewDatabase(t)
+	amqpURL, admin := testenv.NewVhost(t), testenv.FreeAddr(t)
+	if err := inbox.Declare(t.Context(), amqpURL, consumer.Inbox(inbox.Config{}), consumer.All(consumer.Deps{})...); err != nil {
+		t.Fatal(err)
+	}
+	ch := testenv.NewChannel(t, amqpURL)
+	if _, err := ch.QueueDeclare("observer", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("observer", "#", domain.EventsExchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		wg     sync.WaitGroup
+		runErr error
+		logs   bytes.Buffer
+		mu     sync.Mutex
+	)
+	wg.Go(func() {
+		runErr = run(ctx, nil, map[string]string{
+			"DATABASE_URL": db.URLAs("orders_relay"), "AMQP_URL": amqpURL, "ADMIN_ADDR": admin,
+			"RELAY_MODE": "wal", "RELAY_WAL_SLOT": "process_" + db.Name, "RELAY_POLL_INTERVAL": "100ms",
+		}, lockedWriter{&mu, &logs}, io.Discard)
+	})
+	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
+	ids, err := store.OutboxWriter("order-api").Write(t.Context(), db.Pool, messaging.Cause{}, domain.OrderCancelledV1{ID: uuid.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume("observer", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-deliveries:
+		if d.MessageId != ids[0].String() {
+			t.Fatalf("got %s", d.MessageId)
+		}
+	case <-time.After(15 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("no message\n%s", logs.String())
+	}
+	testenv.WaitFor(t, 10*time.Second, "the row to be written back PUBLISHED", func() bool {
+		var status string
+		_ = db.Pool.QueryRow(t.Context(), "SELECT status FROM message_outbox WHERE outbox_id = $1", ids[0]).Scan(&status)
+		return status == "PUBLISHED"
+	})
+	metrics := get(t, "http://"+admin+"/metrics")
+	for _, want := range []string{"relay_wal_streaming 1", "relay_wal_slot_lag_bytes", "relay_wal_slot_retained_bytes",
+		`outbox_published_total{message_type="order.cancelled"`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("run: %v\n%s", runErr, logs.String())
+	}
 }

@@ -77,6 +77,7 @@ type config struct {
 	duration    time.Duration // how long loadgen sends, each run
 	relays      int           // outbox-relays to start
 	partitions  int           // MESSAGE_PARTITIONS of the relays and the consumer
+	relayMode   string        // RELAY_MODE of the relays: poll or wal
 	wait        time.Duration // loadgen's -wait
 	databaseURL string        // the PostgreSQL server (its database is replaced)
 	amqpURL     string        // the RabbitMQ server (its vhost is replaced)
@@ -96,6 +97,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.DurationVar(&cfg.duration, "duration", 20*time.Second, "how long each run sends orders")
 	fs.IntVar(&cfg.relays, "relays", 2, "outbox-relays to start")
 	fs.IntVar(&cfg.partitions, "partitions", 0, "MESSAGE_PARTITIONS: relays share the outbox by partition, consumers keep each order in order")
+	fs.StringVar(&cfg.relayMode, "relay-mode", "poll", "RELAY_MODE of the relays: poll, or wal (the PostgreSQL of DATABASE_URL must run wal_level=logical)")
 	fs.DurationVar(&cfg.wait, "wait", 2*time.Minute, "how long each run waits, after sending, for every order to reach a final status")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -116,6 +118,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return cfg, errors.New("-relays must be at least 1")
 	case cfg.partitions < 0:
 		return cfg, errors.New("-partitions must not be negative")
+	case cfg.relayMode != "poll" && cfg.relayMode != "wal":
+		return cfg, fmt.Errorf("-relay-mode must be poll or wal, got %q", cfg.relayMode)
 	}
 	return cfg, nil
 }
@@ -153,7 +157,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := os.Mkdir(logs, 0o755); err != nil {
 			return err
 		}
-		_, _ = fmt.Fprintf(stdout, "\n%g orders/s for %s: order-api, order-consumer and %d outbox-relays, %d partitions\n", rate, cfg.duration, cfg.relays, cfg.partitions)
+		_, _ = fmt.Fprintf(stdout, "\n%g orders/s for %s: order-api, order-consumer and %d outbox-relays (RELAY_MODE=%s), %d partitions\n",
+			rate, cfg.duration, cfg.relays, cfg.relayMode, cfg.partitions)
 		r, err := benchRate(ctx, cfg, vhosts, dir, logs, rate, stdout, stderr)
 		if ctx.Err() != nil {
 			// The database and the vhost are gone; err has what went wrong
@@ -241,7 +246,8 @@ func benchRate(ctx context.Context, cfg config, vhosts *sandbox.VhostAdmin, bin,
 	if addErr != nil {
 		return res, addErr
 	}
-	env := []string{"DATABASE_URL=" + dbURL, "AMQP_URL=" + amqpURL, "LOG_FORMAT=json", fmt.Sprintf("MESSAGE_PARTITIONS=%d", cfg.partitions)}
+	env := []string{"DATABASE_URL=" + dbURL, "AMQP_URL=" + amqpURL, "LOG_FORMAT=json", fmt.Sprintf("MESSAGE_PARTITIONS=%d", cfg.partitions),
+		"RELAY_MODE=" + cfg.relayMode, "RELAY_WAL_SLOT=" + name}
 
 	// Schema: migrate creates the database.
 	migrate := exec.CommandContext(ctx, filepath.Join(bin, "order-api"), "migrate", "up")

@@ -78,6 +78,18 @@ func DropDatabase(ctx context.Context, serverURL, name string) error {
 		return err
 	}
 	defer conn.Close(ctx)
+	// A database with a replication slot (an outbox-relay in RELAY_MODE=wal)
+	// cannot be dropped: its slots go first, once their relays have let go.
+	for try := 0; ; try++ {
+		_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name)
+		if err == nil || try == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("drop the replication slots of %s: %w", name, err)
+	}
 	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	return err
 }

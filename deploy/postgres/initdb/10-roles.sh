@@ -35,7 +35,8 @@ psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres \
 	-v operator="$(<"$ORDERS_DB_OPERATOR_PASSWORD_FILE")" <<'SQL'
 CREATE ROLE orders_migrate LOGIN PASSWORD :'migrate';
 CREATE ROLE orders_api LOGIN PASSWORD :'api';
-CREATE ROLE orders_relay LOGIN PASSWORD :'relay';
+-- REPLICATION: RELAY_MODE=wal streams the outbox through a replication slot.
+CREATE ROLE orders_relay LOGIN REPLICATION PASSWORD :'relay';
 CREATE ROLE orders_consumer LOGIN PASSWORD :'consumer';
 CREATE ROLE orders_operator LOGIN PASSWORD :'operator';
 -- The owner of the database owns its public schema (pg_database_owner), so

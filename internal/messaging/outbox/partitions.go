@@ -71,9 +71,16 @@ func (r *Relay) scope() claimScope {
 	if p := r.partitions.Load(); p != nil {
 		s.mine = *p
 	}
+	if r.sweepCutoff != nil { // the sweep of a log-tailing relay (wal.go)
+		s.sweep = true
+		s.before, s.sweepReady = r.sweepCutoff()
+	}
 	return s
 }
 
-// claimsNothing reports whether the relay holds no partition (and so may
-// claim nothing) while the outbox is partitioned.
-func (s claimScope) claimsNothing() bool { return s.partitions > 0 && len(s.mine) == 0 }
+// claimsNothing reports whether the relay may claim nothing now: it holds
+// no partition while the outbox is partitioned, or it is the sweep of a
+// log-tailing relay that is not streaming.
+func (s claimScope) claimsNothing() bool {
+	return (s.partitions > 0 && len(s.mine) == 0) || (s.sweep && !s.sweepReady)
+}

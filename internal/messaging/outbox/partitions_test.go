@@ -20,6 +20,7 @@ import (
 func TestMessagesOfOneAggregateGoOutInOrder(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	b.pollOnly("holding an aggregate's later messages behind a refused one")
 	b.fullQueue("full", typeRejected) // the first message of the aggregate is nacked while it is there
 	b.bindQueue("observer", typeCancelled)
 	aggregate := uuid.New()
@@ -64,6 +65,7 @@ func TestMessagesOfOneAggregateGoOutInOrder(t *testing.T) {
 func TestRelaysSharePartitions(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	b.pollOnly("partition leases")
 	b.bindQueue("observer", "#")
 	cfg := testRelayConfig()
 	cfg.Partitions = 8

@@ -39,6 +39,10 @@ type Relay struct {
 	// partitions are those this relay holds (Config.Partitions); nil: none.
 	partitions    atomic.Pointer[[]int32]
 	partitionRows atomic.Bool // the lease rows are made
+	// sweepCutoff, set when the relay is the sweep of a log-tailing relay
+	// (wal.go), says up to when the rows are the sweep's to claim; false:
+	// claim nothing.
+	sweepCutoff func() (time.Time, bool)
 }
 
 // errStopped ends Run when Faults.BeforeMark fails: a test's stand-in for a

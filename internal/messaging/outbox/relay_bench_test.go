@@ -15,6 +15,7 @@ import (
 
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/testenv"
 )
 
 // The relay's benchmark, measured against the broker's own ceiling in the
@@ -59,6 +60,27 @@ func BenchmarkRelayThroughput(b *testing.B) {
 		relay, raw, relay/raw, roundAll(relayRates), roundAll(rawRates), serial, dbOnly)
 }
 
+// BenchmarkRelayModes drains the same backlog (20,000 rows of the same
+// messages, in transactions of 1,000) with the polling relay and with the
+// log-tailing relay, each on a fresh database of the same PostgreSQL (the
+// tests' own, with wal_level=logical), and publishes as many messages with
+// a plain amqp091 publisher: three rates and two ratios, the median of
+// three alternating rounds. make bench/relay runs it.
+func BenchmarkRelayModes(b *testing.B) {
+	var pollRates, walRates, rawRates []float64
+	for range 3 {
+		rawRates = append(rawRates, setupBenchIn(b, "wal").rawPublish(b, benchRows))
+		pollRates = append(pollRates, setupBenchIn(b, "poll-on-logical").relayDrain(b, benchRows))
+		walRates = append(walRates, setupBenchIn(b, "wal").relayDrain(b, benchRows))
+	}
+	poll, wal, raw := median(pollRates), median(walRates), median(rawRates)
+	b.ReportMetric(poll/raw, "poll-ratio")
+	b.ReportMetric(wal/raw, "wal-ratio")
+	b.ReportMetric(raw, "raw-msg/s")
+	b.Logf("poll relay %.0f msg/s (ratio %.2f), wal relay %.0f msg/s (ratio %.2f), raw amqp091 publisher %.0f msg/s "+
+		"(rounds: poll %v, wal %v, raw %v)", poll, poll/raw, wal, wal/raw, raw, roundAll(pollRates), roundAll(walRates), roundAll(rawRates))
+}
+
 // BenchmarkRelayLatency commits one row at a time at a steady 200 rows/s
 // for 10 s and reports commit-to-delivery latency (the client's commit
 // returned -> a consumer on the queue has the message), p50 and p99, with
@@ -83,7 +105,26 @@ type benchBundle struct {
 
 func setupBench(b *testing.B) *benchBundle {
 	b.Helper()
-	rb := setupRelay(b)
+	return setupBenchIn(b, relayMode)
+}
+
+// setupBenchIn is setupBench for relays of mode; poll-on-logical is the
+// polling relay on the PostgreSQL of the wal relay, to compare the two on
+// one server.
+func setupBenchIn(b *testing.B, mode string) *benchBundle {
+	b.Helper()
+	var rb *relayBundle
+	if mode == "poll-on-logical" {
+		db := testenv.LogicalPostgres(b).NewDatabase(b)
+		rb = &relayBundle{t: b, mode: "poll", ctx: b.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(b)}
+		rb.ch = testenv.NewChannel(b, rb.amqpURL)
+		if err := messaging.DeclareExchange(rb.ch, testExchange); err != nil {
+			b.Fatal(err)
+		}
+		rb.metrics = testenv.NewMetrics()
+	} else {
+		rb = setupRelayIn(b, mode)
+	}
 	rb.bindQueue("bench", "#")
 	return &benchBundle{rb}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,8 +25,16 @@ import (
 	"github.com/yourorg/orders/internal/testenv"
 )
 
+// relayMode is the relay the suite runs: poll (the default) or wal
+// (OUTBOX_TEST_RELAY_MODE=wal: the log-tailing relay, against a PostgreSQL
+// of the test binary's own with wal_level=logical). make test runs the
+// suite once per mode.
+var relayMode = cmp.Or(os.Getenv("OUTBOX_TEST_RELAY_MODE"), "poll")
+
 type relayBundle struct {
 	t       testing.TB
+	mode    string // poll or wal: the relays startRelay starts
+	slot    string // the wal relays' replication slot
 	ctx     context.Context
 	pool    *pgxpool.Pool // the test's own connections
 	dbURL   string
@@ -36,11 +45,34 @@ type relayBundle struct {
 }
 
 // setupRelay gives a test its own database and vhost, with the exchange
-// declared.
+// declared, for relays of the suite's mode (relayMode).
 func setupRelay(t testing.TB) *relayBundle {
 	t.Helper()
-	db := testenv.NewDatabase(t)
-	b := &relayBundle{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t)}
+	return setupRelayIn(t, relayMode)
+}
+
+// setupRelayIn is setupRelay for relays of mode (poll or wal).
+func setupRelayIn(t testing.TB, mode string) *relayBundle {
+	t.Helper()
+	var db *testenv.Database
+	if mode == "wal" {
+		db = testenv.LogicalPostgres(t).NewDatabase(t)
+	} else {
+		db = testenv.NewDatabase(t)
+	}
+	b := &relayBundle{t: t, mode: mode, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t), slot: "relay_" + db.Name}
+	if mode == "wal" {
+		// The slot is made now, before the test opens any transaction of
+		// its own: making a logical slot waits for every transaction open
+		// on the server, and a test that holds one open until its relay
+		// publishes would wait for itself. (The server's other tests' open
+		// transactions only delay it.) A relay makes its slot itself on its
+		// first start, as in production, when it is missing
+		// (TestWALSlotLostFallsBackToTheRows).
+		if _, err := db.Pool.Exec(b.ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", b.slot); err != nil {
+			t.Fatal(err)
+		}
+	}
 	b.ch = testenv.NewChannel(t, b.amqpURL)
 	if err := messaging.DeclareExchange(b.ch, testExchange); err != nil {
 		t.Fatal(err)
@@ -83,9 +115,47 @@ func testRelayConfig() outbox.Config {
 }
 
 type runningRelay struct {
-	*outbox.Relay
+	relayUnderTest
 	stop func() error // cancels Run and returns what it returned
 	done chan struct{}
+}
+
+// relayUnderTest is an *outbox.Relay or, in wal mode, an *outbox.WALRelay.
+type relayUnderTest interface {
+	Run(ctx context.Context) error
+	Ready(ctx context.Context) error
+	ID() string
+}
+
+// pollOnly skips a test of what only the polling relay does (claims,
+// leases, partitions) when the suite runs the log-tailing relay.
+func (b *relayBundle) pollOnly(what string) {
+	b.t.Helper()
+	if b.mode != "poll" {
+		b.t.Skipf("%s: the polling relay's (OUTBOX_TEST_RELAY_MODE=%s)", what, b.mode)
+	}
+}
+
+// testWALConfig is fast: a heartbeat and position reports well under a
+// second, and a short sweep delay.
+func (b *relayBundle) testWALConfig() outbox.WALConfig {
+	return outbox.WALConfig{Slot: b.slot, Heartbeat: 200 * time.Millisecond, SweepAfter: 5 * time.Second,
+		StatusInterval: 100 * time.Millisecond}
+}
+
+// dropSlot drops a test's replication slot, ending the session that still
+// streams it, if any.
+func dropSlot(t testing.TB, pool *pgxpool.Pool, slot string) {
+	ctx := context.Background()
+	for try := 0; try < 50; try++ {
+		_, _ = pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", slot)
+		_, err := pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot)
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("replication slot %s could not be dropped", slot)
 }
 
 // startRelay runs a relay until the test ends or stop is called.
@@ -99,15 +169,21 @@ func (b *relayBundle) startRelay(cfg outbox.Config, amqpURL string, faults outbo
 	}
 	b.t.Cleanup(pool.Close)
 	cfg.Faults = faults
-	r, err := outbox.NewRelay(cfg, messaging.Deps{
+	deps := messaging.Deps{
 		Pool: pool, AMQPURL: amqpURL, Logger: cmp.Or(b.logger, testenv.Logger()),
 		MeterProvider: b.metrics.Provider,
-	})
+	}
+	var r relayUnderTest
+	if b.mode == "wal" {
+		r, err = outbox.NewWALRelay(cfg, b.testWALConfig(), deps)
+	} else {
+		r, err = outbox.NewRelay(cfg, deps)
+	}
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rr := &runningRelay{Relay: r, done: make(chan struct{})}
+	rr := &runningRelay{relayUnderTest: r, done: make(chan struct{})}
 	var runErr error
 	go func() {
 		defer close(rr.done)
@@ -325,8 +401,10 @@ func TestCrashBetweenConfirmAndMarkRepublishesSameMessageID(t *testing.T) {
 	if err := crashed.stop(); err == nil || !strings.Contains(err.Error(), "injected crash") {
 		t.Fatalf("crashed relay returned %v", err)
 	}
-	if got := b.statusCounts(); got["PUBLISHING"] != 3 {
-		t.Fatalf("after the crash: %v, want 3 PUBLISHING", got)
+	// The polling relay's rows wait for their lease; the log stream's were
+	// never written back, and the slot streams them again.
+	if want := map[string]string{"poll": "PUBLISHING", "wal": "PENDING"}[relayMode]; b.statusCounts()[want] != 3 {
+		t.Fatalf("after the crash: %v, want 3 %s", b.statusCounts(), want)
 	}
 
 	b.startRelay(testRelayConfig(), b.amqpURL, nil)
@@ -345,6 +423,9 @@ func TestCrashBetweenConfirmAndMarkRepublishesSameMessageID(t *testing.T) {
 	firstIDs, secondIDs := messageIDs(first), messageIDs(second)
 	if fmt.Sprint(firstIDs) != fmt.Sprint(secondIDs) {
 		t.Fatalf("republished %v, first published %v", secondIDs, firstIDs)
+	}
+	if relayMode == "wal" {
+		return
 	}
 	// Recovered after the crashed relay's lease, the attempt it claimed
 	// given back: only the second relay's counts.
@@ -480,6 +561,9 @@ func TestConfirmTimeoutRetries(t *testing.T) {
 	b.enqueue(10, messaging.Cause{})
 	var lastError string
 	testenv.WaitFor(t, 15*time.Second, "a confirm timeout to be recorded", func() bool {
+		if relayMode == "wal" { // the log stream writes nothing back: it streams the rows again
+			return b.counterWith("outbox.publish.attempts", "outcome", "timeout") >= 1
+		}
 		_ = b.pool.QueryRow(b.ctx, "SELECT coalesce(max(last_error), '') FROM message_outbox").Scan(&lastError)
 		return strings.Contains(lastError, "no publisher confirm")
 	})
@@ -506,7 +590,12 @@ func TestShutdownHandsBackUnconfirmedRows(t *testing.T) {
 
 	proxy.Stall() // publishes go out, confirms never come back
 	b.enqueue(5, messaging.Cause{})
-	testenv.WaitFor(t, 5*time.Second, "the rows to be claimed", func() bool { return b.statusCounts()["PUBLISHING"] == 5 })
+	testenv.WaitFor(t, 5*time.Second, "the rows to be published", func() bool {
+		if relayMode == "wal" { // the log stream claims nothing: the rows stay PENDING
+			return b.metrics.Gauge(t, "relay.in_flight") == 5
+		}
+		return b.statusCounts()["PUBLISHING"] == 5
+	})
 	if err := relay.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -525,6 +614,7 @@ func TestShutdownHandsBackUnconfirmedRows(t *testing.T) {
 func TestVanishedRelaysRowsComeBackAfterTheLease(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	b.pollOnly("leases (the log stream's equivalent: TestWALStandbyTakesOver)")
 	b.bindQueue("observer", "#")
 	ids := b.enqueue(4, messaging.Cause{})
 	claimed, err := outbox.ClaimRows(b.ctx, b.pool, "ghost-relay", 10, time.Second)
@@ -624,8 +714,9 @@ func TestNotifyWakesTheRelay(t *testing.T) {
 	}
 }
 
-// The database drops the relay's connections (its LISTEN connection too):
-// the relay reconnects, listens again, and publishes what commits after.
+// The database drops the relay's connections (its LISTEN connection, or
+// in wal mode its replication connection, too): the relay reconnects,
+// listens or streams again, and publishes what commits after.
 func TestDatabaseConnectionsKilled(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
@@ -639,7 +730,7 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 
 	var killed int
 	err := b.pool.QueryRow(b.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = $1`, relayAppName).Scan(&killed)
+		WHERE datname = current_database() AND application_name LIKE $1 || '%'`, relayAppName).Scan(&killed)
 	if err != nil || killed == 0 {
 		t.Fatalf("terminated %d sessions: %v", killed, err)
 	}

@@ -65,6 +65,12 @@ type claimScope struct {
 	held       []string
 	partitions int     // 0: not partitioned
 	mine       []int32 // with partitions: the partitions this relay holds
+	// sweep: the claim is a log-tailing relay's sweep, which takes only rows
+	// written before before, or whose last publish failed (sweepReady
+	// false: claim nothing).
+	sweep      bool
+	sweepReady bool
+	before     time.Time
 }
 
 // claimRows is ClaimRows within scope. Whatever the scope, a row is
@@ -72,12 +78,16 @@ type claimScope struct {
 // messages of one aggregate go out one at a time, in order.
 func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, scope claimScope) ([]Row, error) {
 	token := claimer + "/" + claimSuffix()
-	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
+	p := dbsqlc.ClaimOutboxParams{
 		Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
 		HeldTypes:  append([]string{}, scope.held...), // never NULL: <> ALL (NULL) matches no row
 		Partitions: int32(scope.partitions),
 		Mine:       append([]int32{}, scope.mine...),
-	})
+	}
+	if scope.sweep {
+		p.CreatedBefore = &scope.before
+	}
+	rows, err := queries.ClaimOutbox(ctx, db, p)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", database.Translate(err))
 	}
@@ -266,4 +276,37 @@ func RetryFailed(ctx context.Context, db database.DBTX, ids []uuid.UUID, message
 		out[i] = Retried{ID: r.OutboxID, Type: r.MessageType, AggregateID: r.AggregateID, LastError: database.Deref(r.LastError)}
 	}
 	return out, nil
+}
+
+// streamMarks are the outcomes of rows the log-tailing relay published
+// (wal.go): it claims nothing, so they are matched by id alone, and only
+// while still PENDING.
+type streamMarks struct {
+	published []uuid.UUID
+	refused   []PublishFailure // returned as unroutable: the attempt counted
+	released  []PublishFailure // nacked: the attempt not counted
+}
+
+// markStreamed writes streamMarks in one statement (MarkStreamed).
+func markStreamed(ctx context.Context, db database.DBTX, m streamMarks, maxAttempts int) (Marked, error) {
+	p := dbsqlc.MarkStreamedParams{PublishedIds: m.published, MaxAttempts: int32(maxAttempts)}
+	if p.PublishedIds == nil {
+		p.PublishedIds = []uuid.UUID{}
+	}
+	for _, f := range m.refused {
+		p.RefusedIds = append(p.RefusedIds, f.ID)
+		p.RefusedErrors = append(p.RefusedErrors, f.Reason)
+		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, f.RetryIn.Seconds())
+	}
+	for _, f := range m.released {
+		p.ReleasedIds = append(p.ReleasedIds, f.ID)
+		p.ReleasedErrors = append(p.ReleasedErrors, f.Reason)
+		p.ReleasedRetryInSeconds = append(p.ReleasedRetryInSeconds, f.RetryIn.Seconds())
+	}
+	row, err := queries.MarkStreamed(ctx, db, p)
+	if err != nil {
+		return Marked{}, fmt.Errorf("write back %d streamed outbox rows: %w",
+			len(m.published)+len(m.refused)+len(m.released), database.Translate(err))
+	}
+	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }

@@ -24,30 +24,33 @@ WHERE outbox_id = ANY (ARRAY(
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL ($3::text[])
-      AND ($4::integer = 0
-           OR mod(hashtext(o.aggregate_id)::bigint + 2147483648, greatest($4::integer, 1))::integer = ANY ($5::integer[]))
+      AND ($4::timestamptz IS NULL
+           OR o.created_at < $4::timestamptz OR o.last_error IS NOT NULL)
+      AND ($5::integer = 0
+           OR mod(hashtext(o.aggregate_id)::bigint + 2147483648, greatest($5::integer, 1))::integer = ANY ($6::integer[]))
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
             AND e.status <> 'PUBLISHED'
             AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id))
     ORDER BY o.created_at, o.outbox_id
-    LIMIT $6
+    LIMIT $7
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
           routing_key, payload, headers, attempt_count, claimed_by, created_at,
-          (CASE WHEN $4::integer = 0 THEN -1
-                ELSE mod(hashtext(aggregate_id)::bigint + 2147483648, greatest($4::integer, 1)) END)::integer AS partition
+          (CASE WHEN $5::integer = 0 THEN -1
+                ELSE mod(hashtext(aggregate_id)::bigint + 2147483648, greatest($5::integer, 1)) END)::integer AS partition
 `
 
 type ClaimOutboxParams struct {
-	Claimer      *string
-	LeaseSeconds float64
-	HeldTypes    []string
-	Partitions   int32
-	Mine         []int32
-	MaxRows      int32
+	Claimer       *string
+	LeaseSeconds  float64
+	HeldTypes     []string
+	CreatedBefore *time.Time
+	Partitions    int32
+	Mine          []int32
+	MaxRows       int32
 }
 
 type ClaimOutboxRow struct {
@@ -76,7 +79,10 @@ type ClaimOutboxRow struct {
 // go out one at a time, in the order they were written, and a message the
 // broker refused holds the later ones of its aggregate back until it is
 // published (or an operator retries it). Rows of held_types are left alone
-// (a reader's queue of theirs is missing). With partitions > 0, only rows
+// (a reader's queue of theirs is missing). With created_before set (the
+// log-tailing relay's sweep, wal.go), only rows written before it, or
+// whose last publish failed, are claimed: the newer ones are the log
+// stream's. With partitions > 0, only rows
 // of the relay's partitions (mine) are claimed; a row's partition is
 // mod(hashtext(aggregate_id) + 2^31, partitions), and is returned with it.
 // The ids go through an array so that the rows are fetched by primary key.
@@ -87,6 +93,7 @@ func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParam
 		arg.Claimer,
 		arg.LeaseSeconds,
 		arg.HeldTypes,
+		arg.CreatedBefore,
 		arg.Partitions,
 		arg.Mine,
 		arg.MaxRows,
@@ -362,6 +369,91 @@ func (q *Queries) MarkOutbox(ctx context.Context, db DBTX, arg MarkOutboxParams)
 		arg.ReleasedRetryInSeconds,
 	)
 	var i MarkOutboxRow
+	err := row.Scan(
+		&i.Published,
+		&i.Refused,
+		&i.Released,
+		&i.FailedIds,
+	)
+	return i, err
+}
+
+const markStreamed = `-- name: MarkStreamed :one
+WITH published AS (
+    UPDATE message_outbox m
+    SET status = 'PUBLISHED', published_at = now(), attempt_count = m.attempt_count + 1,
+        last_error = NULL, updated_at = now()
+    WHERE m.outbox_id = ANY ($1::uuid[]) AND m.status = 'PENDING'
+    RETURNING m.outbox_id
+), refused AS (
+    UPDATE message_outbox m
+    SET attempt_count = m.attempt_count + 1,
+        status = CASE WHEN m.attempt_count + 1 >= $2::integer THEN 'FAILED' ELSE 'PENDING' END,
+        next_attempt_at = now() + make_interval(secs => c.retry_in),
+        last_error = c.error, updated_at = now()
+    FROM (SELECT unnest($3::uuid[]) AS outbox_id, unnest($4::text[]) AS error,
+                 unnest($5::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    RETURNING m.outbox_id, m.status
+), released AS (
+    UPDATE message_outbox m
+    SET next_attempt_at = now() + make_interval(secs => c.retry_in), last_error = c.error, updated_at = now()
+    FROM (SELECT unnest($6::uuid[]) AS outbox_id, unnest($7::text[]) AS error,
+                 unnest($8::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    RETURNING m.outbox_id
+)
+SELECT (SELECT count(*) FROM published)::bigint AS published,
+       (SELECT count(*) FROM refused)::bigint AS refused,
+       (SELECT count(*) FROM released)::bigint AS released,
+       coalesce((SELECT array_agg(outbox_id) FROM refused WHERE status = 'FAILED'), '{}')::uuid[] AS failed_ids
+`
+
+type MarkStreamedParams struct {
+	PublishedIds           []uuid.UUID
+	MaxAttempts            int32
+	RefusedIds             []uuid.UUID
+	RefusedErrors          []string
+	RefusedRetryInSeconds  []float64
+	ReleasedIds            []uuid.UUID
+	ReleasedErrors         []string
+	ReleasedRetryInSeconds []float64
+}
+
+type MarkStreamedRow struct {
+	Published int64
+	Refused   int64
+	Released  int64
+	FailedIds []uuid.UUID
+}
+
+// The log-tailing relay's write-back (wal.go): what became of the rows it
+// published from the write-ahead log, in one statement, so that orderctl,
+// the timeline page and the gauges say what poll mode would. The log
+// stream claims nothing, so a row it published is still PENDING; the
+// statement touches only such rows. A row the sweep has claimed meanwhile
+// (PUBLISHING), or that is PUBLISHED or FAILED already, is left alone.
+//   - published: confirmed: PUBLISHED, the attempt counted;
+//   - refused: returned as unroutable: the attempt counted, due again after
+//     its backoff, FAILED once max_attempts is spent;
+//   - released: nacked by the broker: the attempt not counted, due after
+//     retry_in.
+//
+// A refused or released row gets its last_error, which hands it to the
+// sweep (ClaimOutbox with created_before): the stream never comes back to a
+// row.
+func (q *Queries) MarkStreamed(ctx context.Context, db DBTX, arg MarkStreamedParams) (MarkStreamedRow, error) {
+	row := db.QueryRow(ctx, markStreamed,
+		arg.PublishedIds,
+		arg.MaxAttempts,
+		arg.RefusedIds,
+		arg.RefusedErrors,
+		arg.RefusedRetryInSeconds,
+		arg.ReleasedIds,
+		arg.ReleasedErrors,
+		arg.ReleasedRetryInSeconds,
+	)
+	var i MarkStreamedRow
 	err := row.Scan(
 		&i.Published,
 		&i.Refused,

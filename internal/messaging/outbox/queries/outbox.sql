@@ -28,7 +28,10 @@ SELECT unnest(@outbox_ids::uuid[]),
 -- go out one at a time, in the order they were written, and a message the
 -- broker refused holds the later ones of its aggregate back until it is
 -- published (or an operator retries it). Rows of held_types are left alone
--- (a reader's queue of theirs is missing). With partitions > 0, only rows
+-- (a reader's queue of theirs is missing). With created_before set (the
+-- log-tailing relay's sweep, wal.go), only rows written before it, or
+-- whose last publish failed, are claimed: the newer ones are the log
+-- stream's. With partitions > 0, only rows
 -- of the relay's partitions (mine) are claimed; a row's partition is
 -- mod(hashtext(aggregate_id) + 2^31, partitions), and is returned with it.
 -- The ids go through an array so that the rows are fetched by primary key.
@@ -45,6 +48,8 @@ WHERE outbox_id = ANY (ARRAY(
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL (@held_types::text[])
+      AND (sqlc.narg(created_before)::timestamptz IS NULL
+           OR o.created_at < sqlc.narg(created_before)::timestamptz OR o.last_error IS NOT NULL)
       AND (@partitions::integer = 0
            OR mod(hashtext(o.aggregate_id)::bigint + 2147483648, greatest(@partitions::integer, 1))::integer = ANY (@mine::integer[]))
       AND NOT EXISTS (
@@ -213,3 +218,47 @@ SET status = 'PENDING', attempt_count = 0, next_attempt_at = now(), updated_at =
 WHERE status = 'FAILED'
   AND (outbox_id = ANY (@outbox_ids::uuid[]) OR message_type = sqlc.narg(message_type))
 RETURNING outbox_id, message_type, aggregate_id, last_error;
+
+-- name: MarkStreamed :one
+-- The log-tailing relay's write-back (wal.go): what became of the rows it
+-- published from the write-ahead log, in one statement, so that orderctl,
+-- the timeline page and the gauges say what poll mode would. The log
+-- stream claims nothing, so a row it published is still PENDING; the
+-- statement touches only such rows. A row the sweep has claimed meanwhile
+-- (PUBLISHING), or that is PUBLISHED or FAILED already, is left alone.
+--   - published: confirmed: PUBLISHED, the attempt counted;
+--   - refused: returned as unroutable: the attempt counted, due again after
+--     its backoff, FAILED once max_attempts is spent;
+--   - released: nacked by the broker: the attempt not counted, due after
+--     retry_in.
+-- A refused or released row gets its last_error, which hands it to the
+-- sweep (ClaimOutbox with created_before): the stream never comes back to a
+-- row.
+WITH published AS (
+    UPDATE message_outbox m
+    SET status = 'PUBLISHED', published_at = now(), attempt_count = m.attempt_count + 1,
+        last_error = NULL, updated_at = now()
+    WHERE m.outbox_id = ANY (@published_ids::uuid[]) AND m.status = 'PENDING'
+    RETURNING m.outbox_id
+), refused AS (
+    UPDATE message_outbox m
+    SET attempt_count = m.attempt_count + 1,
+        status = CASE WHEN m.attempt_count + 1 >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
+        next_attempt_at = now() + make_interval(secs => c.retry_in),
+        last_error = c.error, updated_at = now()
+    FROM (SELECT unnest(@refused_ids::uuid[]) AS outbox_id, unnest(@refused_errors::text[]) AS error,
+                 unnest(@refused_retry_in_seconds::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    RETURNING m.outbox_id, m.status
+), released AS (
+    UPDATE message_outbox m
+    SET next_attempt_at = now() + make_interval(secs => c.retry_in), last_error = c.error, updated_at = now()
+    FROM (SELECT unnest(@released_ids::uuid[]) AS outbox_id, unnest(@released_errors::text[]) AS error,
+                 unnest(@released_retry_in_seconds::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    RETURNING m.outbox_id
+)
+SELECT (SELECT count(*) FROM published)::bigint AS published,
+       (SELECT count(*) FROM refused)::bigint AS refused,
+       (SELECT count(*) FROM released)::bigint AS released,
+       coalesce((SELECT array_agg(outbox_id) FROM refused WHERE status = 'FAILED'), '{}')::uuid[] AS failed_ids;

@@ -1,0 +1,320 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/messaging"
+)
+
+// The log-tailing relay (RELAY_MODE=wal). Instead of claiming rows, it
+// reads the outbox's INSERTs from PostgreSQL's write-ahead log through a
+// logical replication slot of its own (pgoutput, publication
+// orders_outbox), publishes each message under confirms and mandatory, and
+// tells the slot a transaction is done (its end LSN "flushed") only once
+// every message of it, and of every transaction before it, is confirmed and
+// written back. So a message costs the database its INSERT, one row update
+// written back in batches, and nothing else.
+//
+// It stores nothing it trusts over the slot. The write-back (PUBLISHED, or
+// PENDING with the broker's refusal in last_error) is for the operators'
+// views and for the sweep; the slot alone says where the stream resumes,
+// and it always resumes from the slot's own confirmed position (start LSN
+// 0/0), never from one the relay remembers.
+//
+// Beside the stream runs a sweep: the polling relay (relay.go) restricted
+// to rows the stream has handed over (their last publish failed: a return
+// or a nack, retried with the usual attempts, backoff and FAILED) or
+// missed (written SweepAfter before the newest transaction the stream has
+// finished, and still PENDING: rows from before the slot existed, or from
+// while it was lost). The sweep runs only while this relay streams.
+//
+// One relay streams a slot at a time; a second one finds the slot active,
+// stands by, and takes over when the first one's connection goes.
+// docs/outbox-relay.md compares the two designs.
+
+// WALConfig configures the log-tailing relay. Zero fields take the
+// defaults noted on each.
+type WALConfig struct {
+	// Slot is the logical replication slot the relay streams. The relay
+	// creates it on its first start. Default "orders_outbox_relay".
+	Slot string
+	// Publication is the publication of the outbox table
+	// (migrations/00015_outbox_publication.sql). Default "orders_outbox".
+	Publication string
+	// Heartbeat is how often the streaming relay writes a logical message
+	// into the log, so that the slot moves on, and retains no WAL, while
+	// the outbox is quiet. Default 10s.
+	Heartbeat time.Duration
+	// SweepAfter is how long after the newest transaction the stream has
+	// finished a row must still be PENDING for the sweep to publish it.
+	// Keep it above the longest transaction that writes outbox rows: a row
+	// written earlier and committed later than that is published twice.
+	// Default 30s.
+	SweepAfter time.Duration
+	// StatusInterval is how often the relay reports its position to the
+	// server. Default 1s.
+	StatusInterval time.Duration
+}
+
+func (c *WALConfig) setDefaults() {
+	c.Slot = cmp.Or(c.Slot, "orders_outbox_relay")
+	c.Publication = cmp.Or(c.Publication, "orders_outbox")
+	c.Heartbeat = cmp.Or(c.Heartbeat, 10*time.Second)
+	c.SweepAfter = cmp.Or(c.SweepAfter, 30*time.Second)
+	c.StatusInterval = cmp.Or(c.StatusInterval, time.Second)
+}
+
+// WALRelay publishes the outbox from the write-ahead log.
+type WALRelay struct {
+	cfg   Config
+	wal   WALConfig
+	sweep *Relay // the polling relay, restricted to what the stream hands over or missed
+	pool  *pgxpool.Pool
+	url   string
+	log   *slog.Logger
+
+	streaming atomic.Bool              // this relay streams the slot
+	standby   atomic.Bool              // another relay streams it; this one waits
+	down      atomic.Pointer[string]   // why the stream is down, while it is
+	lastEnd   atomic.Pointer[walTxEnd] // the newest transaction written back
+	metrics   *walMetrics
+}
+
+// errStandby ends a stream session that found the slot streamed by another
+// relay.
+var errStandby = errors.New("the slot is streamed by another relay")
+
+// NewWALRelay returns a log-tailing relay; Run starts it. cfg is the
+// polling relay's configuration, which the sweep and the publishing share
+// (attempts, backoff, confirm timeout, in-flight window, readers).
+func NewWALRelay(cfg Config, wal WALConfig, deps messaging.Deps) (*WALRelay, error) {
+	if cfg.Partitions > 0 {
+		return nil, errors.New("relay config: MESSAGE_PARTITIONS needs RELAY_MODE=poll: the log stream publishes in commit order and does not hold an order's later messages behind a refused one, which partitioned consumers count on")
+	}
+	wal.setDefaults()
+	sweepCfg := cfg
+	sweepCfg.NotifyOff = true // the stream sees every commit; the sweep only needs its poll
+	sweep, err := NewRelay(sweepCfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	w := &WALRelay{
+		cfg: sweep.cfg, wal: wal, sweep: sweep, pool: deps.Pool, url: deps.AMQPURL,
+		log: sweep.log.With(slog.String("relay_mode", "wal"), slog.String("slot", wal.Slot)),
+	}
+	sweep.sweepCutoff = w.sweepCutoff
+	if w.metrics, err = newWALMetrics(deps.MeterProvider.Meter(scope), w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// ID is the relay's id.
+func (w *WALRelay) ID() string { return w.cfg.ID }
+
+// Streaming reports whether this relay streams the slot now (not a
+// standby).
+func (w *WALRelay) Streaming() bool { return w.streaming.Load() }
+
+// Ready reports whether the relay can publish: the sweep's broker
+// connection, readers and database (Relay.Ready), and the log stream
+// running or standing by.
+func (w *WALRelay) Ready(ctx context.Context) error {
+	if err := w.sweep.Ready(ctx); err != nil {
+		return err
+	}
+	if w.streaming.Load() || w.standby.Load() {
+		return nil
+	}
+	if why := w.down.Load(); why != nil {
+		return fmt.Errorf("log stream down: %s", *why)
+	}
+	return errors.New("log stream not started yet")
+}
+
+// sweepCutoff says which rows the sweep may take: while this relay
+// streams, PENDING rows written SweepAfter before the newest transaction
+// it has finished (and rows whose last publish failed).
+func (w *WALRelay) sweepCutoff() (time.Time, bool) {
+	end := w.lastEnd.Load()
+	if !w.streaming.Load() || end == nil {
+		return time.Time{}, false
+	}
+	return end.commitTime.Add(-w.wal.SweepAfter), true
+}
+
+// Run checks that the server can stream the outbox, then publishes until
+// ctx ends: the log stream (one session per replication connection,
+// wal_stream.go) and the sweep. A server that cannot do logical replication
+// is an error at once, saying what to change.
+func (w *WALRelay) Run(ctx context.Context) error {
+	if err := w.checkServer(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var sweepErr error
+	wg.Go(func() {
+		if sweepErr = w.sweep.Run(ctx); sweepErr != nil {
+			cancel()
+		}
+	})
+	w.log.InfoContext(ctx, "log-tailing relay starting", slog.String("publication", w.wal.Publication),
+		slog.Int("max_in_flight", w.cfg.MaxInFlight))
+	streamErr := w.streamLoop(ctx)
+	cancel()
+	wg.Wait()
+	if err := errors.Join(streamErr, sweepErr); err != nil {
+		return err
+	}
+	w.log.InfoContext(ctx, "log-tailing relay stopped")
+	return nil
+}
+
+// streamLoop runs stream sessions until ctx ends: again after a failure,
+// with backoff; every PollInterval while another relay holds the slot.
+func (w *WALRelay) streamLoop(ctx context.Context) error {
+	failures := 0
+	for {
+		streamed, err := w.streamOnce(ctx)
+		switch {
+		case errors.Is(err, errStopped):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, errStandby):
+			if !w.standby.Swap(true) {
+				w.log.InfoContext(ctx, "another relay streams the slot: standing by")
+			}
+			failures = 0
+			background.Sleep(ctx, w.cfg.PollInterval)
+			continue
+		}
+		w.standby.Store(false)
+		if streamed {
+			failures = 0
+		}
+		failures++
+		why := err.Error()
+		w.down.Store(&why)
+		delay := background.Backoff(failures, 200*time.Millisecond, 30*time.Second)
+		w.log.WarnContext(ctx, "log stream ended; resuming from the slot", slog.String("error", why), slog.Duration("retry_in", delay))
+		background.Sleep(ctx, delay)
+	}
+}
+
+// checkServer fails at once, saying what to change, when the server cannot
+// stream the outbox: wal_level below logical, the publication missing, or
+// the relay's role without the REPLICATION attribute.
+func (w *WALRelay) checkServer(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
+	defer cancel()
+	var level, role string
+	var canReplicate, published bool
+	err := w.pool.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user,
+		       (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
+		       EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, w.wal.Publication).
+		Scan(&level, &role, &canReplicate, &published)
+	if err != nil {
+		return fmt.Errorf("RELAY_MODE=wal: checking the server: %w", err)
+	}
+	var errs []error
+	if level != "logical" {
+		errs = append(errs, fmt.Errorf("the server runs wal_level=%s; RELAY_MODE=wal needs wal_level=logical (postgresql.conf or -c wal_level=logical, then restart the server), or run RELAY_MODE=poll", level))
+	}
+	if !published {
+		errs = append(errs, fmt.Errorf("publication %s not found: run the migrations (00015_outbox_publication.sql)", w.wal.Publication))
+	}
+	if !canReplicate {
+		errs = append(errs, fmt.Errorf("role %s may not replicate: ALTER ROLE %s WITH REPLICATION (as a superuser)", role, role))
+	}
+	return errors.Join(errs...)
+}
+
+// ensureSlot creates the slot when it does not exist, and says whether it
+// did. A slot created now starts at the current end of the log: the rows
+// written before it are the sweep's.
+func (w *WALRelay) ensureSlot(ctx context.Context, repl *pgconn.PgConn) (bool, error) {
+	var db string
+	err := w.pool.QueryRow(ctx, "SELECT coalesce(database, '') FROM pg_replication_slots WHERE slot_name = $1", w.wal.Slot).Scan(&db)
+	switch {
+	case err == nil:
+		var mine string
+		if err := w.pool.QueryRow(ctx, "SELECT current_database()").Scan(&mine); err != nil {
+			return false, err
+		}
+		if db != mine {
+			return false, fmt.Errorf("replication slot %s belongs to database %q, not %q: choose another RELAY_WAL_SLOT", w.wal.Slot, db, mine)
+		}
+		return false, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("look for replication slot %s: %w", w.wal.Slot, err)
+	}
+	_, err = pglogrepl.CreateReplicationSlot(ctx, repl, w.wal.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // another relay created it just now
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("create replication slot %s: %w", w.wal.Slot, err)
+	}
+	return true, nil
+}
+
+// walMetrics are the log stream's gauges; the counters and histograms are
+// the polling relay's (metrics.go), shared with the sweep.
+type walMetrics struct{}
+
+func newWALMetrics(meter metric.Meter, w *WALRelay) (*walMetrics, error) {
+	streaming, err := meter.Int64ObservableGauge("relay.wal.streaming",
+		metric.WithDescription("1 while this relay streams the replication slot (RELAY_MODE=wal); 0 while it stands by or the stream is down."))
+	if err != nil {
+		return nil, err
+	}
+	lag, err := meter.Int64ObservableGauge("relay.wal.slot.lag", metric.WithUnit("By"),
+		metric.WithDescription("WAL written since the slot's confirmed position: what the log stream has yet to publish and write back."))
+	if err != nil {
+		return nil, err
+	}
+	retained, err := meter.Int64ObservableGauge("relay.wal.slot.retained", metric.WithUnit("By"),
+		metric.WithDescription("WAL the server keeps for the slot (since its restart position). It grows without bound while no relay streams the slot."))
+	if err != nil {
+		return nil, err
+	}
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(streaming, boolInt(w.streaming.Load()))
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var lagBytes, retainedBytes int64
+		err := w.pool.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
+		       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, w.wal.Slot).Scan(&lagBytes, &retainedBytes)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // no slot yet: nothing retained
+		}
+		if err != nil {
+			return err
+		}
+		o.ObserveInt64(lag, lagBytes)
+		o.ObserveInt64(retained, retainedBytes)
+		return nil
+	}, streaming, lag, retained)
+	return &walMetrics{}, err
+}

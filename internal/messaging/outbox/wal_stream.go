@@ -1,0 +1,728 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/messaging"
+)
+
+// walSession is one replication connection's worth of streaming: the
+// slot's changes from its confirmed position on, published on one confirm
+// channel. Every message goes through four steps, in log order, each in a
+// goroutine of its own, joined by channels (streamOnce):
+//
+//  1. receive  decode the log: a row per outbox INSERT, an end per COMMIT  receive
+//  2. publish  each row, mandatory, confirms pipelined                     publishLoop
+//  3. confirm  wait for the broker's answer to each row                    confirmLoop
+//  4. write    the outcomes back in batches, then report the position      writeLoop
+//
+// The position reported to the slot is the end of the newest transaction
+// all of whose rows, and all before them, went through step 4. Anything
+// short of that (a confirm that never came, a lost channel, a crash) ends
+// the session unreported, and the next one streams it again from the slot:
+// a duplicate the inbox absorbs, never a loss.
+type walSession struct {
+	relay   *WALRelay
+	repl    *pgconn.PgConn
+	ch      *amqp.Channel
+	returns *returnBook
+	window  *semaphore.Weighted // room for MaxInFlight unconfirmed messages
+	blocked atomic.Bool         // the broker blocks publishers (a resource alarm)
+	stop    context.CancelCauseFunc
+
+	// The receive step's view of the writes: the transactions it has passed
+	// on and those written back, and the LSN up to which everything is
+	// written back.
+	received atomic.Int64
+	written  atomic.Int64
+	done     atomic.Uint64 // pglogrepl.LSN
+}
+
+// walItem is one step of the log, in order: a row to publish, or the end of
+// a transaction.
+type walItem struct {
+	row         Row
+	end         *walTxEnd
+	held        bool                       // not published: a reader queue of its type is missing
+	confirm     *amqp.DeferredConfirmation // nil: not published
+	span        trace.Span
+	publishedAt time.Time
+}
+
+// walTxEnd is a committed transaction's end: its end LSN, the position to
+// report once its rows are written back, and its commit time.
+type walTxEnd struct {
+	lsn        pglogrepl.LSN
+	commitTime time.Time
+}
+
+// walOutcome is an item with what became of it.
+type walOutcome struct {
+	outcome
+	end *walTxEnd
+}
+
+// streamOnce runs one session: it returns when ctx ends, the slot is
+// another relay's (errStandby), or the stream or the channel fails. It
+// says whether it streamed at all.
+func (w *WALRelay) streamOnce(ctx context.Context) (streamed bool, err error) {
+	repl, err := w.connectReplication(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = repl.Close(context.Background()) }()
+	created, err := w.ensureSlot(ctx, repl)
+	if err != nil {
+		return false, err
+	}
+	err = pglogrepl.StartReplication(ctx, repl, w.wal.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + w.wal.Publication + "'", "messages 'true'"},
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use: another relay streams the slot
+		return false, errStandby
+	}
+	if err != nil {
+		return false, fmt.Errorf("start replication from slot %s: %w", w.wal.Slot, err)
+	}
+
+	conn, ch, err := messaging.Open(ctx, w.url, "outbox-relay "+w.cfg.ID+" (wal)")
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
+	if err := ch.Confirm(false); err != nil {
+		return false, fmt.Errorf("confirm mode: %w", err)
+	}
+	s := &walSession{relay: w, repl: repl, ch: ch, returns: newReturnBook(ch),
+		window: semaphore.NewWeighted(int64(w.cfg.MaxInFlight))}
+
+	sessCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	s.stop = stop
+	go func() {
+		if amqpErr, ok := <-ch.NotifyClose(make(chan *amqp.Error, 1)); ok {
+			stop(fmt.Errorf("channel closed: %w", amqpErr))
+		}
+	}()
+	go s.watchBlocked(sessCtx, conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
+
+	w.standby.Store(false)
+	w.down.Store(nil)
+	w.streaming.Store(true)
+	defer w.streaming.Store(false)
+	if created {
+		w.log.WarnContext(ctx, "replication slot created: it starts at the end of the log; rows written before it are the sweep's")
+	}
+	w.log.InfoContext(ctx, "streaming the outbox from the slot's confirmed position")
+	go w.heartbeat(sessCtx)
+
+	// drainCtx bounds steps 3 and 4 after the session ends: for at most
+	// ShutdownTimeout, the confirms of what was published are awaited and
+	// written back.
+	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelDrain()
+	stopTimer := context.AfterFunc(sessCtx, func() { time.AfterFunc(w.cfg.ShutdownTimeout, cancelDrain) })
+	defer stopTimer()
+
+	items := make(chan walItem, 256)                   // 1 -> 2
+	published := make(chan walItem, w.cfg.MaxInFlight) // 2 -> 3
+	outcomes := make(chan walOutcome, w.cfg.MaxInFlight)
+	writeErr := make(chan error, 1)
+	go s.publishLoop(sessCtx, items, published)
+	go s.confirmLoop(drainCtx, published, outcomes)
+	go func() {
+		err := s.writeLoop(drainCtx, outcomes)
+		if err != nil {
+			stop(err)
+		}
+		writeErr <- err
+	}()
+	recvErr := s.receive(sessCtx, items)
+	close(items)
+	stop(recvErr)
+	werr := <-writeErr
+	// Every step has stopped: the connection is this goroutine's again.
+	s.reportPosition(context.Background(), true)
+	switch {
+	case errors.Is(werr, errStopped):
+		return true, werr
+	case ctx.Err() != nil:
+		return true, nil
+	}
+	return true, causeOr(context.Cause(sessCtx), errors.New("stream ended"))
+}
+
+// causeOr returns err unless it is nil or a cancellation, else fallback.
+func causeOr(err, fallback error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return fallback
+	}
+	return err
+}
+
+// connectReplication opens a replication connection (replication=database)
+// with the pool's settings: the same server, database and role.
+func (w *WALRelay) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg := w.pool.Config().ConnConfig.Config.Copy()
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = cfg.RuntimeParams["application_name"] + " wal"
+	// A read that times out (the status tick) must not cancel the stream.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("replication connection: %w", err)
+	}
+	return conn, nil
+}
+
+// receive is step 1: it decodes the stream and hands each outbox row and
+// each transaction's end to the publish step, and reports the position at
+// every StatusInterval (and whenever the server asks), until ctx ends or
+// the stream fails.
+func (s *walSession) receive(ctx context.Context, items chan<- walItem) error {
+	w := s.relay
+	relations := map[uint32]*pglogrepl.RelationMessage{}
+	types := pgtype.NewMap()
+	next := time.Now().Add(w.wal.StatusInterval)
+	inTx := false
+	for {
+		if !time.Now().Before(next) {
+			if err := s.reportPosition(ctx, false); err != nil {
+				return err
+			}
+			next = time.Now().Add(w.wal.StatusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, next)
+		msg, err := s.repl.ReceiveMessage(rctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case pgconn.Timeout(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("replication stream: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("keepalive: %w", err)
+				}
+				if !inTx && s.received.Load() == s.written.Load() {
+					// Everything sent before this keepalive is written back:
+					// the slot may move on to its end (WAL of other tables).
+					s.advance(ka.ServerWALEnd)
+				}
+				if ka.ReplyRequested {
+					next = time.Time{}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("xlog data: %w", err)
+				}
+				m, err := pglogrepl.Parse(xld.WALData)
+				if err != nil {
+					return fmt.Errorf("decode the log at %s: %w", xld.WALStart, err)
+				}
+				var it *walItem
+				switch m := m.(type) {
+				case *pglogrepl.RelationMessage:
+					relations[m.RelationID] = m
+				case *pglogrepl.BeginMessage:
+					inTx = true
+				case *pglogrepl.InsertMessage:
+					row, err := decodeRow(relations[m.RelationID], m.Tuple, types)
+					if err != nil {
+						return fmt.Errorf("decode an outbox row at %s: %w", xld.WALStart, err)
+					}
+					it = &walItem{row: row}
+				case *pglogrepl.CommitMessage:
+					inTx = false
+					s.received.Add(1)
+					it = &walItem{end: &walTxEnd{lsn: m.TransactionEndLSN, commitTime: m.CommitTime}}
+				}
+				if it != nil && !s.pass(ctx, items, *it, &next) {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// pass hands it to the publish step, reporting the position meanwhile: a
+// publish step that waits (a full window, a missing reader queue) must not
+// leave the server without a status until wal_sender_timeout ends the
+// stream.
+func (s *walSession) pass(ctx context.Context, items chan<- walItem, it walItem, next *time.Time) bool {
+	for {
+		select {
+		case items <- it:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Until(*next)):
+			if err := s.reportPosition(ctx, false); err != nil {
+				s.stop(err)
+				return false
+			}
+			*next = time.Now().Add(s.relay.wal.StatusInterval)
+		}
+	}
+}
+
+// advance moves the position to report up to lsn (never back).
+func (s *walSession) advance(lsn pglogrepl.LSN) {
+	for {
+		cur := s.done.Load()
+		if uint64(lsn) <= cur || s.done.CompareAndSwap(cur, uint64(lsn)) {
+			return
+		}
+	}
+}
+
+// reportPosition tells the server that everything up to the position is
+// done: the slot may release the WAL before it, and a restart resumes
+// after it.
+func (s *walSession) reportPosition(ctx context.Context, final bool) error {
+	lsn := pglogrepl.LSN(s.done.Load())
+	if lsn == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.relay.cfg.DBTimeout)
+	defer cancel()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.repl, pglogrepl.StandbyStatusUpdate{WALWritePosition: lsn})
+	if err != nil && !final {
+		return fmt.Errorf("report the position %s: %w", lsn, err)
+	}
+	return nil
+}
+
+// decodeRow builds the Row of an outbox INSERT from the columns pgoutput
+// sends (text format), by name.
+func decodeRow(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, types *pgtype.Map) (Row, error) {
+	if rel == nil || tuple == nil {
+		return Row{}, errors.New("an insert of a relation the stream has not described")
+	}
+	if rel.RelationName != "message_outbox" {
+		return Row{}, fmt.Errorf("an insert into %s.%s: the publication should hold message_outbox only", rel.Namespace, rel.RelationName)
+	}
+	row := Row{Attempt: 1, Partition: -1, Headers: map[string]string{}}
+	for i, col := range tuple.Columns {
+		if i >= len(rel.Columns) || col.DataType != pglogrepl.TupleDataTypeText {
+			continue
+		}
+		text := string(col.Data)
+		var err error
+		switch rel.Columns[i].Name {
+		case "outbox_id":
+			row.ID, err = uuid.Parse(text)
+		case "aggregate_id":
+			row.AggregateID = text
+		case "message_type":
+			row.Type = text
+		case "message_version":
+			row.Version, err = strconv.Atoi(text)
+		case "exchange_name":
+			row.Exchange = text
+		case "routing_key":
+			row.RoutingKey = text
+		case "payload":
+			row.Payload = col.Data
+		case "headers":
+			if json.Unmarshal(col.Data, &row.Headers) != nil {
+				row.Headers = map[string]string{} // as a claim does: publish without them
+			}
+		case "created_at":
+			err = types.Scan(rel.Columns[i].DataType, pgtype.TextFormatCode, col.Data, &row.CreatedAt)
+		}
+		if err != nil {
+			return Row{}, fmt.Errorf("column %s: %w", rel.Columns[i].Name, err)
+		}
+	}
+	if row.ID == uuid.Nil {
+		return Row{}, errors.New("no outbox_id")
+	}
+	return row, nil
+}
+
+// publishLoop is step 2: it publishes each row, in order, and passes every
+// item on. While the broker blocks publishers it waits (and with it the
+// stream). A row whose type has a reader queue missing (Config.Readers) is
+// not published: it is written back for the sweep, which publishes it once
+// every reader's queue is there, while the stream goes on with the other
+// types. Once ctx has ended it publishes nothing more: what is left is
+// passed on unpublished.
+func (s *walSession) publishLoop(ctx context.Context, items <-chan walItem, published chan<- walItem) {
+	defer close(published)
+	w := s.relay
+	for it := range items {
+		it.held = it.end == nil && slices.Contains(w.sweep.readers.Load().held(), it.row.Type)
+		if it.end == nil && !it.held && ctx.Err() == nil && s.waitToPublish(ctx) {
+			row := it.row
+			parent := messaging.Extract(context.Background(), propagation.MapCarrier(row.Headers))
+			msg := Publishing(row)
+			it.span = publishSpan(w.sweep.tracer, parent, &msg, row.Exchange, row.RoutingKey)
+			it.publishedAt = time.Now()
+			dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, row.Exchange, row.RoutingKey, true, false, msg)
+			if err != nil {
+				it.span.End()
+				it.span = nil
+				s.window.Release(1)
+				s.stop(fmt.Errorf("publish: %w", err))
+			} else {
+				it.confirm = dc
+				w.sweep.inFlight.Add(1)
+			}
+		}
+		published <- it
+	}
+}
+
+// waitToPublish waits for room in the window and for the broker to accept
+// publishes; false when ctx ends first.
+func (s *walSession) waitToPublish(ctx context.Context) bool {
+	w := s.relay
+	for s.blocked.Load() {
+		if !background.Sleep(ctx, min(w.cfg.PollInterval, 200*time.Millisecond)) {
+			return false
+		}
+	}
+	return s.window.Acquire(ctx, 1) == nil
+}
+
+// watchBlocked notes when the broker blocks publishers (a memory or disk
+// alarm), and when it lets them go again.
+func (s *walSession) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
+	for b := range blocked {
+		s.blocked.Store(b.Active)
+		if b.Active {
+			s.relay.log.WarnContext(ctx, "RabbitMQ blocked publishing (resource alarm); the stream waits", slog.String("reason", b.Reason))
+		} else {
+			s.relay.log.InfoContext(ctx, "RabbitMQ unblocked publishing")
+		}
+	}
+}
+
+// confirmLoop is step 3: it takes what the publish step passed on, as much
+// as is there at once, waits for those confirms, and passes each item on
+// with its outcome. A row without a confirm (the session ended, the
+// channel failed, the confirm timed out) cannot be written back or passed:
+// the session ends there, and what follows is dropped, to be streamed
+// again.
+func (s *walSession) confirmLoop(ctx context.Context, published <-chan walItem, outcomes chan<- walOutcome) {
+	defer close(outcomes)
+	broken := false
+	for it := range published {
+		chunk := []walItem{it}
+	more:
+		for len(chunk) < s.relay.cfg.BatchSize {
+			select {
+			case it, ok := <-published:
+				if !ok {
+					break more
+				}
+				chunk = append(chunk, it)
+			default:
+				break more
+			}
+		}
+		if broken {
+			s.forget(chunk)
+			continue
+		}
+		for _, o := range s.awaitConfirms(ctx, chunk) {
+			if !broken && o.end == nil && !o.settled() {
+				broken = true
+				s.stop(errors.New(o.reason))
+				s.relay.unsettled(o.outcome)
+			}
+			if !broken {
+				outcomes <- o
+			}
+		}
+	}
+}
+
+// settled: the broker answered (confirmed, returned or nacked).
+func (o walOutcome) settled() bool {
+	return o.result == outcomeConfirmed || o.result == outcomeUnroutable || o.result == outcomeNacked || o.result == outcomeHeld
+}
+
+// outcomeHeld: the log stream did not publish the row, a reader queue of
+// its type being missing, and handed it to the sweep. Not an attempt.
+const outcomeHeld = "held"
+
+// forget ends the spans and frees the window of items that will be
+// streamed again.
+func (s *walSession) forget(chunk []walItem) {
+	for _, it := range chunk {
+		if it.confirm != nil {
+			s.window.Release(1)
+			s.relay.sweep.inFlight.Add(-1)
+		}
+		if it.span != nil {
+			it.span.SetStatus(codes.Error, "not confirmed: streamed again")
+			it.span.End()
+		}
+	}
+}
+
+// awaitConfirms waits for the confirms of chunk until each one's
+// ConfirmTimeout or the shutdown deadline (ctx), and says what became of
+// each row.
+func (s *walSession) awaitConfirms(ctx context.Context, chunk []walItem) []walOutcome {
+	w := s.relay
+	for _, it := range chunk {
+		if it.confirm == nil {
+			continue
+		}
+		deadline := time.NewTimer(time.Until(it.publishedAt.Add(w.cfg.ConfirmTimeout)))
+		select {
+		case <-it.confirm.Done():
+		case <-deadline.C:
+		case <-ctx.Done():
+		}
+		deadline.Stop()
+	}
+	s.returns.sync() // every return sent before these confirms is in the book now
+	out := make([]walOutcome, len(chunk))
+	for i, it := range chunk {
+		o := &out[i]
+		o.end, o.row = it.end, it.row
+		if it.end != nil {
+			continue
+		}
+		ret, returned := s.returns.take(it.row.ID.String())
+		switch {
+		case it.held:
+			o.result, o.reason = outcomeHeld, "held back: a reader's queue of its type is missing (order-consumer declare)"
+		case it.confirm == nil:
+			o.result, o.reason = outcomeNotPublished, "not published: the session ended first"
+		case !isDone(it.confirm):
+			o.result, o.reason = outcomeTimeout, fmt.Sprintf("no publisher confirm within %s", w.cfg.ConfirmTimeout)
+		case returned:
+			o.result = outcomeUnroutable
+			o.reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
+				ret.ReplyCode, ret.ReplyText, it.row.Exchange, it.row.RoutingKey)
+		case it.confirm.Acked():
+			o.result = outcomeConfirmed
+			w.sweep.metrics.confirmLatency.Record(context.Background(), time.Since(it.publishedAt).Seconds())
+		case s.ch.IsClosed():
+			o.result, o.reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
+		default:
+			o.result, o.reason = outcomeNacked, "nacked by RabbitMQ"
+		}
+		if it.confirm != nil {
+			s.window.Release(1)
+			w.sweep.inFlight.Add(-1)
+		}
+		if it.span != nil {
+			it.span.SetAttributes(messaging.AttrOutcome.String(o.result))
+			if o.result != outcomeConfirmed {
+				it.span.SetStatus(codes.Error, o.reason)
+			}
+			it.span.End()
+		}
+	}
+	return out
+}
+
+// writeLoop is step 4: it writes the outcomes back, as many as are there at
+// once (up to BatchSize rows) in one statement, then moves the position to
+// report to the end of the newest transaction written. A write that fails
+// after its retries ends the session: the slot streams it again.
+func (s *walSession) writeLoop(ctx context.Context, outcomes <-chan walOutcome) error {
+	w := s.relay
+	for o := range outcomes {
+		batch := []walOutcome{o}
+	more:
+		for len(batch) < w.cfg.BatchSize {
+			select {
+			case o, ok := <-outcomes:
+				if !ok {
+					break more
+				}
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		if err := w.writeBack(ctx, batch); err != nil {
+			for range outcomes { // let the confirm step finish
+			}
+			return err
+		}
+		for _, o := range batch {
+			if o.end != nil {
+				s.written.Add(1)
+				s.advance(o.end.lsn)
+				w.lastEnd.Store(o.end)
+			}
+		}
+	}
+	return nil
+}
+
+// writeBack writes a batch's outcomes in one statement (MarkStreamed),
+// counts them, and names the refused ones, as the polling relay does.
+func (w *WALRelay) writeBack(ctx context.Context, batch []walOutcome) error {
+	var m streamMarks
+	var outcomes []outcome
+	var published []Claim
+	nackWait := w.cfg.BackoffBase
+	for _, o := range batch {
+		if o.end != nil {
+			continue
+		}
+		outcomes = append(outcomes, o.outcome)
+		switch o.result {
+		case outcomeConfirmed:
+			m.published = append(m.published, o.row.ID)
+			published = append(published, o.row.Claim())
+		case outcomeUnroutable:
+			m.refused = append(m.refused, PublishFailure{Claim: o.row.Claim(), Reason: o.reason,
+				RetryIn: background.Backoff(1, w.cfg.BackoffBase, w.cfg.BackoffMax)})
+		case outcomeHeld:
+			m.released = append(m.released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason})
+		case outcomeNacked:
+			if nackWait == w.cfg.BackoffBase {
+				nackWait = background.Backoff(int(w.sweep.refusals.Add(1)), w.cfg.BackoffBase, w.cfg.BackoffMax)
+			}
+			m.released = append(m.released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: nackWait})
+		}
+	}
+	if nackWait == w.cfg.BackoffBase && len(outcomes) > 0 { // no nack in this batch
+		w.sweep.refusals.Store(0)
+	}
+	if len(outcomes) == 0 {
+		return nil
+	}
+	if w.cfg.Faults != nil {
+		if err := w.cfg.Faults.BeforeMark(published); err != nil {
+			return fmt.Errorf("%w: %w", errStopped, err)
+		}
+	}
+	var marked Marked
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		dbCtx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
+		marked, err = markStreamed(dbCtx, w.pool, m, w.cfg.MaxAttempts)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		w.log.Warn("writing back published rows failed", slog.String("error", err.Error()), slog.Int("attempt", attempt))
+		background.Sleep(ctx, background.Backoff(attempt, 200*time.Millisecond, 5*time.Second))
+	}
+	if err != nil {
+		return fmt.Errorf("write back %d rows (they are streamed again): %w", len(outcomes), err)
+	}
+	w.count(outcomes, marked)
+	return nil
+}
+
+// count adds a written-back batch to the relay's instruments and logs, as
+// the polling relay's mark does.
+func (w *WALRelay) count(outcomes []outcome, marked Marked) {
+	ctx := context.Background()
+	r := w.sweep
+	type group struct{ typ, result string }
+	counts := map[group]int64{}
+	for _, o := range outcomes {
+		if o.result == outcomeHeld {
+			continue // not an attempt: the sweep publishes it
+		}
+		counts[group{o.row.Type, o.result}]++
+		if o.result == outcomeConfirmed {
+			r.metrics.publishDelay.Record(ctx, time.Since(o.row.CreatedAt).Seconds())
+			r.metrics.attemptsPerMessage.Record(ctx, 1)
+		}
+	}
+	for g, n := range counts {
+		typ := messaging.AttrMessageType.String(g.typ)
+		r.metrics.attempts.Add(ctx, n, metric.WithAttributes(typ, messaging.AttrOutcome.String(g.result)))
+		switch g.result {
+		case outcomeUnroutable:
+			r.metrics.unroutable.Add(ctx, n, metric.WithAttributes(typ))
+		case outcomeConfirmed:
+			r.metrics.published.Add(ctx, n, metric.WithAttributes(typ))
+		}
+	}
+	r.logFailures(ctx, outcomes)
+	for _, id := range marked.Failed {
+		r.metrics.failed.Add(ctx, 1)
+		w.log.ErrorContext(ctx, "outbox row FAILED: attempts exhausted", slog.String("message_id", id.String()),
+			slog.Int("max_attempts", w.cfg.MaxAttempts))
+	}
+}
+
+// unsettled counts and logs the row whose publish the broker did not
+// answer (no confirm in time, the connection lost): the session ends
+// there, and the slot streams the row, and all after it, again.
+func (w *WALRelay) unsettled(o outcome) {
+	if o.result == outcomeNotPublished || o.result == outcomeShutdown {
+		return // the session was ending anyway
+	}
+	ctx := context.Background()
+	w.sweep.metrics.attempts.Add(ctx, 1, metric.WithAttributes(messaging.AttrMessageType.String(o.row.Type),
+		messaging.AttrOutcome.String(o.result)))
+	w.log.WarnContext(ctx, "publish unconfirmed; streaming it again from the slot", slog.String("message_id", o.row.ID.String()),
+		slog.String("outcome", o.result), slog.String("reason", o.reason))
+}
+
+// heartbeat writes a logical message into the log every Heartbeat while
+// the session lasts: a transaction of its own that the stream sees and
+// finishes like any other, so that the slot's position, and the sweep's
+// cutoff, move on while the outbox is quiet.
+func (w *WALRelay) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(w.wal.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		dbCtx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
+		_, err := w.pool.Exec(dbCtx, "SELECT pg_logical_emit_message(true, 'orders.outbox.heartbeat', '')")
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "writing the heartbeat into the log failed", slog.String("error", err.Error()))
+		}
+	}
+}

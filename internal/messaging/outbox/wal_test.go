@@ -1,0 +1,261 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// The tests of the log-tailing relay's own traps. The relay suite runs
+// against it too (OUTBOX_TEST_RELAY_MODE=wal); these run in that mode
+// only, except the first.
+
+// walOnly skips a test of the log-tailing relay when the suite runs the
+// polling one.
+func (b *relayBundle) walOnly() {
+	b.t.Helper()
+	if b.mode != "wal" {
+		b.t.Skip("the log-tailing relay's: run with OUTBOX_TEST_RELAY_MODE=wal (make test does)")
+	}
+}
+
+// A server that cannot stream (the shared one runs wal_level=replica) is
+// an error at once that says what to change; so is MESSAGE_PARTITIONS.
+func TestWALStartFailsClearly(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	var level string
+	if err := db.Pool.QueryRow(t.Context(), "SHOW wal_level").Scan(&level); err != nil || level == "logical" {
+		t.Skipf("the test server runs wal_level=%s (%v): this test needs one that cannot stream", level, err)
+	}
+	deps := messaging.Deps{Pool: db.Pool, AMQPURL: testenv.NewVhost(t), Logger: testenv.Logger(), MeterProvider: testenv.NewMetrics().Provider}
+	r, err := outbox.NewWALRelay(testRelayConfig(), outbox.WALConfig{Slot: "never_created"}, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "wal_level=logical") || !strings.Contains(err.Error(), "RELAY_MODE=poll") {
+		t.Fatalf("Run on a wal_level=%s server returned %v; want an error naming wal_level=logical and RELAY_MODE=poll", level, err)
+	}
+
+	cfg := testRelayConfig()
+	cfg.Partitions = 8
+	if _, err := outbox.NewWALRelay(cfg, outbox.WALConfig{}, deps); err == nil || !strings.Contains(err.Error(), "RELAY_MODE=poll") {
+		t.Fatalf("NewWALRelay with 8 partitions returned %v; want an error naming RELAY_MODE=poll", err)
+	}
+}
+
+// slotPosition is the slot's confirmed position.
+func (b *relayBundle) slotPosition() uint64 {
+	b.t.Helper()
+	var lsn uint64
+	err := b.pool.QueryRow(b.ctx, `SELECT coalesce(pg_wal_lsn_diff(confirmed_flush_lsn, '0/0'), 0)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, b.slot).Scan(&lsn)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		b.t.Fatal(err)
+	}
+	return lsn
+}
+
+// A relay started again resumes from the slot's confirmed position: what
+// committed while no relay ran is published, what was published before is
+// not published again.
+func TestWALResumesFromTheSlot(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.walOnly()
+	b.bindQueue("observer", "#")
+	first := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return first.Ready(b.ctx) == nil })
+	b.enqueue(50, messaging.Cause{})
+	b.receive("observer", 50, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "the rows to be PUBLISHED", b.allPublished(50))
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	before := b.slotPosition()
+	if before == 0 {
+		t.Fatal("the slot has no confirmed position after a clean stop")
+	}
+
+	later := b.enqueue(30, messaging.Cause{})
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	got := b.receive("observer", 30, 20*time.Second, time.Second)
+	want := map[string]bool{}
+	for _, id := range later {
+		want[id.String()] = true
+	}
+	again, twice := 0, len(got)-len(messageIDSet(got))
+	for _, d := range got {
+		if !want[d.MessageId] {
+			again++
+		}
+	}
+	if again > 0 || len(got) != 30 {
+		t.Fatalf("the second relay published %d messages (%d of the first relay's, %d twice), want the 30 written while none ran",
+			len(got), again, twice)
+	}
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(80))
+	testenv.WaitFor(t, 10*time.Second, "the slot to move on", func() bool { return b.slotPosition() > before })
+}
+
+// Only one relay streams the slot; the other stands by, ready, and takes
+// over when the first one goes.
+func TestWALStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.walOnly()
+	b.bindQueue("observer", "#")
+	a := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the first relay to stream", func() bool { return streaming(a) })
+	c := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the second relay to stand by, ready", func() bool { return c.Ready(b.ctx) == nil })
+	if streaming(c) {
+		t.Fatal("two relays stream one slot")
+	}
+	b.enqueue(20, messaging.Cause{})
+	b.receive("observer", 20, 20*time.Second, 0)
+
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 15*time.Second, "the standby to take over", func() bool { return streaming(c) })
+	b.enqueue(20, messaging.Cause{})
+	b.receive("observer", 20, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(40))
+}
+
+func streaming(r *runningRelay) bool {
+	w, ok := r.relayUnderTest.(*outbox.WALRelay)
+	return ok && w.Streaming()
+}
+
+// A slot dropped while no relay ran (or lost) takes with it the position
+// of the rows committed since: the relay makes a new slot, and the sweep
+// publishes the rows still PENDING. Nothing is lost.
+func TestWALSlotLostFallsBackToTheRows(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.walOnly()
+	b.bindQueue("observer", "#")
+	first := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return streaming(first) })
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	missed := b.enqueue(25, messaging.Cause{})
+	dropSlot(t, b.pool, b.slot)
+
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	time.Sleep(500 * time.Millisecond)
+	streamed := b.enqueue(25, messaging.Cause{})
+	got := b.receive("observer", 50, 30*time.Second, 500*time.Millisecond)
+	seen := map[string]bool{}
+	for _, d := range got {
+		seen[d.MessageId] = true
+	}
+	for _, id := range append(missed, streamed...) {
+		if !seen[id.String()] {
+			t.Fatalf("message %s never published", id)
+		}
+	}
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(50))
+}
+
+// With the outbox quiet and the rest of the database busy, the heartbeat
+// moves the slot on: it does not keep WAL without bound.
+func TestWALHeartbeatMovesAQuietSlot(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.walOnly()
+	r := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return streaming(r) })
+	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE busy (n int, pad text);
+		INSERT INTO busy SELECT g, repeat('x', 200) FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	var written uint64
+	if err := b.pool.QueryRow(b.ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&written); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the slot to move past the other table's WAL", func() bool { return b.slotPosition() >= written })
+	if lag := b.metrics.Gauge(t, "relay.wal.slot.lag"); lag > 1<<20 {
+		t.Fatalf("relay.wal.slot.lag = %d bytes after the slot moved on", lag)
+	}
+}
+
+// A transaction far larger than logical_decoding_work_mem (the test
+// server's is 64kB: the server spills it to disk) comes out whole, at its
+// commit; a transaction that dies before its commit never comes out.
+func TestWALLargeAndAbortedTransactions(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.walOnly()
+	b.bindQueue("observer", "#")
+	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+
+	// A transaction whose session is killed before it commits.
+	conn, err := pgx.Connect(b.ctx, b.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Write(b.ctx, tx, messaging.Cause{}, testMessage{Type: typeCancelled, ID: uuid.Must(uuid.NewV7())}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, "SELECT pg_terminate_backend($1)", conn.PgConn().PID()); err != nil {
+		t.Fatal(err)
+	}
+
+	const large = 3000
+	msgs := make([]messaging.Message, large)
+	for i := range msgs {
+		msgs[i] = testMessage{Type: typeCancelled, ID: uuid.Must(uuid.NewV7())}
+	}
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		for i := 0; i < large; i += 100 { // many statements: one transaction
+			if _, err := writer.Write(b.ctx, tx, messaging.Cause{}, msgs[i:i+100]...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := b.receive("observer", large, 60*time.Second, time.Second)
+	if len(got) != large {
+		t.Fatalf("received %d messages, want the large transaction's %d and not the aborted one", len(got), large)
+	}
+	testenv.WaitFor(t, 20*time.Second, "every row to be PUBLISHED", b.allPublished(large))
+}
+
+// The relay's own role streams: the migrations gave orders_relay the
+// REPLICATION attribute, and the publication is there.
+func TestWALRunsAsTheRelayRole(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.walOnly()
+	b.bindQueue("observer", "#")
+	b.dbURL = testenv.AsRole(b.dbURL, "orders_relay")
+	r := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream as orders_relay", func() bool { return streaming(r) })
+	b.enqueue(10, messaging.Cause{})
+	b.receive("observer", 10, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(10))
+}
