@@ -19,6 +19,12 @@
 # DEV_RELAY2_ADDR, DEV_CONSUMER_ADDR, DEV_WEBHOOK_ADDR; DEV_BIN is where the
 # binaries are built (bin/).
 #
+# RELAY_MODE=wal make dev runs the relays in log-tailing mode (one streams,
+# the other stands by): the server must run wal_level=logical (in
+# postgresql.conf, then restart it), and the migrations, applied by a
+# superuser, give orders_relay the REPLICATION attribute. A server that
+# cannot stream stops the relays at once, saying which setting is missing.
+#
 # DATABASE_URL's user (postgres, by default) applies the migrations: it owns
 # the schema. Every process then connects as its own role, the URL's user
 # replaced (scripts/db-role.sh): order-api as orders_api, the relays as

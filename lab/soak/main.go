@@ -72,6 +72,7 @@ type config struct {
 	seed        uint64        // of the chaos and the load, to repeat a run
 	databaseURL string        // the PostgreSQL server (its database is replaced)
 	amqpURL     string        // the RabbitMQ server (its vhost is replaced)
+	relayMode   string        // RELAY_MODE of the relays: poll or wal
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -89,6 +90,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.DurationVar(&cfg.settle, "settle", 5*time.Minute, "how long to wait, once the chaos is over, for every order to be final")
 	fs.DurationVar(&cfg.chaosMin, "chaos-min", 5*time.Second, "the shortest pause between two faults")
 	fs.DurationVar(&cfg.chaosMax, "chaos-max", 20*time.Second, "the longest pause between two faults")
+	fs.StringVar(&cfg.relayMode, "relay-mode", "poll", "RELAY_MODE of the relays: poll, or wal (the PostgreSQL of DATABASE_URL must run wal_level=logical)")
 	fs.Uint64Var(&cfg.seed, "seed", uint64(time.Now().UnixNano()), "random seed of the chaos and the load")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -100,6 +102,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return cfg, errors.New("-duration and -settle must be more than 0")
 	case cfg.rate <= 0:
 		return cfg, errors.New("-rate must be more than 0")
+	case cfg.relayMode != "poll" && cfg.relayMode != "wal":
+		return cfg, fmt.Errorf("-relay-mode must be poll or wal, got %q", cfg.relayMode)
 	case cfg.chaosMin <= 0 || cfg.chaosMax < cfg.chaosMin:
 		return cfg, errors.New("-chaos-min must be more than 0 and at most -chaos-max")
 	}
@@ -166,7 +170,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 
 	// The system: proxies, the webhook, the processes.
-	sys, err := startSystem(ctx, dir, cfg.databaseURL, name, dbURL, amqpURL, logf)
+	relayEnv := []string{"RELAY_MODE=" + cfg.relayMode, "RELAY_WAL_SLOT=" + name, "RELAY_WAL_SWEEP_AFTER=15s"}
+	sys, err := startSystem(ctx, dir, cfg.databaseURL, name, dbURL, amqpURL, relayEnv, logf)
 	if sys != nil {
 		defer func() { err = errors.Join(err, sys.close()) }()
 	}

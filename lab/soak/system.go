@@ -33,7 +33,8 @@ type system struct {
 	dbURL     string // the run's database, direct
 	amqpURL   string // the run's vhost, direct
 	apiURL    string
-	apiToken  string // an operator's token for order-api
+	apiToken  string   // an operator's token for order-api
+	relayEnv  []string // the relays' RELAY_MODE and its settings
 	logf      func(string, ...any)
 
 	pgProxy, mqProxy *toxiproxy.Proxy
@@ -61,8 +62,8 @@ var (
 	killable = append([]string{"order-consumer"}, relays...)
 )
 
-func startSystem(ctx context.Context, dir, serverURL, dbName, dbURL, amqpURL string, logf func(string, ...any)) (*system, error) {
-	s := &system{dir: dir, serverURL: serverURL, dbName: dbName, dbURL: dbURL, amqpURL: amqpURL, logf: logf,
+func startSystem(ctx context.Context, dir, serverURL, dbName, dbURL, amqpURL string, relayEnv []string, logf func(string, ...any)) (*system, error) {
+	s := &system{dir: dir, serverURL: serverURL, dbName: dbName, dbURL: dbURL, amqpURL: amqpURL, relayEnv: relayEnv, logf: logf,
 		procs: map[string]*sandbox.Process{}, hook: &webhook{keys: map[string]int{}, notes: map[string]map[string]bool{}}}
 	s.ctx, s.stop = context.WithCancel(ctx)
 	var err error
@@ -113,7 +114,7 @@ func (s *system) start(name string) error {
 	binary := "order-consumer"
 	if name != "order-consumer" {
 		binary = "outbox-relay"
-		env = append(env, "RELAY_ID="+name)
+		env = append(append(env, "RELAY_ID="+name), s.relayEnv...)
 	} else {
 		env = append(env, "NOTIFY_WEBHOOK_URL=http://"+s.hookServer.Addr+"/notifications")
 	}

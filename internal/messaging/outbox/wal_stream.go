@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -51,6 +53,9 @@ type walSession struct {
 	window  *semaphore.Weighted // room for MaxInFlight unconfirmed messages
 	blocked atomic.Bool         // the broker blocks publishers (a resource alarm)
 	stop    context.CancelCauseFunc
+	// snapshot is the last snapshot the publish step looked at
+	// (waitVisible); only that step reads or writes it.
+	snapshot pgSnapshot
 
 	// The receive step's view of the writes: the transactions it has passed
 	// on and those written back, and the LSN up to which everything is
@@ -64,6 +69,7 @@ type walSession struct {
 // a transaction.
 type walItem struct {
 	row         Row
+	xid         uint32 // the row's transaction
 	end         *walTxEnd
 	held        bool                       // not published: a reader queue of its type is missing
 	confirm     *amqp.DeferredConfirmation // nil: not published
@@ -211,6 +217,7 @@ func (s *walSession) receive(ctx context.Context, items chan<- walItem) error {
 	types := pgtype.NewMap()
 	next := time.Now().Add(w.wal.StatusInterval)
 	inTx := false
+	var xid uint32
 	for {
 		if !time.Now().Before(next) {
 			if err := s.reportPosition(ctx, false); err != nil {
@@ -264,13 +271,13 @@ func (s *walSession) receive(ctx context.Context, items chan<- walItem) error {
 				case *pglogrepl.RelationMessage:
 					relations[m.RelationID] = m
 				case *pglogrepl.BeginMessage:
-					inTx = true
+					inTx, xid = true, m.Xid
 				case *pglogrepl.InsertMessage:
 					row, err := decodeRow(relations[m.RelationID], m.Tuple, types)
 					if err != nil {
 						return fmt.Errorf("decode an outbox row at %s: %w", xld.WALStart, err)
 					}
-					it = &walItem{row: row}
+					it = &walItem{row: row, xid: xid}
 				case *pglogrepl.CommitMessage:
 					inTx = false
 					s.received.Add(1)
@@ -392,7 +399,7 @@ func (s *walSession) publishLoop(ctx context.Context, items <-chan walItem, publ
 	w := s.relay
 	for it := range items {
 		it.held = it.end == nil && slices.Contains(w.sweep.readers.Load().held(), it.row.Type)
-		if it.end == nil && !it.held && ctx.Err() == nil && s.waitToPublish(ctx) {
+		if it.end == nil && !it.held && ctx.Err() == nil && s.waitToPublish(ctx) && s.waitVisible(ctx, it.xid) {
 			row := it.row
 			parent := messaging.Extract(context.Background(), propagation.MapCarrier(row.Headers))
 			msg := Publishing(row)
@@ -423,6 +430,93 @@ func (s *walSession) waitToPublish(ctx context.Context) bool {
 		}
 	}
 	return s.window.Acquire(ctx, 1) == nil
+}
+
+// waitVisible waits until transaction xid is visible to every new
+// snapshot; false when ctx ends first, or the database cannot say.
+//
+// PostgreSQL writes a commit to the log before it makes the transaction
+// visible to other sessions, and the slot may stream it in between: a
+// consumer handed the message at once could look for the order and not
+// find it (a parked order_not_found, seen under load). The polling relay
+// cannot meet this, since it reads rows through a snapshot. The check
+// costs one small query (pg_current_snapshot, no table) when xid is newer
+// than the last snapshot looked at, and nothing otherwise.
+func (s *walSession) waitVisible(ctx context.Context, xid uint32) bool {
+	for try := 0; ; try++ {
+		if s.snapshot.sees(xid) {
+			return true
+		}
+		if try > 0 && !background.Sleep(ctx, time.Millisecond) {
+			return false
+		}
+		snap, err := currentSnapshot(ctx, s.relay.pool)
+		if err != nil {
+			s.stop(fmt.Errorf("read a snapshot: %w", err))
+			return false
+		}
+		s.snapshot = snap
+	}
+}
+
+// pgSnapshot is a PostgreSQL snapshot (pg_current_snapshot): transactions
+// below xmin have ended, those from xmax on had not begun, xip were
+// running.
+type pgSnapshot struct {
+	xmin, xmax uint64
+	xip        []uint64
+}
+
+// sees reports whether the snapshot sees transaction xid as ended (the
+// stream only hands over committed transactions, so ended means visible).
+// xid is the 32 bits the log carries; the snapshot's epoch completes it.
+func (p pgSnapshot) sees(xid uint32) bool {
+	// How far xid is from xmax, modulo 2^32 as PostgreSQL compares xids:
+	// at or after xmax, the snapshot is older than the transaction.
+	diff := int32(xid - uint32(p.xmax))
+	if p.xmax == 0 || diff >= 0 {
+		return false
+	}
+	full := p.xmax - uint64(-int64(diff))
+	return full < p.xmin || !slices.Contains(p.xip, full)
+}
+
+// currentSnapshot reads a fresh snapshot.
+func currentSnapshot(ctx context.Context, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (pgSnapshot, error) {
+	var text string
+	if err := pool.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&text); err != nil {
+		return pgSnapshot{}, err
+	}
+	return parseSnapshot(text)
+}
+
+// parseSnapshot reads the text form xmin:xmax:xip,xip,...
+func parseSnapshot(text string) (pgSnapshot, error) {
+	parts := strings.Split(text, ":")
+	if len(parts) != 3 {
+		return pgSnapshot{}, fmt.Errorf("snapshot %q", text)
+	}
+	var p pgSnapshot
+	var err error
+	if p.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+		return pgSnapshot{}, fmt.Errorf("snapshot %q: %w", text, err)
+	}
+	if p.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return pgSnapshot{}, fmt.Errorf("snapshot %q: %w", text, err)
+	}
+	for _, x := range strings.Split(parts[2], ",") {
+		if x == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return pgSnapshot{}, fmt.Errorf("snapshot %q: %w", text, err)
+		}
+		p.xip = append(p.xip, v)
+	}
+	return p, nil
 }
 
 // watchBlocked notes when the broker blocks publishers (a memory or disk
