@@ -35,6 +35,12 @@
 // overwrite a newer claim, and a vanished relay's rows come back when its
 // lease ends. Run as many relays as you like.
 //
+// The log-tailing relay (wal.go, wal_stream.go; RELAY_MODE=wal) publishes
+// the same rows from PostgreSQL's write-ahead log instead of claiming them:
+// read walSession's doc first; its four steps are receive, publish,
+// confirm and write, and the slot's position moves only past what was
+// confirmed and written back.
+//
 // Tests and drills inject failures through Config.Faults, called from one
 // line between the broker's confirm and the mark; production leaves it nil.
 //

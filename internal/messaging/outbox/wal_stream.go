@@ -542,19 +542,7 @@ func (s *walSession) confirmLoop(ctx context.Context, published <-chan walItem, 
 	defer close(outcomes)
 	broken := false
 	for it := range published {
-		chunk := []walItem{it}
-	more:
-		for len(chunk) < s.relay.cfg.BatchSize {
-			select {
-			case it, ok := <-published:
-				if !ok {
-					break more
-				}
-				chunk = append(chunk, it)
-			default:
-				break more
-			}
-		}
+		chunk := withWaiting(it, published, s.relay.cfg.BatchSize)
 		if broken {
 			s.forget(chunk)
 			continue
@@ -663,19 +651,7 @@ func (s *walSession) awaitConfirms(ctx context.Context, chunk []walItem) []walOu
 func (s *walSession) writeLoop(ctx context.Context, outcomes <-chan walOutcome) error {
 	w := s.relay
 	for o := range outcomes {
-		batch := []walOutcome{o}
-	more:
-		for len(batch) < w.cfg.BatchSize {
-			select {
-			case o, ok := <-outcomes:
-				if !ok {
-					break more
-				}
-				batch = append(batch, o)
-			default:
-				break more
-			}
-		}
+		batch := withWaiting(o, outcomes, w.cfg.BatchSize)
 		if err := w.writeBack(ctx, batch); err != nil {
 			for range outcomes { // let the confirm step finish
 			}
@@ -819,4 +795,22 @@ func (w *WALRelay) heartbeat(ctx context.Context) {
 			w.log.WarnContext(ctx, "writing the heartbeat into the log failed", slog.String("error", err.Error()))
 		}
 	}
+}
+
+// withWaiting returns first and what else ch holds right now, up to n in
+// all, without waiting for more: a step takes as much as is there at once.
+func withWaiting[T any](first T, ch <-chan T, n int) []T {
+	got := []T{first}
+	for len(got) < n {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return got
+			}
+			got = append(got, v)
+		default:
+			return got
+		}
+	}
+	return got
 }
