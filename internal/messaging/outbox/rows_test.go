@@ -36,6 +36,7 @@ func rowStatus(t *testing.T, b *relayBundle, id uuid.UUID) (status string, attem
 func TestClaimAndMarkAreFencedByTheClaim(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	b.pollOnly("the claim and mark statements")
 	ids := enqueue(t, b, 3)
 
 	first, err := outbox.ClaimRows(b.ctx, b.pool, "relay-a", 2, time.Minute)
@@ -83,6 +84,7 @@ func TestClaimAndMarkAreFencedByTheClaim(t *testing.T) {
 func TestMarkFailedBacksOffThenFails(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	b.pollOnly("the claim and mark statements")
 	id := enqueue(t, b, 1)[0]
 	for attempt := 1; attempt <= 3; attempt++ {
 		if _, err := b.pool.Exec(b.ctx, "UPDATE message_outbox SET next_attempt_at = now()"); err != nil {
@@ -115,6 +117,7 @@ func TestMarkFailedBacksOffThenFails(t *testing.T) {
 func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	b.pollOnly("the claim and mark statements")
 	id := enqueue(t, b, 1)[0]
 	rows, err := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute)
 	if err != nil || len(rows) != 1 {
@@ -150,6 +153,7 @@ func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 func TestDeletePublishedOutboxKeepsTheWindow(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	b.pollOnly("the claim and mark statements")
 	ids := enqueue(t, b, 5)
 	rows, err := outbox.ClaimRows(b.ctx, b.pool, "r", 5, time.Minute)
 	if err != nil {

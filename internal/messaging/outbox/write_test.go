@@ -13,6 +13,7 @@ import (
 func TestWriteOneStatementManyRows(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	b.pollOnly("the writer, the same in both modes")
 	id := uuid.New()
 	ids, err := writer.Write(b.ctx, b.pool, messaging.Cause{CorrelationID: "c", MessageID: "m-1"},
 		testMessage{Type: typeFulfilled, ID: id}, testMessage{Type: typeRejected, ID: id})
