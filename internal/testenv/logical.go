@@ -298,7 +298,7 @@ func startLogical(t testing.TB) (*LogicalServer, error) {
 // else the one of postgres on the PATH (Homebrew, a source build).
 func postgresBinaries() (string, error) {
 	var dirs []string
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+	if out, err := exec.CommandContext(context.Background(), "pg_config", "--bindir").Output(); err == nil {
 		dirs = append(dirs, strings.TrimSpace(string(out)))
 	}
 	debian, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
@@ -415,8 +415,8 @@ func startPostmaster(bin, dir, port string, asUser func(*exec.Cmd) error) (*Logi
 	defer func() { _ = logFile.Close() }() // postgres has its own descriptor
 	args := append([]string{"-D", filepath.Join(dir, "data"), "-p", port, "-k", dir,
 		"-c", "listen_addresses=127.0.0.1"}, logicalSettings...)
-	// Not a CommandContext: the server outlives the test that started it.
-	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
+	// Not the test's context: the server outlives the test that started it.
+	cmd := exec.CommandContext(context.Background(), filepath.Join(bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := asUser(cmd); err != nil {
 		return nil, err
@@ -482,7 +482,7 @@ func startLogicalContainer(ctx context.Context, why error) (*LogicalServer, erro
 		if ctr != nil {
 			_ = testcontainers.TerminateContainer(ctr)
 		}
-		return nil, fmt.Errorf("PostgreSQL is not installed on this machine (%v), and starting %s with testcontainers failed: %w", why, postgresImage, err)
+		return nil, fmt.Errorf("PostgreSQL is not installed on this machine (%w), and starting %s with testcontainers failed: %w", why, postgresImage, err)
 	}
 	adminURL, err := ctr.ConnectionString(ctx, "sslmode=disable")
 	if err != nil {

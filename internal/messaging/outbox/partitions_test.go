@@ -195,7 +195,7 @@ func TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer late.Rollback(b.ctx)
+	defer func() { _ = late.Rollback(b.ctx) }()
 	if _, err := late.Exec(b.ctx, "SELECT now()"); err != nil { // ...and takes its snapshot and start time now
 		t.Fatal(err)
 	}

@@ -172,7 +172,7 @@ func (w *WALRelay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	stop(recvErr)
 	werr := <-writeErr
 	// Every step has stopped: the connection is this goroutine's again.
-	s.reportPosition(context.Background(), true)
+	_ = s.reportPosition(context.Background(), true) // final: an error here changes nothing
 	switch {
 	case errors.Is(werr, errStopped):
 		return true, werr
