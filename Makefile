@@ -53,8 +53,11 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: ## run every test against the local PostgreSQL and RabbitMQ (or containers); the relay suite once more with the log-tailing relay
+test: ## run every test against the local PostgreSQL and RabbitMQ (or containers)
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+.PHONY: test/wal
+test/wal: ## the relay suite with the log-tailing relay (RELAY_MODE=wal), against a wal_level=logical PostgreSQL the tests start
 	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m ./internal/messaging/outbox/
 
 .PHONY: test/unit
