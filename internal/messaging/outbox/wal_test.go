@@ -24,7 +24,7 @@ import (
 func (b *relayBundle) walOnly() {
 	b.t.Helper()
 	if b.mode != "wal" {
-		b.t.Skip("the log-tailing relay's: run with OUTBOX_TEST_RELAY_MODE=wal (make test does)")
+		b.t.Skip("the log-tailing relay's: run with OUTBOX_TEST_RELAY_MODE=wal (make test/wal)")
 	}
 }
 
