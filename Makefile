@@ -41,11 +41,14 @@ AS_WALKTHROUGH := ./scripts/db-role.sh "$(OPERATOR_ROLE)" ./scripts/amqp-user.sh
 DEV_JWT_SECRET  := dev-only-order-api-jwt-secret-not-for-production
 WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SECRET)}" exec "$$@"' --
 # make load: the rate (orders/s) and duration of the load generator;
-# make bench/flow: its rates and the duration of each run;
+# make bench/flow: its rates, the duration of each run, how many
+# outbox-relays and MESSAGE_PARTITIONS (0: none);
 # make soak: how long it runs.
 RATE          ?= 20
 RATES         ?= 50,100,150
 DURATION      ?= 20s
+RELAYS        ?= 2
+PARTITIONS    ?= 0
 SOAK_DURATION ?= 10m
 
 .PHONY: help
@@ -77,8 +80,8 @@ bench/relay: ## the polling relay, the log-tailing relay and a raw amqp091 publi
 	$(GO) test -run '^$$' -bench 'BenchmarkRelayModes' -benchtime 1x -timeout 20m ./internal/messaging/outbox/
 
 .PHONY: bench/flow
-bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, DURATION each: latency, CPU per 1,000 orders
-	$(GO) run ./lab/bench-flow -rates $(RATES) -duration $(DURATION)
+bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, DURATION each, with RELAYS relays and PARTITIONS: latency, CPU per 1,000 orders
+	$(GO) run ./lab/bench-flow -rates $(RATES) -duration $(DURATION) -relays $(RELAYS) -partitions $(PARTITIONS)
 
 .PHONY: soak
 soak: ## the whole flow for SOAK_DURATION under kills, cut connections and a read-only database; fails if anything is lost, doubled or stuck
