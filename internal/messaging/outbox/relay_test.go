@@ -398,7 +398,11 @@ func TestCrashBetweenConfirmAndMarkRepublishesSameMessageID(t *testing.T) {
 	cfg.Lease = 3 * time.Second
 	crashed := b.startRelay(cfg, b.amqpURL, outbox.BeforeMark(func([]outbox.Claim) error { return errors.New("injected crash") }))
 	first := b.receive("observer", 3, 10*time.Second, 0)
-	<-crashed.done
+	select {
+	case <-crashed.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not end within 30s of its injected crash")
+	}
 	if err := crashed.stop(); err == nil || !strings.Contains(err.Error(), "injected crash") {
 		t.Fatalf("crashed relay returned %v", err)
 	}
@@ -483,8 +487,15 @@ func TestUnroutableMessageEndsFailedWhileOthersFlow(t *testing.T) {
 	if !strings.Contains(lastError, "unroutable") || attempts != 3 {
 		t.Fatalf("FAILED row: attempts %d, last_error %q", attempts, lastError)
 	}
-	if c := b.statusCounts(); c["PUBLISHED"] != 40 || c["FAILED"] != 1 {
-		t.Fatalf("status counts %v", c)
+	// The rows are marked after their confirms, so some of the 40 received
+	// may not be PUBLISHED yet.
+	var counts map[string]int
+	testenv.WaitFor(t, 10*time.Second, "the 40 routable rows to be PUBLISHED", func() bool {
+		counts = b.statusCounts()
+		return counts["PUBLISHED"] == 40
+	})
+	if counts["FAILED"] != 1 || len(counts) != 2 {
+		t.Fatalf("status counts %v, want 40 PUBLISHED and 1 FAILED", counts)
 	}
 	if got := b.counter("outbox.unroutable"); got != 3 {
 		t.Fatalf("outbox.unroutable = %d, want 3", got)

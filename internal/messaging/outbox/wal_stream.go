@@ -653,6 +653,9 @@ func (s *walSession) writeLoop(ctx context.Context, outcomes <-chan walOutcome) 
 	for o := range outcomes {
 		batch := withWaiting(o, outcomes, w.cfg.BatchSize)
 		if err := w.writeBack(ctx, batch); err != nil {
+			// End the session first: the steps before this one stop only
+			// when it ends, and the confirm step closes outcomes only then.
+			s.stop(err)
 			for range outcomes { // let the confirm step finish
 			}
 			return err

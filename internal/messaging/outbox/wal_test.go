@@ -89,22 +89,29 @@ func TestWALResumesFromTheSlot(t *testing.T) {
 		t.Fatal("the slot has no confirmed position after a clean stop")
 	}
 
+	// A queue of its own for the second relay: the first one may have
+	// published some of its rows twice (a confirm that came after
+	// ConfirmTimeout on a busy machine ends a session, and the slot streams
+	// the rest again), and those copies wait in "observer".
+	b.bindQueue("second", "#")
 	later := b.enqueue(30, messaging.Cause{})
 	b.startRelay(testRelayConfig(), b.amqpURL, nil)
-	got := b.receive("observer", 30, 20*time.Second, time.Second)
+	// The slot streams in log order, so a row of the first relay's streamed
+	// again would arrive before the last of the 30.
+	got := b.receiveEach("second", later, 20*time.Second)
 	want := map[string]bool{}
 	for _, id := range later {
 		want[id.String()] = true
 	}
-	again, twice := 0, len(got)-len(messageIDSet(got))
+	again := 0
 	for _, d := range got {
 		if !want[d.MessageId] {
 			again++
 		}
 	}
-	if again > 0 || len(got) != 30 {
-		t.Fatalf("the second relay published %d messages (%d of the first relay's, %d twice), want the 30 written while none ran",
-			len(got), again, twice)
+	if again > 0 {
+		t.Fatalf("the second relay published %d of the first relay's messages again (and %d copies of the 30 written while none ran): "+
+			"it did not resume from the slot's position", again, len(got)-again)
 	}
 	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(80))
 	testenv.WaitFor(t, 10*time.Second, "the slot to move on", func() bool { return b.slotPosition() > before })
