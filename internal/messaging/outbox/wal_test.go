@@ -266,3 +266,50 @@ func TestWALRunsAsTheRelayRole(t *testing.T) {
 	b.receive("observer", 10, 20*time.Second, 0)
 	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(10))
 }
+
+// A write-back that keeps failing (here a trigger refuses to mark rows
+// PUBLISHED) ends the session: the rows it published stay PENDING, and the
+// next session streams them again from the slot and marks them once the
+// database takes the marks. The session must not wait for anything only
+// its own end brings.
+func TestWALFailedWriteBackEndsTheSession(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.walOnly()
+	b.bindQueue("observer", "#")
+	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE refuse_marks (on_ boolean NOT NULL);
+		INSERT INTO refuse_marks VALUES (false);
+		CREATE FUNCTION refuse_marks() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.status = 'PUBLISHED' AND (SELECT on_ FROM refuse_marks) THEN
+				RAISE EXCEPTION 'marks refused by the test';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_marks BEFORE UPDATE ON message_outbox FOR EACH ROW EXECUTE FUNCTION refuse_marks()`); err != nil {
+		t.Fatal(err)
+	}
+	r := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return streaming(r) })
+	// One batch through first: from here on the sweep leaves the newest
+	// rows to the stream, so only the stream can mark the next ones.
+	b.enqueue(5, messaging.Cause{})
+	b.receive("observer", 5, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "the first rows to be PUBLISHED", b.allPublished(5))
+
+	if _, err := b.pool.Exec(b.ctx, "UPDATE refuse_marks SET on_ = true"); err != nil {
+		t.Fatal(err)
+	}
+	later := b.enqueue(10, messaging.Cause{})
+	b.receiveEach("observer", later, 20*time.Second)
+	// The write-back retries five times (some 3 s), then ends the session.
+	testenv.WaitFor(t, 30*time.Second, "the session to end", func() bool { return !streaming(r) })
+	if c := b.statusCounts(); c["PENDING"] != 10 {
+		t.Fatalf("status counts %v while the marks are refused, want the 10 PENDING", c)
+	}
+
+	if _, err := b.pool.Exec(b.ctx, "UPDATE refuse_marks SET on_ = false"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 60*time.Second, "the rows streamed again to be PUBLISHED", b.allPublished(15))
+}
