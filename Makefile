@@ -56,7 +56,11 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: ## run every test against the local PostgreSQL and RabbitMQ (or containers)
+test: ## run every test against the local PostgreSQL and RabbitMQ (or containers), the relay's suite once per RELAY_MODE
+	$(MAKE) --no-print-directory -j2 test/packages test/wal
+
+.PHONY: test/packages
+test/packages: ## every package's tests, the relay's with the polling relay (RELAY_MODE=poll)
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 
 .PHONY: test/wal
