@@ -20,7 +20,20 @@ BEGIN
         CREATE PUBLICATION orders_outbox FOR TABLE message_outbox WITH (publish = 'insert');
     END IF;
     IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
-        ALTER ROLE orders_relay WITH REPLICATION;
+        -- A role belongs to the whole server: migrations of other databases
+        -- may change it at the same moment, and the loser of two concurrent
+        -- ALTER ROLEs fails with "tuple concurrently updated" (internal_error)
+        -- though the winner's change is committed. Alter only when needed,
+        -- and after that error look again.
+        IF NOT (SELECT rolreplication FROM pg_roles WHERE rolname = 'orders_relay') THEN
+            BEGIN
+                ALTER ROLE orders_relay WITH REPLICATION;
+            EXCEPTION WHEN internal_error THEN
+                IF NOT (SELECT rolreplication FROM pg_roles WHERE rolname = 'orders_relay') THEN
+                    RAISE;
+                END IF;
+            END;
+        END IF;
     ELSE
         RAISE NOTICE 'not a superuser: run ALTER ROLE orders_relay WITH REPLICATION for RELAY_MODE=wal';
     END IF;
@@ -33,8 +46,15 @@ $$;
 DO $$
 BEGIN
     DROP PUBLICATION IF EXISTS orders_outbox;
-    IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
-        ALTER ROLE orders_relay WITH NOREPLICATION;
+    IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+       AND (SELECT rolreplication FROM pg_roles WHERE rolname = 'orders_relay') THEN
+        BEGIN
+            ALTER ROLE orders_relay WITH NOREPLICATION;
+        EXCEPTION WHEN internal_error THEN
+            IF (SELECT rolreplication FROM pg_roles WHERE rolname = 'orders_relay') THEN
+                RAISE;
+            END IF;
+        END;
     END IF;
 END
 $$;

@@ -564,3 +564,79 @@ func TestRolesBlockToleratesConcurrentCreation(t *testing.T) {
 		t.Fatalf("%d of %d login roles created, %v", n, len(mine), err)
 	}
 }
+
+// The REPLICATION grant of 00015 runs beside the same migration of other
+// databases on the server (a role belongs to the whole server): a session
+// whose ALTER ROLE waited on another's and lost ("tuple concurrently
+// updated") must not fail the migration when the winner made the change.
+// The block runs here on a role of the test's own.
+func TestReplicationGrantToleratesConcurrentMigrations(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	src, err := fs.ReadFile(migrations.FS, "00015_outbox_publication.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, _ := strings.Cut(string(src), "-- +goose StatementBegin\n")
+	block, _, _ = strings.Cut(block, "-- +goose StatementEnd")
+	if strings.Count(block, "orders_relay") < 2 {
+		t.Fatalf("00015_outbox_publication.sql: no orders_relay in the DO block:\n%s", block)
+	}
+	role := fmt.Sprint("orders_test_relay_", time.Now().UnixNano())
+	block = strings.ReplaceAll(block, "orders_relay", role)
+	ctx := t.Context()
+	if _, err := db.Pool.Exec(ctx, "CREATE ROLE "+role+" NOLOGIN NOREPLICATION"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := db.Pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+role); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
+
+	// The first session changes the role and holds its transaction open
+	// while the others run the block: their ALTER ROLE waits on the first
+	// one's, and finds the row changed once it commits.
+	first, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := first.Exec(ctx, "ALTER ROLE "+role+" WITH REPLICATION"); err != nil {
+		t.Fatal(err)
+	}
+	const others = 3
+	var wg sync.WaitGroup
+	errs := make(chan error, others)
+	for range others {
+		wg.Go(func() {
+			conn, err := pgx.Connect(ctx, db.URL)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			_, err = conn.Exec(ctx, block)
+			errs <- err
+		})
+	}
+	testenv.WaitFor(t, 10*time.Second, "the other sessions to wait for the first", func() bool {
+		var waiting int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`, db.Name).Scan(&waiting)
+		return waiting == others
+	})
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a session that ran the block beside another: %v", err)
+		}
+	}
+	var replication bool
+	if err := db.Pool.QueryRow(ctx, "SELECT rolreplication FROM pg_roles WHERE rolname = $1", role).Scan(&replication); err != nil || !replication {
+		t.Fatalf("the role's REPLICATION after the block: %v, %v", replication, err)
+	}
+}
