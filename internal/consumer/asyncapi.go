@@ -13,6 +13,7 @@ import (
 	"github.com/yourorg/orders/internal/domain/schema"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // Queues are the settings of the consumers' queues that api/asyncapi.yaml
@@ -31,7 +32,8 @@ const amqpBindingVersion = "0.3.0"
 // and version of the domain's catalogue (its payload's JSON Schema from
 // internal/domain/schema, its headers, an example), the orders.events
 // exchange and its routing keys, and each consumer's work queue with the
-// keys it binds, its retry queues and its parking lot. `make generate`
+// keys it binds, its retry queues, its parking lot and the partition queues
+// that replace the work queue under MESSAGE_PARTITIONS. `make generate`
 // runs it (through `order-consumer asyncapi`), `.ci/run` validates the
 // result with the AsyncAPI CLI, and a test fails when the committed
 // document is out of date.
@@ -204,6 +206,44 @@ func asyncAPI(examples []domain.Message, all []*inbox.Consumer, q Queues) (omap,
 			{"title", c.Name() + " parks"},
 			{"messages", operationMessages(dlq, types)},
 		}})
+
+		// With MESSAGE_PARTITIONS=N, N partition queues replace the work
+		// queue and its retry queues.
+		partitioned := inbox.QueueName(c.Name()) + ".p{partition}"
+		channels = append(channels, kv{partitioned, omap{
+			{"address", partitioned},
+			{"title", "The partition queues of " + c.Name() + " (MESSAGE_PARTITIONS)"},
+			{"description", fmt.Sprintf("Only with MESSAGE_PARTITIONS=N (N > 0), in place of %s and its retry queues: "+
+				"the headers exchange %s, bound to %s with the routing keys %s, routes each message by its %s header "+
+				"(set by the relays: a hash of its order id, 0 to N-1) to the quorum queue %s.p<partition>, "+
+				"which has a single active consumer, so one order's messages are applied in the order they were written. "+
+				"A failure that may pass is retried in place, holding back the partition; the delivery limit (%d) and "+
+				"the parking lot %s are %s's.",
+				queue, inbox.PartitionExchangeName(c.Name()), domain.EventsExchange, list(types), outbox.HeaderPartition,
+				queue, q.DeliveryLimit, dlq, queue)},
+			{"parameters", omap{{"partition", omap{{"description", "The partition: 0 to MESSAGE_PARTITIONS-1."}}}}},
+			{"messages", channelMessages(types)},
+			{"bindings", queueBinding(partitioned)},
+			{"x-amqp-partition-exchange", inbox.PartitionExchangeName(c.Name())},
+			{"x-amqp-arguments", omap{
+				{"x-queue-type", "quorum"},
+				{"x-single-active-consumer", true},
+				{"x-delivery-limit", q.DeliveryLimit},
+				{"x-dead-letter-exchange", ""},
+				{"x-dead-letter-routing-key", dlq},
+				{"x-dead-letter-strategy", "at-least-once"},
+				{"x-overflow", "reject-publish"},
+			}},
+		}})
+		operations = append(operations, kv{c.Name() + ".receivePartitioned", omap{
+			{"action", "receive"},
+			{"channel", ref("#/channels/" + partitioned)},
+			{"title", c.Name() + " consumes its partitions"},
+			{"summary", "With MESSAGE_PARTITIONS: every order-consumer replica subscribes to every partition queue of " + c.Name() +
+				"; the broker delivers each partition to one of them at a time."},
+			{"messages", operationMessages(partitioned, types)},
+			{"bindings", omap{{"amqp", omap{{"ack", true}, {"bindingVersion", amqpBindingVersion}}}}},
+		}})
 	}
 
 	// The components: the headers, each payload's schema, each message.
@@ -303,6 +343,8 @@ func headersSchema() omap {
 				{"description", "The message_id of the message whose handling emitted this one; absent when an HTTP request did."}}},
 			{messaging.HeaderTraceparent, str("W3C trace context: the publish span, parent of the consumer's span.")},
 			{messaging.HeaderTracestate, str("W3C trace context, when the trace has vendor state.")},
+			{outbox.HeaderPartition, omap{{"type", "integer"}, {"minimum", 0}, {"format", "int32"},
+				{"description", "With MESSAGE_PARTITIONS=N: the message's partition, 0 to N-1, a hash of its order id; the partition exchanges route by it. Absent otherwise."}}},
 			{inbox.HeaderRetryAttempt, integer("On a retry: the attempt this delivery is (2 for the first retry).")},
 			{inbox.HeaderParkedCode, str("In a parking lot: why, as a short code (schema_violation, malformed_message, unsupported_version, handler_error, ...).")},
 			{inbox.HeaderParkedReason, str("In a parking lot: why, in words (the error).")},

@@ -118,8 +118,13 @@ func TestAsyncAPIQueuesAreTheDeclaredOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const partitions = 2
 	for _, c := range consumer.All(consumer.Deps{}) {
 		topology := inbox.Topology{Consumer: c.Name(), Exchange: domain.EventsExchange, Types: c.Types(), RetryDelays: q.RetryDelays, DeliveryLimit: q.DeliveryLimit}
+		if err := topology.Declare(ch); err != nil {
+			t.Fatal(err)
+		}
+		topology.Partitions = partitions // the partition queues, beside the others
 		if err := topology.Declare(ch); err != nil {
 			t.Fatal(err)
 		}
@@ -138,8 +143,22 @@ func TestAsyncAPIQueuesAreTheDeclaredOnes(t *testing.T) {
 			}
 			table[k] = v
 		}
-		if _, err := ch.QueueDeclare(child(t, channel, "address").(string), true, false, false, false, table); err != nil {
-			t.Fatalf("queue %s: the document's arguments %v are not the declared ones: %v", name, args, err)
+		address := child(t, channel, "address").(string)
+		addresses := []string{address}
+		if strings.Contains(address, "{partition}") { // one queue per partition
+			addresses = nil
+			for k := range partitions {
+				addresses = append(addresses, strings.ReplaceAll(address, "{partition}", fmt.Sprint(k)))
+			}
+			ex := child(t, channel, "x-amqp-partition-exchange").(string)
+			if err := ch.ExchangeDeclarePassive(ex, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
+				t.Fatalf("queue %s: its partition exchange %s is not declared: %v", name, ex, err)
+			}
+		}
+		for _, a := range addresses {
+			if _, err := ch.QueueDeclare(a, true, false, false, false, table); err != nil {
+				t.Fatalf("queue %s: the document's arguments %v are not the declared ones: %v", a, args, err)
+			}
 		}
 		bindings, _ := channel.(map[string]any)["x-amqp-bindings"].([]any)
 		for _, b := range bindings {
@@ -147,9 +166,11 @@ func TestAsyncAPIQueuesAreTheDeclaredOnes(t *testing.T) {
 				t.Errorf("queue %s is bound to %v", name, b)
 			}
 		}
-		bound[name] = len(bindings)
+		if len(addresses) == 1 { // the partition queues bind by header, not by routing key
+			bound[address] = len(bindings)
+		}
 	}
-	if want := len(consumer.All(consumer.Deps{})) * (2 + len(q.RetryDelays)); queues != want {
+	if want := len(consumer.All(consumer.Deps{})) * (3 + len(q.RetryDelays)); queues != want {
 		t.Errorf("the document has %d queues, want %d", queues, want)
 	}
 
