@@ -139,6 +139,11 @@ func (b boundedPool) xactStatus(ctx context.Context, xid string) string {
 	defer cancel()
 	for {
 		conn, err := b.acquire(ctx, true)
+		if errors.Is(err, errOverloaded) {
+			// Every connection busy, or the new ones slow to come (the cut
+			// took its siblings with it): ask again, for up to outcomeWait.
+			continue
+		}
 		if err != nil {
 			return "cannot ask: " + err.Error()
 		}

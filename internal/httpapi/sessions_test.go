@@ -35,7 +35,12 @@ import (
 // (a network partition, not a terminated session).
 func TestSessionsCutUnderLoad(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// Requests may wait 5 s for a connection, not 1: the cuts close every
+	// connection of the pool at once, and on a machine running other test
+	// suites new ones can take longer than a second to come, which the API
+	// answers with 503 overloaded (TestPoolExhaustedAnswers503 checks that
+	// limit). This test is about what a cut does to the requests it hits.
+	b := setupWith(t, func(cfg *httpapi.Config, _ *httpapi.Deps) { cfg.AcquireTimeout = 5 * time.Second })
 	db := b.pool.Config().ConnConfig.Database
 
 	ctx, stop := context.WithCancel(t.Context())
@@ -92,7 +97,7 @@ func TestSessionsCutUnderLoad(t *testing.T) {
 				var o orderBody
 				_ = json.Unmarshal(body, &o)
 				mu.Lock()
-				statuses[fmt.Sprint("create ", status)]++
+				statuses[answer("create", status, body)]++
 				if status == http.StatusCreated {
 					created = append(created, o.OrderID)
 				}
@@ -100,9 +105,9 @@ func TestSessionsCutUnderLoad(t *testing.T) {
 				if status != http.StatusCreated {
 					continue
 				}
-				status, _ = send(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", "")
+				status, body = send(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", "")
 				mu.Lock()
-				statuses[fmt.Sprint("cancel ", status)]++
+				statuses[answer("cancel", status, body)]++
 				mu.Unlock()
 			}
 		})
@@ -201,4 +206,16 @@ func TestCommitCutInFlight(t *testing.T) {
 	if n := b.count("orders"); n != 2 {
 		t.Fatalf("%d orders after the second request, want 2", n)
 	}
+}
+
+// answer names a request's answer for the tally: "create 201", or for an
+// error its problem code too ("cancel 503 database_unavailable").
+func answer(what string, status int, body []byte) string {
+	var p struct {
+		Code string `json:"code"`
+	}
+	if status < 400 || json.Unmarshal(body, &p) != nil || p.Code == "" {
+		return fmt.Sprint(what, " ", status)
+	}
+	return fmt.Sprint(what, " ", status, " ", p.Code)
 }
