@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -19,13 +20,14 @@ import (
 // test started one (LogicalPostgres), before it looks: the server is the
 // binary's, not a test's, and its process's goroutine is not a leak. It is
 // goleak.VerifyTestMain with that step in the middle: the exit code is the
-// tests', or 1 when they passed but left goroutines running.
-func VerifyNoLeaks(m *testing.M) {
+// tests', or 1 when they passed but left goroutines running. extra are
+// further goroutines the package does not count.
+func VerifyNoLeaks(m *testing.M, extra ...goleak.Option) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	code := m.Run()
 	StopLogicalPostgres()
 	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
+		if err := goleak.Find(append(slices.Clone(leakOptions), extra...)...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
 			code = 1
 		}
