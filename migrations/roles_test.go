@@ -528,37 +528,7 @@ func TestRolesBlockToleratesConcurrentCreation(t *testing.T) {
 	if _, err := first.Exec(ctx, block); err != nil {
 		t.Fatal(err)
 	}
-	const others = 3
-	var wg sync.WaitGroup
-	errs := make(chan error, others)
-	for range others {
-		wg.Go(func() {
-			conn, err := pgx.Connect(ctx, db.URL)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
-			_, err = conn.Exec(ctx, block)
-			errs <- err
-		})
-	}
-	// Let them reach the wait on the first one's uncommitted roles.
-	testenv.WaitFor(t, 10*time.Second, "the other sessions to wait for the first", func() bool {
-		var waiting int
-		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`, db.Name).Scan(&waiting)
-		return waiting == others
-	})
-	if err := first.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Errorf("a session that ran the block beside another: %v", err)
-		}
-	}
+	runBeside(t, db, first, block)
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_roles WHERE rolname = ANY ($1) AND rolcanlogin`, mine).Scan(&n); err != nil || n != len(mine) {
 		t.Fatalf("%d of %d login roles created, %v", n, len(mine), err)
@@ -605,6 +575,19 @@ func TestReplicationGrantToleratesConcurrentMigrations(t *testing.T) {
 	if _, err := first.Exec(ctx, "ALTER ROLE "+role+" WITH REPLICATION"); err != nil {
 		t.Fatal(err)
 	}
+	runBeside(t, db, first, block)
+	var replication bool
+	if err := db.Pool.QueryRow(ctx, "SELECT rolreplication FROM pg_roles WHERE rolname = $1", role).Scan(&replication); err != nil || !replication {
+		t.Fatalf("the role's REPLICATION after the block: %v, %v", replication, err)
+	}
+}
+
+// runBeside runs block in three sessions of their own while first holds
+// its transaction open, lets them reach the wait on first's uncommitted
+// change, commits first, and fails t for each session whose block failed.
+func runBeside(t *testing.T, db *testenv.Database, first pgx.Tx, block string) {
+	t.Helper()
+	ctx := t.Context()
 	const others = 3
 	var wg sync.WaitGroup
 	errs := make(chan error, others)
@@ -634,9 +617,5 @@ func TestReplicationGrantToleratesConcurrentMigrations(t *testing.T) {
 		if err != nil {
 			t.Errorf("a session that ran the block beside another: %v", err)
 		}
-	}
-	var replication bool
-	if err := db.Pool.QueryRow(ctx, "SELECT rolreplication FROM pg_roles WHERE rolname = $1", role).Scan(&replication); err != nil || !replication {
-		t.Fatalf("the role's REPLICATION after the block: %v, %v", replication, err)
 	}
 }

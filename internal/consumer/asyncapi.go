@@ -129,6 +129,22 @@ func asyncAPI(examples []domain.Message, all []*inbox.Consumer, q Queues) (omap,
 	for _, c := range all {
 		queue, types := inbox.QueueName(c.Name()), c.Types()
 		dlq := inbox.ParkingLotName(queue)
+		// workQueueArgs are the arguments of the work queue, or of a
+		// partition queue (single active consumer), as inbox.Topology
+		// declares them.
+		workQueueArgs := func(singleActive bool) omap {
+			args := omap{{"x-queue-type", "quorum"}}
+			if singleActive {
+				args = append(args, kv{"x-single-active-consumer", true})
+			}
+			return append(args, omap{
+				{"x-delivery-limit", q.DeliveryLimit},
+				{"x-dead-letter-exchange", ""},
+				{"x-dead-letter-routing-key", dlq},
+				{"x-dead-letter-strategy", "at-least-once"},
+				{"x-overflow", "reject-publish"},
+			}...)
+		}
 		var bindings []any
 		for _, typ := range types {
 			bindings = append(bindings, omap{{"exchange", domain.EventsExchange}, {"routingKey", typ}})
@@ -142,14 +158,7 @@ func asyncAPI(examples []domain.Message, all []*inbox.Consumer, q Queues) (omap,
 			{"messages", channelMessages(types)},
 			{"bindings", queueBinding(queue)},
 			{"x-amqp-bindings", bindings},
-			{"x-amqp-arguments", omap{
-				{"x-queue-type", "quorum"},
-				{"x-delivery-limit", q.DeliveryLimit},
-				{"x-dead-letter-exchange", ""},
-				{"x-dead-letter-routing-key", dlq},
-				{"x-dead-letter-strategy", "at-least-once"},
-				{"x-overflow", "reject-publish"},
-			}},
+			{"x-amqp-arguments", workQueueArgs(false)},
 		}})
 		operations = append(operations, kv{c.Name() + ".receive", omap{
 			{"action", "receive"},
@@ -225,15 +234,7 @@ func asyncAPI(examples []domain.Message, all []*inbox.Consumer, q Queues) (omap,
 			{"messages", channelMessages(types)},
 			{"bindings", queueBinding(partitioned)},
 			{"x-amqp-partition-exchange", inbox.PartitionExchangeName(c.Name())},
-			{"x-amqp-arguments", omap{
-				{"x-queue-type", "quorum"},
-				{"x-single-active-consumer", true},
-				{"x-delivery-limit", q.DeliveryLimit},
-				{"x-dead-letter-exchange", ""},
-				{"x-dead-letter-routing-key", dlq},
-				{"x-dead-letter-strategy", "at-least-once"},
-				{"x-overflow", "reject-publish"},
-			}},
+			{"x-amqp-arguments", workQueueArgs(true)},
 		}})
 		operations = append(operations, kv{c.Name() + ".receivePartitioned", omap{
 			{"action", "receive"},
