@@ -16,7 +16,13 @@ import (
 // message type, those missing.
 type readerCheck struct {
 	missing map[string][]string
-	err     error // the look itself failed (the connection is going away)
+	// settling: by message type, the queues this look found and the one
+	// before did not. A consumer declares its queue, then binds it: a look
+	// between the two finds a queue that no message reaches yet, so a type
+	// is published only once two looks in a row, a poll apart, have found
+	// all its readers' queues.
+	settling map[string][]string
+	err      error // the look itself failed (the connection is going away)
 	// unchecked: nobody has looked yet, so every type with readers is held.
 	unchecked bool
 }
@@ -27,14 +33,16 @@ func uncheckedReaders(readers map[string][]string) *readerCheck {
 }
 
 // held lists the message types not to publish: one of their readers'
-// queues is missing.
+// queues is missing, or was missing at the look before.
 func (c *readerCheck) held() []string {
 	if c == nil {
 		return nil
 	}
-	types := make([]string, 0, len(c.missing))
-	for typ := range c.missing {
-		types = append(types, typ)
+	types := slices.Collect(maps.Keys(c.missing))
+	for typ := range c.settling {
+		if _, ok := c.missing[typ]; !ok {
+			types = append(types, typ)
+		}
 	}
 	slices.Sort(types)
 	return types
@@ -42,7 +50,7 @@ func (c *readerCheck) held() []string {
 
 // notReady says which types are held and why, or nil.
 func (c *readerCheck) notReady() error {
-	if c == nil || len(c.missing) == 0 {
+	if c == nil || len(c.missing)+len(c.settling) == 0 {
 		return nil
 	}
 	if c.unchecked {
@@ -50,9 +58,31 @@ func (c *readerCheck) notReady() error {
 	}
 	var parts []string
 	for _, typ := range c.held() {
-		parts = append(parts, fmt.Sprintf("%s (reader queues missing: %s)", typ, strings.Join(c.missing[typ], ", ")))
+		if q := c.missing[typ]; len(q) > 0 {
+			parts = append(parts, fmt.Sprintf("%s (reader queues missing: %s)", typ, strings.Join(q, ", ")))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s (reader queues just declared, to be found again at the next poll: %s)",
+				typ, strings.Join(c.settling[typ], ", ")))
+		}
 	}
 	return fmt.Errorf("not publishing %s: declare the consumers' topology first (order-consumer declare)", strings.Join(parts, "; "))
+}
+
+// after sets c.settling from the look before it: the queues c found that
+// before did not (all of them when before is the unchecked state). The
+// first look of a relay thus holds every type for one poll more.
+func (c *readerCheck) after(before *readerCheck, readers map[string][]string) {
+	c.settling = map[string][]string{}
+	for typ, queues := range readers {
+		for _, q := range queues {
+			if slices.Contains(c.missing[typ], q) {
+				continue
+			}
+			if before == nil || before.unchecked || slices.Contains(before.missing[typ], q) {
+				c.settling[typ] = append(c.settling[typ], q)
+			}
+		}
+	}
 }
 
 // checkReaders looks (passively) for every queue of cfg.Readers on conn.
@@ -116,12 +146,14 @@ func (r *Relay) lookForReaders(ctx context.Context, conn *amqp.Connection) {
 		}
 		return
 	}
+	c.after(r.readers.Load(), r.cfg.Readers)
 	before := r.readers.Swap(c)
 	was, now := errString(before.notReady()), errString(c.notReady())
 	switch {
 	case was == now:
-	case now != "":
+	case len(c.missing) > 0:
 		r.log.ErrorContext(ctx, "holding messages back: a reader's queue is missing", slog.String("reason", now))
+	case now != "": // queues found once: published after the next look
 	default:
 		r.log.InfoContext(ctx, "every reader's queue is there: publishing every type")
 		r.signal()
