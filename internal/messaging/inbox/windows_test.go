@@ -446,8 +446,7 @@ func TestReplayCutOffMidway(t *testing.T) {
 func (b *consumerBundle) peek(queues ...string) map[string]int {
 	b.t.Helper()
 	ch := testenv.NewChannel(b.t, b.amqpURL)
-	defer ch.Close()
-	seen := map[string]int{}
+	seen, total := map[string]int{}, 0
 	for _, q := range queues {
 		for {
 			d, ok, err := ch.Get(q, false)
@@ -458,8 +457,20 @@ func (b *consumerBundle) peek(queues ...string) map[string]int {
 				break
 			}
 			seen[d.MessageId]++
+			total++
 		}
 	}
+	// Closing the channel gives the messages back, unacknowledged; a
+	// quorum queue takes them back after the close returns. Wait for them,
+	// or what comes next finds the queues short.
+	_ = ch.Close()
+	testenv.WaitFor(b.t, 10*time.Second, "the peeked messages to be back", func() bool {
+		ready := 0
+		for _, q := range queues {
+			ready += b.ready(q)
+		}
+		return ready >= total
+	})
 	return seen
 }
 

@@ -197,9 +197,11 @@ func TestWALHeartbeatMovesAQuietSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the slot to move past the other table's WAL", func() bool { return b.slotPosition() >= written })
-	if lag := b.metrics.Gauge(t, "relay.wal.slot.lag"); lag > 1<<20 {
-		t.Fatalf("relay.wal.slot.lag = %d bytes after the slot moved on", lag)
-	}
+	// The gauge measures from the server's current WAL position, which the
+	// other tests on this server move too: wait for a moment it is small.
+	testenv.WaitFor(t, 15*time.Second, "relay.wal.slot.lag under 1 MiB once the slot moved on", func() bool {
+		return b.metrics.Gauge(t, "relay.wal.slot.lag") <= 1<<20
+	})
 }
 
 // A transaction far larger than logical_decoding_work_mem (the test
