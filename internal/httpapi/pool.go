@@ -133,37 +133,42 @@ func (b boundedPool) tryTx(ctx context.Context, opts pgx.TxOptions, fresh bool, 
 // xactStatus asks the server what became of transaction xid, on a live
 // connection: committed, aborted, or (while its session lingers) in
 // progress, waited for up to outcomeWait. Anything else it returns is why
-// it could not tell.
+// it could not tell. A connection that fails it on the way (the cut that
+// lost the COMMIT takes its siblings with it, and the pool finds out only
+// when it uses them) is not an answer: it asks again on another.
 func (b boundedPool) xactStatus(ctx context.Context, xid string) string {
 	ctx, cancel := context.WithTimeout(ctx, outcomeWait)
 	defer cancel()
 	for {
-		conn, err := b.acquire(ctx, true)
-		if errors.Is(err, errOverloaded) {
-			// Every connection busy, or the new ones slow to come (the cut
-			// took its siblings with it): ask again, for up to outcomeWait.
-			continue
-		}
-		if err != nil {
-			return "cannot ask: " + err.Error()
-		}
-		var status *string
-		err = conn.QueryRow(ctx, "SELECT pg_xact_status($1::xid8)", xid).Scan(&status)
-		conn.Release()
+		status, err := b.askXactStatus(ctx, xid)
 		switch {
-		case err != nil:
-			return "cannot ask: " + err.Error()
-		case status == nil:
+		case err == nil && status == nil:
 			return "too old to tell"
-		case *status != "in progress":
+		case err == nil && *status != "in progress":
 			return *status
 		}
 		select {
 		case <-ctx.Done():
+			if err != nil {
+				return "cannot ask: " + err.Error()
+			}
 			return "still in progress"
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// askXactStatus is one pg_xact_status of xid, on a connection that has
+// just answered a ping.
+func (b boundedPool) askXactStatus(ctx context.Context, xid string) (*string, error) {
+	conn, err := b.acquire(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	var status *string
+	err = conn.QueryRow(ctx, "SELECT pg_xact_status($1::xid8)", xid).Scan(&status)
+	return status, err
 }
 
 // outcomeWait bounds the wait for the outcome of a COMMIT whose connection
