@@ -51,8 +51,8 @@ type boundedPool struct {
 //     another connection, with the transaction's id, what became of it
 //     (pg_xact_status). Committed: the handler answers as if the COMMIT
 //     had answered. Aborted: it is run again. Still in progress after
-//     outcomeWait, 5 s (the session is alive but cut off from this process): the
-//     outcome stays unknown, and the request is a 503 that says so
+//     outcomeWait, 5 s (the session is alive but cut off from this
+//     process): the outcome stays unknown, and the request is a 503 that says so
 //     (errCommitUnknown); a retry with the same Idempotency-Key finds the
 //     order if the COMMIT took effect.
 //

@@ -69,8 +69,9 @@ func (c *readerCheck) notReady() error {
 }
 
 // after sets c.settling from the look before it: the queues c found that
-// before did not (all of them when before is the unchecked state). The
-// first look of a relay thus holds every type for one poll more.
+// before did not (all of them when before is the unchecked state, which
+// misses every queue). The first look of a relay thus holds every type for
+// one poll more.
 func (c *readerCheck) after(before *readerCheck, readers map[string][]string) {
 	c.settling = map[string][]string{}
 	for typ, queues := range readers {
@@ -78,7 +79,7 @@ func (c *readerCheck) after(before *readerCheck, readers map[string][]string) {
 			if slices.Contains(c.missing[typ], q) {
 				continue
 			}
-			if before == nil || before.unchecked || slices.Contains(before.missing[typ], q) {
+			if before == nil || slices.Contains(before.missing[typ], q) {
 				c.settling[typ] = append(c.settling[typ], q)
 			}
 		}
