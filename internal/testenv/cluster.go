@@ -515,13 +515,22 @@ func (c *RabbitCluster) Queues(t testing.TB, clusterURL string) []QuorumQueue {
 // Queue returns what the cluster says of the quorum queue called name.
 func (c *RabbitCluster) Queue(t testing.TB, clusterURL, name string) QuorumQueue {
 	t.Helper()
+	q, ok := c.findQueue(t, clusterURL, name)
+	if !ok {
+		t.Fatalf("testenv: no quorum queue %s in vhost %s", name, vhostOf(clusterURL))
+	}
+	return q
+}
+
+// findQueue is Queue that says when the cluster does not list the queue.
+func (c *RabbitCluster) findQueue(t testing.TB, clusterURL, name string) (QuorumQueue, bool) {
+	t.Helper()
 	for _, q := range c.Queues(t, clusterURL) {
 		if q.Name == name {
-			return q
+			return q, true
 		}
 	}
-	t.Fatalf("testenv: no quorum queue %s in vhost %s", name, vhostOf(clusterURL))
-	return QuorumQueue{}
+	return QuorumQueue{}, false
 }
 
 // AwaitQueue reads the quorum queue called name every second until cond
@@ -531,8 +540,10 @@ func (c *RabbitCluster) AwaitQueue(t testing.TB, clusterURL, name, what string, 
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		q := c.Queue(t, clusterURL, name)
-		if cond(q) {
+		// Right after a node dies, list_queues can leave out a queue it
+		// led: not yet, rather than gone.
+		q, listed := c.findQueue(t, clusterURL, name)
+		if listed && cond(q) {
 			return q
 		}
 		if time.Now().After(deadline) {
