@@ -232,6 +232,7 @@ func TestOperatorUser(t *testing.T) {
 	}
 	// orderctl parked list|show|replay|discard.
 	kept, dropped := b.park(), b.park()
+	testenv.WaitFor(t, 10*time.Second, "the two parked messages in the parking lot", func() bool { return b.depth(parkingLot) == 2 })
 	parked, err := inbox.Browse(ctx, url, topology.Consumer, 0)
 	if err != nil || len(parked) != 2 {
 		t.Fatalf("browse as %s: %v, %d messages", operator, err, len(parked))
