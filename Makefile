@@ -98,10 +98,9 @@ lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minut
 	$(TOOL) golangci-lint run $(PKGS)
 
 .PHONY: generate
-generate: ## regenerate the sqlc code (store, outbox, inbox queries), docs/catalog.md and api/asyncapi.yaml
+generate: ## regenerate the sqlc code (store, outbox, inbox queries), and api/asyncapi.yaml and docs/catalog.md (go generate ./api)
 	$(TOOL) sqlc generate
-	$(GO) run ./cmd/order-consumer catalog > docs/catalog.md
-	$(GO) run ./cmd/order-consumer asyncapi > api/asyncapi.yaml
+	$(GO) generate ./api
 
 .PHONY: migrate
 migrate: ## create the database if needed and apply the migrations (DATABASE_URL)

@@ -7,14 +7,16 @@
 //
 // asyncapi.yaml is the AsyncAPI 3 document of the messages: the exchange,
 // each message type and version with its payload's JSON Schema, the
-// consumers' queues. It is generated (`make generate`: order-consumer
-// asyncapi) and a test fails when it is stale; asyncapi validate checks it
-// (.ci/run).
+// consumers' queues. It is generated, with docs/catalog.md, by the
+// directive below (`go generate ./api`, or `make generate`), and a test
+// fails when it is stale; asyncapi validate checks it (.ci/run).
 //
 // order-api serves both, at GET /openapi.yaml and GET /asyncapi.yaml.
 package api
 
 import _ "embed"
+
+//go:generate go run ./internal/gen -asyncapi asyncapi.yaml -catalog ../docs/catalog.md
 
 // OpenAPI is openapi.yaml.
 //

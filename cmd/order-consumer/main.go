@@ -8,8 +8,6 @@
 //	order-consumer [-migrate]                        consume; admin endpoints on ADMIN_ADDR
 //	order-consumer migrate [up|down|status|reset]    manage the schema and exit
 //	order-consumer replay <consumer> [limit]         move parked messages back to the work queue
-//	order-consumer catalog                           print docs/catalog.md: the message types, the consumers, their queues
-//	order-consumer asyncapi                          print api/asyncapi.yaml: the same as an AsyncAPI document, with the payload schemas
 package main
 
 import (
@@ -151,18 +149,12 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	commands := []string{
 		"replay <consumer> [limit]    move parked messages back to the work queue",
 		"declare                      declare every consumer's queues and bindings, and exit",
-		"catalog                      print the message types, the consumers and their queues (docs/catalog.md)",
-		"asyncapi                     print the AsyncAPI document of the messages and queues (api/asyncapi.yaml)",
 	}
 	return app.Start(ctx, service, &cfg, args, environ, stdout, stderr, commands, func(ctx context.Context, p *app.Process) error {
 		if len(p.Args.Command) > 0 {
 			switch p.Args.Command[0] {
-			case "catalog":
-				return consumer.WriteCatalog(stdout, consumer.All(consumer.Deps{}))
 			case "declare":
 				return inbox.Declare(ctx, cfg.AMQPURL, cfg.consumerConfig(), consumer.All(consumer.Deps{})...)
-			case "asyncapi":
-				return writeAsyncAPI(stdout)
 			default: // replay
 				return replay(ctx, cfg, p.Args.Command[1:], p.Log)
 			}

@@ -1,4 +1,4 @@
-package consumer_test
+package main
 
 import (
 	"bytes"
@@ -19,10 +19,10 @@ import (
 )
 
 // asyncAPIDoc generates the AsyncAPI document with q and reads it back.
-func asyncAPIDoc(t *testing.T, q consumer.Queues) map[string]any {
+func asyncAPIDoc(t *testing.T, q queueSettings) map[string]any {
 	t.Helper()
 	var b bytes.Buffer
-	if err := consumer.WriteAsyncAPI(&b, consumer.All(consumer.Deps{}), q); err != nil {
+	if err := writeAsyncAPI(&b, consumer.All(consumer.Deps{}), q); err != nil {
 		t.Fatal(err)
 	}
 	var doc map[string]any
@@ -49,7 +49,7 @@ func child(t *testing.T, v any, path ...string) any {
 // reader of the YAML gets them; a payload without order_id does not.
 func TestAsyncAPIExamplesMatchTheDocumentsSchemas(t *testing.T) {
 	t.Parallel()
-	doc := asyncAPIDoc(t, consumer.Queues{RetryDelays: []time.Duration{time.Second}, DeliveryLimit: 20})
+	doc := asyncAPIDoc(t, queueSettings{retryDelays: []time.Duration{time.Second}, deliveryLimit: 20})
 	raw, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestAsyncAPIExamplesMatchTheDocumentsSchemas(t *testing.T) {
 // messages of exactly the routing keys the document says it binds.
 func TestAsyncAPIQueuesAreTheDeclaredOnes(t *testing.T) {
 	t.Parallel()
-	q := consumer.Queues{RetryDelays: []time.Duration{100 * time.Millisecond, 2 * time.Second}, DeliveryLimit: 7}
+	q := queueSettings{retryDelays: []time.Duration{100 * time.Millisecond, 2 * time.Second}, deliveryLimit: 7}
 	doc := asyncAPIDoc(t, q)
 	conn, err := amqp.Dial(testenv.NewVhost(t))
 	if err != nil {
@@ -120,7 +120,7 @@ func TestAsyncAPIQueuesAreTheDeclaredOnes(t *testing.T) {
 	}
 	const partitions = 2
 	for _, c := range consumer.All(consumer.Deps{}) {
-		topology := inbox.Topology{Consumer: c.Name(), Exchange: domain.EventsExchange, Types: c.Types(), RetryDelays: q.RetryDelays, DeliveryLimit: q.DeliveryLimit}
+		topology := inbox.Topology{Consumer: c.Name(), Exchange: domain.EventsExchange, Types: c.Types(), RetryDelays: q.retryDelays, DeliveryLimit: q.deliveryLimit}
 		if err := topology.Declare(ch); err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestAsyncAPIQueuesAreTheDeclaredOnes(t *testing.T) {
 			bound[address] = len(bindings)
 		}
 	}
-	if want := len(consumer.All(consumer.Deps{})) * (3 + len(q.RetryDelays)); queues != want {
+	if want := len(consumer.All(consumer.Deps{})) * (3 + len(q.retryDelays)); queues != want {
 		t.Errorf("the document has %d queues, want %d", queues, want)
 	}
 
