@@ -59,7 +59,7 @@ func TestEveryMessageTypeHasAnExample(t *testing.T) {
 
 // Every message type is named, in backticks, in docs/catalog.md (which
 // `make generate` writes from the catalogue; TestCatalogPageIsCurrent in
-// cmd/order-consumer keeps it current).
+// api/internal/gen keeps it current).
 func TestEveryMessageTypeIsDocumented(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("../../docs/catalog.md")
