@@ -188,7 +188,7 @@ func (s *subscription) session(ctx context.Context) error {
 	for _, f := range feeds {
 		for range f.workers {
 			w := &worker{consumer: s.consumer, cfg: s.cfg, pool: s.pool, pub: pub, topology: s.topology,
-				log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held, queue: f.queue, ordered: s.cfg.Partitions > 0}
+				log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held, queue: f.queue, ordering: orderingOf(s.cfg)}
 			wg.Go(func() {
 				for {
 					select { // stopping wins over a delivery that is ready too

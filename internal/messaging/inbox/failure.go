@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 )
@@ -125,14 +124,7 @@ func (w *worker) fail(d *delivery, cause error) {
 
 	if status == StatusRetryableFailed {
 		w.metrics.retried.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name), attrCode.String(code)))
-		if w.ordered { // a retry queue would let the later messages overtake it
-			d.retryIn = w.retryDelay(d.Attempt)
-			w.log.WarnContext(ctx, "retrying in place, holding the partition", slog.String("outcome", "retried"),
-				slog.String("reason_code", code), slog.String("reason", reason), slog.Int("next_attempt", d.Attempt+1),
-				slog.Duration("retry_in", d.retryIn))
-			return
-		}
-		w.retryLater(d, d.Attempt+1, code, reason)
+		w.ordering.retry(w, d, d.Attempt+1, code, reason)
 		return
 	}
 	if status == StatusPoisoned {
@@ -194,25 +186,17 @@ func (w *worker) park(d *delivery, code, reason string) {
 		slog.String("reason", reason), slog.String("parking_lot", ParkingLotName(w.topology.Queue())), slog.Duration("took", time.Since(start)))
 }
 
-// requeue gives a delivery back to the broker when it could not be moved
-// on (the retry or parking publish failed: broker trouble). It waits a
-// moment first, so that a broker that keeps refusing costs one redelivery
-// per second, not a hot loop; the work queue's delivery limit bounds the
-// rest, and what it parks says why (ParkedReason). Database trouble never
-// comes here: those deliveries are held (untilWritable).
+// requeue gives a delivery back when it could not be moved on (the retry
+// or parking publish failed: broker trouble): to the broker after a
+// moment, or to the worker in place (the worker's ordering). The work
+// queue's delivery limit bounds the redeliveries, and what it parks says
+// why (ParkedReason). Database trouble never comes here: those deliveries
+// are held (untilWritable).
 func (w *worker) requeue(d *delivery, why string) {
 	ctx := d.ctx
 	w.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))
 	w.metrics.requeued.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name)))
-	if w.ordered {
-		// A partition's worker holds the later deliveries in its buffer: a
-		// requeued one would come back behind them. It tries again in place.
-		d.retryIn = time.Second
-		d.Attempt-- // moving it on failed; its attempt did not end
-		return
-	}
-	background.Sleep(ctx, time.Second)
-	_ = d.raw.Nack(false, true)
+	w.ordering.requeue(w, d)
 }
 
 // ParkedReason says why a message is in a parking lot: the parked_reason_code

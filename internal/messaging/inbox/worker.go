@@ -38,10 +38,9 @@ type worker struct {
 	held     *atomic.Int64 // the subscription's deliveries held for the database (readiness)
 	// queue is the work queue this worker takes deliveries from.
 	queue string
-	// ordered: the queue is a partition (Config.Partitions). This worker
-	// is its only one; a failure is retried in place, and a message waits
-	// behind a parked earlier one of its aggregate.
-	ordered bool
+	// ordering keeps the order of the queue's deliveries, or does not
+	// need to (ordering.go).
+	ordering ordering
 }
 
 // delivery is one delivery on its way through a worker: the AMQP delivery,
@@ -59,7 +58,7 @@ type delivery struct {
 	// PROCESSING before an external call; 0 when none did.
 	heldAttempt int
 	// retryIn, when above 0, asks for the delivery to be tried again in
-	// place after this wait (ordered workers only).
+	// place after this wait (an ordered worker's retries: ordering.go).
 	retryIn time.Duration
 }
 
@@ -99,9 +98,8 @@ type effect struct {
 // fails, the transaction rolls back whole and each goes through again
 // alone, so one bad message never takes others down with it.
 //
-// An ordered worker (a partition's) never puts two deliveries of one
-// aggregate in one batch, and retries a failure in place, before it takes
-// the next delivery of its partition.
+// How a batch is split, and how a failure is retried, is the worker's
+// ordering (ordering.go): pooled, or ordered within a partition.
 func (w *worker) handle(ctx context.Context, raws []amqp.Delivery) {
 	w.metrics.batchSize.Record(ctx, int64(len(raws)), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
 	batch := make([]*delivery, 0, len(raws))
@@ -115,31 +113,7 @@ func (w *worker) handle(ctx context.Context, raws []amqp.Delivery) {
 		}
 		batch = append(batch, d)
 	}
-	if !w.ordered {
-		w.process(ctx, batch)
-		return
-	}
-	for len(batch) > 0 {
-		run := distinctAggregates(batch)
-		w.process(ctx, run)
-		for _, d := range run {
-			w.retryInPlace(ctx, d)
-		}
-		batch = batch[len(run):]
-	}
-}
-
-// distinctAggregates is the longest head of batch with no two deliveries
-// of one aggregate.
-func distinctAggregates(batch []*delivery) []*delivery {
-	seen := map[string]bool{}
-	for i, d := range batch {
-		if seen[d.AggregateID()] {
-			return batch[:i]
-		}
-		seen[d.AggregateID()] = true
-	}
-	return batch
+	w.ordering.run(ctx, w, batch)
 }
 
 // process applies a batch in one transaction and settles each delivery.
@@ -170,14 +144,19 @@ func (w *worker) process(ctx context.Context, batch []*delivery) {
 // asks for it (an ordered worker's retries: d.retryIn), waiting in between.
 // The delivery stays unacknowledged meanwhile, and the worker takes no
 // other: its partition waits behind it. When the consumer stops during a
-// wait, the delivery is left for the broker to deliver again, first.
+// wait, the delivery is left for the broker to deliver again, first. An
+// invalid delivery (d.err) whose parking failed is parked again.
 func (w *worker) retryInPlace(ctx context.Context, d *delivery) {
 	for d.retryIn > 0 {
 		if !background.Sleep(ctx, d.retryIn) {
 			return
 		}
-		d.retryIn, d.heldAttempt, d.err = 0, 0, nil
+		d.retryIn, d.heldAttempt = 0, 0
 		d.Attempt++
+		if d.err != nil {
+			w.settle(d, result{}, d.err)
+			continue
+		}
 		w.process(ctx, []*delivery{d})
 	}
 }
@@ -298,17 +277,8 @@ func (w *worker) step(ctx context.Context, tx pgx.Tx, d *delivery, inserted bool
 	}
 	e.attempt = decision.Attempt
 	w.metrics.attempt.Record(ctx, int64(decision.Attempt), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
-	if w.ordered {
-		// A parked earlier message of the aggregate holds this one: both are
-		// replayed together, in order, once its cause is fixed.
-		parked, err := earlierParked(ctx, tx, d.inboxEntry(w.consumer.name))
-		if err != nil {
-			return e, err
-		}
-		if parked != "" {
-			return e, Permanent("held_behind", fmt.Errorf("message %s of aggregate %s is parked: this one waits behind it, "+
-				"to be replayed after it (or after it is discarded)", parked, d.AggregateID()))
-		}
+	if err := w.ordering.admit(ctx, tx, w, d); err != nil {
+		return e, err
 	}
 
 	out, err := d.h.run(ctx, tx, d.Delivery)
@@ -361,12 +331,7 @@ func (w *worker) settle(d *delivery, res result, err error) {
 		return
 	}
 	if res.outcome == "busy" { // another delivery holds the message: look again later
-		if w.ordered {
-			d.retryIn = w.retryDelay(1)
-			d.Attempt-- // finding it busy spends no attempt
-			return
-		}
-		w.retryLater(d, d.Attempt, "busy", res.reason)
+		w.ordering.retry(w, d, d.Attempt, "busy", res.reason) // finding it busy spends no attempt
 		return
 	}
 	if w.cfg.Faults != nil {
