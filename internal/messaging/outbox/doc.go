@@ -27,9 +27,8 @@
 // UPDATE SKIP LOCKED and a lease (rows.go, queries/outbox.sql), publishes
 // them on one confirm channel with mandatory set and the confirms
 // pipelined (publish.go builds each message's envelope), awaits the
-// confirms (confirm.go) and marks each row by what the broker said
-// (mark.go): PUBLISHED when
-// confirmed; back to PENDING with a backoff on a return, a nack or no
+// confirms (publisher.go) and marks each row by what the broker said
+// (mark.go): PUBLISHED when confirmed; back to PENDING with a backoff on a return, a nack or no
 // confirm in time; FAILED after the last attempt. Every mark names the
 // attempt that claimed the row, so a relay whose lease ran out cannot
 // overwrite a newer claim, and a vanished relay's rows come back when its

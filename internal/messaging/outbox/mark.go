@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -13,8 +14,33 @@ import (
 	"github.com/yourorg/orders/internal/messaging"
 )
 
-// mark writes the outcomes of a batch to the database, in one statement
-// (Mark: one round trip and one commit per batch, whatever the mix):
+// mark records the outcomes of a claimed batch (record) and writes them
+// with Mark: one round trip and one commit per batch, whatever the mix.
+// The statement is fenced by the claims' tokens and takes effect whole or
+// not at all, so its retries never repeat a change that took effect. If
+// the database stays away, the rows stay PUBLISHING and come back when
+// their lease ends: published again (a duplicate the inbox absorbs), never
+// lost.
+func (r *Relay) mark(ctx context.Context, outcomes []outcome) error {
+	m, marked, err := r.record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
+		return Mark(ctx, r.pool, m, r.cfg.MaxAttempts)
+	})
+	if errors.Is(err, errStopped) {
+		return err
+	}
+	if err != nil {
+		r.log.ErrorContext(ctx, "marking outcomes: giving up; the leases will bring the rows back", slog.String("error", err.Error()))
+	}
+	if lost := int64(len(m.Published)) - marked.Published; lost > 0 {
+		r.log.WarnContext(ctx, "confirmed rows not marked (lease expired, or the database away); they will be published again",
+			slog.Int64("rows", lost))
+	}
+	return nil
+}
+
+// record is the last step of every batch, whatever the rows' source: it
+// counts the outcomes, sorts them into marks and writes those with write
+// (withDBRetry):
 //
 //   - confirmed: PUBLISHED;
 //   - returned (unroutable: no queue matched its routing key), the one
@@ -25,16 +51,12 @@ import (
 //     attempt not counted, after a wait that grows with the batches the
 //     broker nacked in a row;
 //   - cut short by the infrastructure (the connection lost, no confirm in
-//     time) or never published (shutdown): back to PENDING with the
-//     attempt not counted.
+//     time), never published (shutdown) or held (a reader's queue
+//     missing): back to PENDING with the attempt not counted.
 //
 // So broker trouble never spends a row's attempts: only a return does.
-//
-// The statement is fenced by the claims' tokens and takes effect whole or
-// not at all, so its retries never repeat a change that took effect.
-func (r *Relay) mark(outcomes []outcome) error {
+func (r *Relay) record(ctx context.Context, outcomes []outcome, write func(context.Context, Marks) (Marked, error)) (Marks, Marked, error) {
 	var m Marks
-	ctx := context.Background()
 	nackWait := r.cfg.BackoffBase
 	if slices.ContainsFunc(outcomes, func(o outcome) bool { return o.result == outcomeNacked }) {
 		nackWait = background.Backoff(int(r.refusals.Add(1)), r.cfg.BackoffBase, r.cfg.BackoffMax)
@@ -44,12 +66,16 @@ func (r *Relay) mark(outcomes []outcome) error {
 	type group struct{ typ, result string }
 	counts := map[group]int64{} // the counters are added once per type and outcome, not once per row
 	for _, o := range outcomes {
-		counts[group{o.row.Type, o.result}]++
+		if o.result != outcomeHeld { // not an attempt
+			counts[group{o.row.Type, o.result}]++
+		}
 		switch o.result {
 		case outcomeConfirmed:
 			m.Published = append(m.Published, o.row.Claim())
 		case outcomeShutdown, outcomeNotPublished:
 			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim()})
+		case outcomeHeld:
+			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason})
 		case outcomeTimeout, outcomeConnectionLost:
 			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: r.cfg.BackoffBase})
 		case outcomeNacked:
@@ -73,19 +99,15 @@ func (r *Relay) mark(outcomes []outcome) error {
 	}
 	if r.cfg.Faults != nil {
 		if err := r.cfg.Faults.BeforeMark(m.Published); err != nil {
-			return fmt.Errorf("%w: %w", errStopped, err)
+			return m, Marked{}, fmt.Errorf("%w: %w", errStopped, err)
 		}
 	}
 
 	var marked Marked
-	r.withDBRetry("mark outcomes", func(ctx context.Context) (err error) {
-		marked, err = Mark(ctx, r.pool, m, r.cfg.MaxAttempts)
+	err := r.withDBRetry(ctx, "mark outcomes", func(ctx context.Context) (err error) {
+		marked, err = write(ctx, m)
 		return err
 	})
-	if lost := int64(len(m.Published)) - marked.Published; lost > 0 {
-		r.log.WarnContext(ctx, "confirmed rows not marked (lease expired, or the database away); they will be published again",
-			slog.Int64("rows", lost))
-	}
 	for _, o := range outcomes {
 		if o.result == outcomeConfirmed {
 			r.metrics.publishDelay.Record(ctx, time.Since(o.row.CreatedAt).Seconds())
@@ -98,7 +120,7 @@ func (r *Relay) mark(outcomes []outcome) error {
 		r.log.ErrorContext(ctx, "outbox row FAILED: attempts exhausted", slog.String("message_id", id.String()),
 			slog.Int("max_attempts", r.cfg.MaxAttempts))
 	}
-	return nil
+	return m, marked, err
 }
 
 // logFailures names each message the broker refused (returned or nacked),
@@ -124,21 +146,25 @@ func (r *Relay) logFailures(ctx context.Context, outcomes []outcome) {
 	}
 }
 
-// withDBRetry runs f until it succeeds, a few times with backoff, each
-// try bounded by RELAY_DB_TIMEOUT. If the database stays away, the rows stay
-// PUBLISHING and come back when their lease ends: published again (a
-// duplicate the inbox absorbs), never lost.
-func (r *Relay) withDBRetry(what string, f func(context.Context) error) {
+// withDBRetry runs f until it succeeds, at most five times with backoff,
+// each try bounded by DBTimeout, and returns the last error. It stops
+// early, with ctx's error, when ctx ends.
+func (r *Relay) withDBRetry(ctx context.Context, what string, f func(context.Context) error) error {
+	const tries = 5
 	var err error
-	for attempt := 1; attempt <= 5; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DBTimeout)
-		err = f(ctx)
+	for attempt := 1; ; attempt++ {
+		tryCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+		err = f(tryCtx)
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
-		r.log.Warn(what+": failed", slog.String("error", err.Error()), slog.Int("attempt", attempt))
-		time.Sleep(background.Backoff(attempt, 200*time.Millisecond, 5*time.Second))
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w (%w)", what, ctx.Err(), err)
+		}
+		r.log.WarnContext(ctx, what+": failed", slog.String("error", err.Error()), slog.Int("attempt", attempt))
+		if attempt == tries || !background.Sleep(ctx, background.Backoff(attempt, 200*time.Millisecond, 5*time.Second)) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 	}
-	r.log.Error(what+": giving up; the leases will bring the rows back", slog.String("error", err.Error()))
 }

@@ -278,27 +278,21 @@ func RetryFailed(ctx context.Context, db database.DBTX, ids []uuid.UUID, message
 	return out, nil
 }
 
-// streamMarks are the outcomes of rows the log-tailing relay published
-// (wal.go): it claims nothing, so they are matched by id alone, and only
-// while still PENDING.
-type streamMarks struct {
-	published []uuid.UUID
-	refused   []PublishFailure // returned as unroutable: the attempt counted
-	released  []PublishFailure // nacked: the attempt not counted
-}
-
-// markStreamed writes streamMarks in one statement (MarkStreamed).
-func markStreamed(ctx context.Context, db database.DBTX, m streamMarks, maxAttempts int) (Marked, error) {
-	p := dbsqlc.MarkStreamedParams{PublishedIds: m.published, MaxAttempts: int32(maxAttempts)}
-	if p.PublishedIds == nil {
-		p.PublishedIds = []uuid.UUID{}
+// markStreamed writes the marks of rows the log-tailing relay published
+// (wal.go) in one statement (MarkStreamed): it claims nothing, so they are
+// matched by id alone, and only while still PENDING. Refused rows have the
+// attempt counted; released ones (nacked, or held) do not.
+func markStreamed(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Marked, error) {
+	p := dbsqlc.MarkStreamedParams{PublishedIds: []uuid.UUID{}, MaxAttempts: int32(maxAttempts)}
+	for _, c := range m.Published {
+		p.PublishedIds = append(p.PublishedIds, c.ID)
 	}
-	for _, f := range m.refused {
+	for _, f := range m.Refused {
 		p.RefusedIds = append(p.RefusedIds, f.ID)
 		p.RefusedErrors = append(p.RefusedErrors, f.Reason)
 		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, f.RetryIn.Seconds())
 	}
-	for _, f := range m.released {
+	for _, f := range m.Released {
 		p.ReleasedIds = append(p.ReleasedIds, f.ID)
 		p.ReleasedErrors = append(p.ReleasedErrors, f.Reason)
 		p.ReleasedRetryInSeconds = append(p.ReleasedRetryInSeconds, f.RetryIn.Seconds())
@@ -306,7 +300,7 @@ func markStreamed(ctx context.Context, db database.DBTX, m streamMarks, maxAttem
 	row, err := queries.MarkStreamed(ctx, db, p)
 	if err != nil {
 		return Marked{}, fmt.Errorf("write back %d streamed outbox rows: %w",
-			len(m.published)+len(m.refused)+len(m.released), database.Translate(err))
+			len(m.Published)+len(m.Refused)+len(m.Released), database.Translate(err))
 	}
 	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }

@@ -3,55 +3,43 @@ package outbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.32.0"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
-// session is one broker connection's worth of publishing: one channel in
-// confirm mode, and the pipeline that claims, publishes, awaits confirms
-// and marks (run).
+// session is one broker connection's worth of publishing: the publisher
+// (one channel in confirm mode), and the pipeline that claims, publishes,
+// awaits confirms and marks (run).
 type session struct {
-	relay   *Relay
-	ch      *amqp.Channel
-	returns *returnBook         // the broker's basic.returns, kept until their confirm is read
-	window  *semaphore.Weighted // room for MaxInFlight unconfirmed messages
-	blocked atomic.Bool         // the broker blocks publishers (a memory or disk alarm)
-	stop    context.CancelCauseFunc
+	relay *Relay
+	pub   *publisher
 }
 
-// batch is one claim: its rows, published in order, their confirms, and
-// the spans of the publishes (each in the trace of its row) and of the
-// batch (linked to every row's trace).
+// batch is one claim: its rows, each sent or not, in order, and the span
+// of the batch (linked to every row's trace).
 type batch struct {
-	rows        []Row
-	confirms    []*amqp.DeferredConfirmation // one per published row, in order
-	spans       []trace.Span                 // one per published row, in order
-	batchSpan   trace.Span
-	publishedAt time.Time
+	rows      []Row
+	sent      []sent // one per published row, in order
+	batchSpan trace.Span
 }
 
-func newSession(r *Relay) *session {
-	return &session{relay: r, window: semaphore.NewWeighted(int64(r.cfg.MaxInFlight))}
-}
+func newSession(r *Relay) *session { return &session{relay: r} }
 
 // run is the relay's pipeline over one broker connection, until ctx ends
 // or the channel fails. Every batch goes through four steps, in this order:
 //
-//  1. claim    due rows, leased to this relay (ClaimRows)       claimLoop
+//  1. claim    due rows, leased to this relay (claimRows)       claimLoop
 //  2. publish  each row, mandatory, confirms pipelined          publishLoop
-//  3. confirm  wait for the broker's answer to each row         confirmLoop
-//  4. mark     every row by that answer, in one statement      confirmLoop -> Relay.mark
+//  3. confirm  wait for the broker's answer to each row         confirmLoop -> publisher.await
+//  4. mark     every row by that answer, in one statement      confirmLoop -> Relay.record
 //
 // The steps run in goroutines of their own, joined by channels, so that
 // they overlap: the next batch is claimed while this one is published, and
@@ -61,24 +49,16 @@ func newSession(r *Relay) *session {
 // marking what the broker confirms and handing back the rest.
 func (s *session) run(ctx context.Context) error {
 	r := s.relay
-	conn, ch, err := messaging.Open(ctx, r.url, "outbox-relay "+r.cfg.ID)
+	conn, pub, sessCtx, err := r.connect(ctx, "outbox-relay "+r.cfg.ID)
 	if err != nil {
 		return err
 	}
 	// A stalled broker never answers connection.close: do not wait for it.
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
-	if err := ch.Confirm(false); err != nil {
-		return fmt.Errorf("confirm mode: %w", err)
-	}
-	s.ch, s.returns = ch, newReturnBook(ch)
-
 	// sessCtx ends the claim and publish steps: on shutdown, when the
 	// channel dies, or when the confirm step gives up on the channel.
-	sessCtx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	s.stop = stop
-	go s.watchChannel(ch.NotifyClose(make(chan *amqp.Error, 1)))
-	go s.watchBlocked(ctx, conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
+	defer pub.stop(nil)
+	s.pub = pub
 
 	// Before anything is published, and at every poll: are all the
 	// readers' queues there? A type one of whose readers has none is held.
@@ -91,11 +71,16 @@ func (s *session) run(ctx context.Context) error {
 	r.signal() // sweep: rows may have committed while we were away
 
 	// drainCtx bounds the confirm step, which runs on after shutdown begins
-	// for at most ShutdownTimeout.
+	// for at most ShutdownTimeout; markCtx bounds the marks, DBTimeout
+	// longer, so that the last batch's rows are still handed back.
 	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelDrain()
 	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.ShutdownTimeout, cancelDrain) })
 	defer stopTimer()
+	markCtx, cancelMarks := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelMarks()
+	stopMarkTimer := context.AfterFunc(drainCtx, func() { time.AfterFunc(r.cfg.DBTimeout, cancelMarks) })
+	defer stopMarkTimer()
 
 	claimed := make(chan []Row, 1)                    // 1 -> 2
 	published := make(chan *batch, r.cfg.MaxInFlight) // 2 -> 3
@@ -103,9 +88,9 @@ func (s *session) run(ctx context.Context) error {
 	confirmErr := make(chan error, 1)
 	go func() {
 		defer close(confirmDone)
-		err := s.confirmLoop(drainCtx, published)
+		err := s.confirmLoop(drainCtx, markCtx, published)
 		if err != nil {
-			stop(err)
+			pub.stop(err)
 		}
 		confirmErr <- err
 	}()
@@ -123,13 +108,6 @@ func (s *session) run(ctx context.Context) error {
 		err = context.Cause(sessCtx)
 	}
 	return err
-}
-
-// watchChannel ends the session when the broker closes the channel.
-func (s *session) watchChannel(closed <-chan *amqp.Error) {
-	if amqpErr, ok := <-closed; ok {
-		s.stop(fmt.Errorf("channel closed: %w", amqpErr))
-	}
 }
 
 // watchReaders looks for the readers' queues at every poll, until ctx
@@ -151,21 +129,6 @@ func (s *session) watchReaders(ctx context.Context, conn *amqp.Connection) {
 	}
 }
 
-// watchBlocked pauses claiming while the broker blocks publishers (a
-// memory or disk alarm).
-func (s *session) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
-	r := s.relay
-	for b := range blocked {
-		s.blocked.Store(b.Active)
-		if b.Active {
-			r.log.WarnContext(ctx, "RabbitMQ blocked publishing (resource alarm); claiming paused", slog.String("reason", b.Reason))
-		} else {
-			r.log.InfoContext(ctx, "RabbitMQ unblocked publishing; claiming again")
-			r.signal()
-		}
-	}
-}
-
 // claimLoop is step 1: it claims due rows while the window has room, until
 // ctx ends, and hands each batch to the publish step. It never waits for a
 // confirm.
@@ -176,13 +139,8 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 	dbFailures := 0
 	for {
 		// While the broker blocks publishers, claim nothing: the rows would
-		// only wait for confirms that cannot come, and spend attempts.
-		for s.blocked.Load() {
-			if !background.Sleep(ctx, 200*time.Millisecond) {
-				return
-			}
-		}
-		if err := s.window.Acquire(ctx, size); err != nil {
+		// spend attempts waiting for confirms that cannot come.
+		if !s.pub.waitToPublish(ctx, size) {
 			return
 		}
 		scope := r.scope()
@@ -199,7 +157,7 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			cancel()
 		}
 		if err != nil {
-			s.window.Release(size)
+			s.pub.window.Release(size)
 			if ctx.Err() != nil {
 				return
 			}
@@ -210,7 +168,7 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			continue
 		}
 		dbFailures = 0
-		s.window.Release(size - int64(len(rows)))
+		s.pub.window.Release(size - int64(len(rows)))
 		if len(rows) == 0 {
 			select { // nothing due: wait for a NOTIFY or the poll tick
 			case <-r.wake:
@@ -219,7 +177,6 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			}
 			continue
 		}
-		r.inFlight.Add(int64(len(rows)))
 		r.metrics.batchSize.Record(context.Background(), int64(len(rows)))
 		claimed <- rows // the publish step takes every batch, published or not
 	}
@@ -233,7 +190,7 @@ func (s *session) publishLoop(ctx context.Context, claimed <-chan []Row, publish
 	defer close(published)
 	r := s.relay
 	for rows := range claimed {
-		b := &batch{rows: rows, confirms: make([]*amqp.DeferredConfirmation, 0, len(rows)), spans: make([]trace.Span, 0, len(rows))}
+		b := &batch{rows: rows, sent: make([]sent, 0, len(rows))}
 		parents := make([]context.Context, len(rows))
 		links := make([]trace.Link, len(rows))
 		for i, row := range rows {
@@ -243,24 +200,19 @@ func (s *session) publishLoop(ctx context.Context, claimed <-chan []Row, publish
 		_, b.batchSpan = r.tracer.Start(context.Background(), "publish batch", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithLinks(links...), trace.WithAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend,
 				semconv.MessagingBatchMessageCount(len(rows))))
-		b.publishedAt = time.Now()
 		for i, row := range rows {
 			if ctx.Err() != nil {
 				break
 			}
-			msg := Publishing(row)
-			span := publishSpan(r.tracer, parents[i], &msg, row.Exchange, row.RoutingKey)
-			dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, row.Exchange, row.RoutingKey, true, false, msg)
+			sent, err := s.pub.publish(ctx, parents[i], row)
 			if err != nil {
-				span.End()
 				if ctx.Err() == nil {
 					r.log.WarnContext(ctx, "publish failed; ending the session", slog.String("error", err.Error()))
 				}
-				s.stop(fmt.Errorf("publish: %w", err))
+				s.pub.stop(err)
 				break
 			}
-			b.confirms = append(b.confirms, dc)
-			b.spans = append(b.spans, span)
+			b.sent = append(b.sent, sent)
 		}
 		select {
 		case published <- b:

@@ -19,12 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
@@ -46,13 +43,9 @@ import (
 // the session unreported, and the next one streams it again from the slot:
 // a duplicate the inbox absorbs, never a loss.
 type walSession struct {
-	relay   *WALRelay
-	repl    *pgconn.PgConn
-	ch      *amqp.Channel
-	returns *returnBook
-	window  *semaphore.Weighted // room for MaxInFlight unconfirmed messages
-	blocked atomic.Bool         // the broker blocks publishers (a resource alarm)
-	stop    context.CancelCauseFunc
+	relay *WALRelay
+	repl  *pgconn.PgConn
+	pub   *publisher
 	// snapshot is the last snapshot the publish step looked at
 	// (waitVisible); only that step reads or writes it.
 	snapshot pgSnapshot
@@ -68,13 +61,10 @@ type walSession struct {
 // walItem is one step of the log, in order: a row to publish, or the end of
 // a transaction.
 type walItem struct {
-	row         Row
-	xid         uint32 // the row's transaction
-	end         *walTxEnd
-	held        bool                       // not published: a reader queue of its type is missing
-	confirm     *amqp.DeferredConfirmation // nil: not published
-	span        trace.Span
-	publishedAt time.Time
+	sent        // the row, and its publish (confirm nil: not published)
+	xid  uint32 // the row's transaction
+	end  *walTxEnd
+	held bool // not published: a reader queue of its type is missing
 }
 
 // walTxEnd is a committed transaction's end: its end LSN, the position to
@@ -115,26 +105,14 @@ func (w *WALRelay) streamOnce(ctx context.Context) (streamed bool, err error) {
 		return false, fmt.Errorf("start replication from slot %s: %w", w.wal.Slot, err)
 	}
 
-	conn, ch, err := messaging.Open(ctx, w.url, "outbox-relay "+w.cfg.ID+" (wal)")
+	conn, pub, sessCtx, err := w.sweep.connect(ctx, "outbox-relay "+w.cfg.ID+" (wal)")
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
-	if err := ch.Confirm(false); err != nil {
-		return false, fmt.Errorf("confirm mode: %w", err)
-	}
-	s := &walSession{relay: w, repl: repl, ch: ch, returns: newReturnBook(ch),
-		window: semaphore.NewWeighted(int64(w.cfg.MaxInFlight))}
-
-	sessCtx, stop := context.WithCancelCause(ctx)
+	stop := pub.stop
 	defer stop(nil)
-	s.stop = stop
-	go func() {
-		if amqpErr, ok := <-ch.NotifyClose(make(chan *amqp.Error, 1)); ok {
-			stop(fmt.Errorf("channel closed: %w", amqpErr))
-		}
-	}()
-	go s.watchBlocked(sessCtx, conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
+	s := &walSession{relay: w, repl: repl, pub: pub}
 
 	w.standby.Store(false)
 	w.down.Store(nil)
@@ -277,7 +255,7 @@ func (s *walSession) receive(ctx context.Context, items chan<- walItem) error {
 					if err != nil {
 						return fmt.Errorf("decode an outbox row at %s: %w", xld.WALStart, err)
 					}
-					it = &walItem{row: row, xid: xid}
+					it = &walItem{sent: sent{row: row}, xid: xid}
 				case *pglogrepl.CommitMessage:
 					inTx = false
 					s.received.Add(1)
@@ -304,7 +282,7 @@ func (s *walSession) pass(ctx context.Context, items chan<- walItem, it walItem,
 			return false
 		case <-time.After(time.Until(*next)):
 			if err := s.reportPosition(ctx, false); err != nil {
-				s.stop(err)
+				s.pub.stop(err)
 				return false
 			}
 			*next = time.Now().Add(s.relay.wal.StatusInterval)
@@ -399,37 +377,17 @@ func (s *walSession) publishLoop(ctx context.Context, items <-chan walItem, publ
 	w := s.relay
 	for it := range items {
 		it.held = it.end == nil && slices.Contains(w.sweep.readers.Load().held(), it.row.Type)
-		if it.end == nil && !it.held && ctx.Err() == nil && s.waitToPublish(ctx) && s.waitVisible(ctx, it.xid) {
-			row := it.row
-			parent := messaging.Extract(context.Background(), propagation.MapCarrier(row.Headers))
-			msg := Publishing(row)
-			it.span = publishSpan(w.sweep.tracer, parent, &msg, row.Exchange, row.RoutingKey)
-			it.publishedAt = time.Now()
-			dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, row.Exchange, row.RoutingKey, true, false, msg)
+		if it.end == nil && !it.held && ctx.Err() == nil && s.waitVisible(ctx, it.xid) && s.pub.waitToPublish(ctx, 1) {
+			parent := messaging.Extract(context.Background(), propagation.MapCarrier(it.row.Headers))
+			sent, err := s.pub.publish(ctx, parent, it.row)
 			if err != nil {
-				it.span.End()
-				it.span = nil
-				s.window.Release(1)
-				s.stop(fmt.Errorf("publish: %w", err))
-			} else {
-				it.confirm = dc
-				w.sweep.inFlight.Add(1)
+				s.pub.window.Release(1)
+				s.pub.stop(err)
 			}
+			it.sent = sent
 		}
 		published <- it
 	}
-}
-
-// waitToPublish waits for room in the window and for the broker to accept
-// publishes; false when ctx ends first.
-func (s *walSession) waitToPublish(ctx context.Context) bool {
-	w := s.relay
-	for s.blocked.Load() {
-		if !background.Sleep(ctx, min(w.cfg.PollInterval, 200*time.Millisecond)) {
-			return false
-		}
-	}
-	return s.window.Acquire(ctx, 1) == nil
 }
 
 // waitVisible waits until transaction xid is visible to every new
@@ -452,7 +410,7 @@ func (s *walSession) waitVisible(ctx context.Context, xid uint32) bool {
 		}
 		snap, err := currentSnapshot(ctx, s.relay.pool)
 		if err != nil {
-			s.stop(fmt.Errorf("read a snapshot: %w", err))
+			s.pub.stop(fmt.Errorf("read a snapshot: %w", err))
 			return false
 		}
 		s.snapshot = snap
@@ -519,19 +477,6 @@ func parseSnapshot(text string) (pgSnapshot, error) {
 	return p, nil
 }
 
-// watchBlocked notes when the broker blocks publishers (a memory or disk
-// alarm), and when it lets them go again.
-func (s *walSession) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
-	for b := range blocked {
-		s.blocked.Store(b.Active)
-		if b.Active {
-			s.relay.log.WarnContext(ctx, "RabbitMQ blocked publishing (resource alarm); the stream waits", slog.String("reason", b.Reason))
-		} else {
-			s.relay.log.InfoContext(ctx, "RabbitMQ unblocked publishing")
-		}
-	}
-}
-
 // confirmLoop is step 3: it takes what the publish step passed on, as much
 // as is there at once, waits for those confirms, and passes each item on
 // with its outcome. A row without a confirm (the session ended, the
@@ -550,7 +495,7 @@ func (s *walSession) confirmLoop(ctx context.Context, published <-chan walItem, 
 		for _, o := range s.awaitConfirms(ctx, chunk) {
 			if !broken && o.end == nil && !o.settled() {
 				broken = true
-				s.stop(errors.New(o.reason))
+				s.pub.stop(errors.New(o.reason))
 				s.relay.unsettled(o.outcome)
 			}
 			if !broken {
@@ -560,21 +505,18 @@ func (s *walSession) confirmLoop(ctx context.Context, published <-chan walItem, 
 	}
 }
 
-// settled: the broker answered (confirmed, returned or nacked).
+// settled: the broker answered (confirmed, returned or nacked), or the
+// row was held.
 func (o walOutcome) settled() bool {
 	return o.result == outcomeConfirmed || o.result == outcomeUnroutable || o.result == outcomeNacked || o.result == outcomeHeld
 }
-
-// outcomeHeld: the log stream did not publish the row, a reader queue of
-// its type being missing, and handed it to the sweep. Not an attempt.
-const outcomeHeld = "held"
 
 // forget ends the spans and frees the window of items that will be
 // streamed again.
 func (s *walSession) forget(chunk []walItem) {
 	for _, it := range chunk {
 		if it.confirm != nil {
-			s.window.Release(1)
+			s.pub.window.Release(1)
 			s.relay.sweep.inFlight.Add(-1)
 		}
 		if it.span != nil {
@@ -584,61 +526,29 @@ func (s *walSession) forget(chunk []walItem) {
 	}
 }
 
-// awaitConfirms waits for the confirms of chunk until each one's
-// ConfirmTimeout or the shutdown deadline (ctx), and says what became of
-// each row.
+// awaitConfirms waits for the confirms of chunk (publisher.await) and
+// says what became of each row; a transaction's end passes through.
 func (s *walSession) awaitConfirms(ctx context.Context, chunk []walItem) []walOutcome {
-	w := s.relay
+	var rows []sent
 	for _, it := range chunk {
-		if it.confirm == nil {
-			continue
+		if it.end == nil && !it.held {
+			rows = append(rows, it.sent)
 		}
-		deadline := time.NewTimer(time.Until(it.publishedAt.Add(w.cfg.ConfirmTimeout)))
-		select {
-		case <-it.confirm.Done():
-		case <-deadline.C:
-		case <-ctx.Done():
-		}
-		deadline.Stop()
 	}
-	s.returns.sync() // every return sent before these confirms is in the book now
+	outcomes := s.pub.await(ctx, rows)
 	out := make([]walOutcome, len(chunk))
 	for i, it := range chunk {
-		o := &out[i]
-		o.end, o.row = it.end, it.row
-		if it.end != nil {
-			continue
-		}
-		ret, returned := s.returns.take(it.row.ID.String())
 		switch {
+		case it.end != nil:
+			out[i].end = it.end
 		case it.held:
-			o.result, o.reason = outcomeHeld, "held back: a reader's queue of its type is missing (order-consumer declare)"
-		case it.confirm == nil:
-			o.result, o.reason = outcomeNotPublished, "not published: the session ended first"
-		case !isDone(it.confirm):
-			o.result, o.reason = outcomeTimeout, fmt.Sprintf("no publisher confirm within %s", w.cfg.ConfirmTimeout)
-		case returned:
-			o.result = outcomeUnroutable
-			o.reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
-				ret.ReplyCode, ret.ReplyText, it.row.Exchange, it.row.RoutingKey)
-		case it.confirm.Acked():
-			o.result = outcomeConfirmed
-			w.sweep.metrics.confirmLatency.Record(context.Background(), time.Since(it.publishedAt).Seconds())
-		case s.ch.IsClosed():
-			o.result, o.reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
+			out[i].outcome = outcome{row: it.row, result: outcomeHeld,
+				reason: "held back: a reader's queue of its type is missing (order-consumer declare)"}
 		default:
-			o.result, o.reason = outcomeNacked, "nacked by RabbitMQ"
-		}
-		if it.confirm != nil {
-			s.window.Release(1)
-			w.sweep.inFlight.Add(-1)
-		}
-		if it.span != nil {
-			it.span.SetAttributes(messaging.AttrOutcome.String(o.result))
-			if o.result != outcomeConfirmed {
-				it.span.SetStatus(codes.Error, o.reason)
+			out[i].outcome, outcomes = outcomes[0], outcomes[1:]
+			if it.confirm != nil {
+				s.pub.window.Release(1)
 			}
-			it.span.End()
 		}
 	}
 	return out
@@ -655,7 +565,7 @@ func (s *walSession) writeLoop(ctx context.Context, outcomes <-chan walOutcome) 
 		if err := w.writeBack(ctx, batch); err != nil {
 			// End the session first: the steps before this one stop only
 			// when it ends, and the confirm step closes outcomes only then.
-			s.stop(err)
+			s.pub.stop(err)
 			for range outcomes { // let the confirm step finish
 			}
 			return err
@@ -671,97 +581,28 @@ func (s *walSession) writeLoop(ctx context.Context, outcomes <-chan walOutcome) 
 	return nil
 }
 
-// writeBack writes a batch's outcomes in one statement (MarkStreamed),
-// counts them, and names the refused ones, as the polling relay does.
+// writeBack records a batch's outcomes as the polling relay does
+// (Relay.record) and writes them in one statement (markStreamed).
 func (w *WALRelay) writeBack(ctx context.Context, batch []walOutcome) error {
-	var m streamMarks
 	var outcomes []outcome
-	var published []Claim
-	nackWait := w.cfg.BackoffBase
 	for _, o := range batch {
-		if o.end != nil {
-			continue
+		if o.end == nil {
+			outcomes = append(outcomes, o.outcome)
 		}
-		outcomes = append(outcomes, o.outcome)
-		switch o.result {
-		case outcomeConfirmed:
-			m.published = append(m.published, o.row.ID)
-			published = append(published, o.row.Claim())
-		case outcomeUnroutable:
-			m.refused = append(m.refused, PublishFailure{Claim: o.row.Claim(), Reason: o.reason,
-				RetryIn: background.Backoff(1, w.cfg.BackoffBase, w.cfg.BackoffMax)})
-		case outcomeHeld:
-			m.released = append(m.released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason})
-		case outcomeNacked:
-			if nackWait == w.cfg.BackoffBase {
-				nackWait = background.Backoff(int(w.sweep.refusals.Add(1)), w.cfg.BackoffBase, w.cfg.BackoffMax)
-			}
-			m.released = append(m.released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: nackWait})
-		}
-	}
-	if nackWait == w.cfg.BackoffBase && len(outcomes) > 0 { // no nack in this batch
-		w.sweep.refusals.Store(0)
 	}
 	if len(outcomes) == 0 {
 		return nil
 	}
-	if w.cfg.Faults != nil {
-		if err := w.cfg.Faults.BeforeMark(published); err != nil {
-			return fmt.Errorf("%w: %w", errStopped, err)
-		}
-	}
-	var marked Marked
-	var err error
-	for attempt := 1; attempt <= 5; attempt++ {
-		dbCtx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
-		marked, err = markStreamed(dbCtx, w.pool, m, w.cfg.MaxAttempts)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		w.log.Warn("writing back published rows failed", slog.String("error", err.Error()), slog.Int("attempt", attempt))
-		background.Sleep(ctx, background.Backoff(attempt, 200*time.Millisecond, 5*time.Second))
+	_, _, err := w.sweep.record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
+		return markStreamed(ctx, w.pool, m, w.cfg.MaxAttempts)
+	})
+	if errors.Is(err, errStopped) {
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("write back %d rows (they are streamed again): %w", len(outcomes), err)
 	}
-	w.count(outcomes, marked)
 	return nil
-}
-
-// count adds a written-back batch to the relay's instruments and logs, as
-// the polling relay's mark does.
-func (w *WALRelay) count(outcomes []outcome, marked Marked) {
-	ctx := context.Background()
-	r := w.sweep
-	type group struct{ typ, result string }
-	counts := map[group]int64{}
-	for _, o := range outcomes {
-		if o.result == outcomeHeld {
-			continue // not an attempt: the sweep publishes it
-		}
-		counts[group{o.row.Type, o.result}]++
-		if o.result == outcomeConfirmed {
-			r.metrics.publishDelay.Record(ctx, time.Since(o.row.CreatedAt).Seconds())
-			r.metrics.attemptsPerMessage.Record(ctx, 1)
-		}
-	}
-	for g, n := range counts {
-		typ := messaging.AttrMessageType.String(g.typ)
-		r.metrics.attempts.Add(ctx, n, metric.WithAttributes(typ, messaging.AttrOutcome.String(g.result)))
-		switch g.result {
-		case outcomeUnroutable:
-			r.metrics.unroutable.Add(ctx, n, metric.WithAttributes(typ))
-		case outcomeConfirmed:
-			r.metrics.published.Add(ctx, n, metric.WithAttributes(typ))
-		}
-	}
-	r.logFailures(ctx, outcomes)
-	for _, id := range marked.Failed {
-		r.metrics.failed.Add(ctx, 1)
-		w.log.ErrorContext(ctx, "outbox row FAILED: attempts exhausted", slog.String("message_id", id.String()),
-			slog.Int("max_attempts", w.cfg.MaxAttempts))
-	}
 }
 
 // unsettled counts and logs the row whose publish the broker did not

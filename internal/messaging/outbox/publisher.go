@@ -1,0 +1,192 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/messaging"
+)
+
+// publisher is the broker side of a relay's session, whatever the rows'
+// source: one channel in confirm mode, the book of its returns, the window
+// of messages published and not yet confirmed, and whether the broker
+// blocks publishers. It publishes rows (publish), waits for their
+// confirms and says what became of each (await).
+type publisher struct {
+	relay   *Relay
+	ch      *amqp.Channel
+	returns *returnBook         // the broker's basic.returns, kept until their confirm is read
+	window  *semaphore.Weighted // room for MaxInFlight unconfirmed messages
+	blocked atomic.Bool         // the broker blocks publishers (a memory or disk alarm)
+	stop    context.CancelCauseFunc
+}
+
+// sent is a row handed to the broker, or not (confirm nil).
+type sent struct {
+	row         Row
+	confirm     *amqp.DeferredConfirmation
+	span        trace.Span
+	publishedAt time.Time
+}
+
+// connect opens a broker connection and its confirm channel, named name in
+// RabbitMQ's connection list. The context it returns ends when the channel
+// closes or p.stop is called; the caller closes conn and calls p.stop when
+// the session ends.
+func (r *Relay) connect(ctx context.Context, name string) (*amqp.Connection, *publisher, context.Context, error) {
+	conn, ch, err := messaging.Open(ctx, r.url, name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = conn.CloseDeadline(time.Now().Add(time.Second))
+		return nil, nil, nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	p := &publisher{relay: r, ch: ch, returns: newReturnBook(ch), window: semaphore.NewWeighted(int64(r.cfg.MaxInFlight))}
+	sessCtx, stop := context.WithCancelCause(ctx)
+	p.stop = stop
+	go p.watchChannel(ch.NotifyClose(make(chan *amqp.Error, 1)))
+	go p.watchBlocked(ctx, conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
+	return conn, p, sessCtx, nil
+}
+
+// watchChannel ends the session when the broker closes the channel.
+func (p *publisher) watchChannel(closed <-chan *amqp.Error) {
+	if amqpErr, ok := <-closed; ok {
+		p.stop(fmt.Errorf("channel closed: %w", amqpErr))
+	}
+}
+
+// watchBlocked pauses publishing while the broker blocks publishers (a
+// memory or disk alarm).
+func (p *publisher) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
+	r := p.relay
+	for b := range blocked {
+		p.blocked.Store(b.Active)
+		if b.Active {
+			r.log.WarnContext(ctx, "RabbitMQ blocked publishing (resource alarm); publishing paused", slog.String("reason", b.Reason))
+		} else {
+			r.log.InfoContext(ctx, "RabbitMQ unblocked publishing; publishing again")
+			r.signal()
+		}
+	}
+}
+
+// waitToPublish waits for the broker to accept publishes and for room for
+// n more messages in the window; false when ctx ends first. While the
+// broker blocks publishers, nothing is taken: the rows would only wait for
+// confirms that cannot come.
+func (p *publisher) waitToPublish(ctx context.Context, n int64) bool {
+	for p.blocked.Load() {
+		if !background.Sleep(ctx, min(p.relay.cfg.PollInterval, 200*time.Millisecond)) {
+			return false
+		}
+	}
+	return p.window.Acquire(ctx, n) == nil
+}
+
+// publish publishes row, mandatory, with its confirm deferred, in a span
+// that is a child of parent (the context that wrote the row). On failure
+// the channel cannot be trusted: the caller ends the session.
+func (p *publisher) publish(ctx, parent context.Context, row Row) (sent, error) {
+	r := p.relay
+	msg := Publishing(row)
+	s := sent{row: row, span: publishSpan(r.tracer, parent, &msg, row.Exchange, row.RoutingKey), publishedAt: time.Now()}
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, row.Exchange, row.RoutingKey, true, false, msg)
+	if err != nil {
+		s.span.End()
+		return sent{row: row}, fmt.Errorf("publish: %w", err)
+	}
+	s.confirm = dc
+	r.inFlight.Add(1)
+	return s, nil
+}
+
+// await waits for the confirms of batch, each until ConfirmTimeout after
+// its publish or until ctx ends (the shutdown deadline), says what became
+// of each row, and ends the publish spans with it.
+func (p *publisher) await(ctx context.Context, batch []sent) []outcome {
+	timedOut, stopping := false, false
+	for _, s := range batch {
+		if s.confirm == nil || timedOut || stopping {
+			continue
+		}
+		deadline := time.NewTimer(time.Until(s.publishedAt.Add(p.relay.cfg.ConfirmTimeout)))
+		select {
+		case <-s.confirm.Done():
+		case <-deadline.C:
+			timedOut = true
+		case <-ctx.Done():
+			stopping = true
+		}
+		deadline.Stop()
+	}
+	// Every return sent before these confirms is in the book now.
+	p.returns.sync()
+	outcomes := make([]outcome, len(batch))
+	for i, s := range batch {
+		outcomes[i] = p.classify(s, stopping)
+		if s.confirm != nil {
+			p.relay.inFlight.Add(-1)
+		}
+		if s.span != nil {
+			s.span.SetAttributes(messaging.AttrOutcome.String(outcomes[i].result))
+			if outcomes[i].result != outcomeConfirmed {
+				s.span.SetStatus(codes.Error, outcomes[i].reason)
+			}
+			s.span.End()
+		}
+	}
+	return outcomes
+}
+
+// classify says what became of a sent row, once its confirm is done or
+// awaited in vain: the broker confirmed, returned or nacked it, or the
+// publish was cut short.
+func (p *publisher) classify(s sent, stopping bool) outcome {
+	r, row := p.relay, s.row
+	o := outcome{row: row}
+	if s.confirm == nil {
+		o.result, o.reason = outcomeNotPublished, "not published: the session ended first"
+		return o
+	}
+	ret, wasReturned := p.returns.take(row.ID.String())
+	switch {
+	case !isDone(s.confirm) && stopping:
+		o.result, o.reason = outcomeShutdown, "no confirm before shutdown"
+	case !isDone(s.confirm):
+		o.result = outcomeTimeout
+		o.reason = fmt.Sprintf("no publisher confirm within %s (RELAY_CONFIRM_TIMEOUT; the broker may have the message: a duplicate is possible)", r.cfg.ConfirmTimeout)
+	case wasReturned:
+		o.result = outcomeUnroutable
+		o.reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
+			ret.ReplyCode, ret.ReplyText, row.Exchange, row.RoutingKey)
+	case s.confirm.Acked():
+		o.result = outcomeConfirmed
+		r.metrics.confirmLatency.Record(context.Background(), time.Since(s.publishedAt).Seconds())
+	case p.ch.IsClosed():
+		o.result, o.reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
+	default:
+		o.result, o.reason = outcomeNacked, "nacked by RabbitMQ"
+	}
+	return o
+}
+
+func isDone(dc *amqp.DeferredConfirmation) bool {
+	select {
+	case <-dc.Done():
+		return true
+	default:
+		return false
+	}
+}
