@@ -18,7 +18,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
@@ -113,17 +113,14 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	}
 
 	// fulfillment applies it: inbox row, transition, follow-up message.
-	entry := inbox.Entry{Consumer: "fulfillment", MessageID: submitted.String(), Type: domain.TypeOrderSubmitted, Version: 1,
-		AggregateID: order.ID().String(), PayloadHash: "h", CorrelationID: "corr-1", TraceID: requestTrace.TraceID().String()}
+	entry := inboxtest.Message{Consumer: "fulfillment", MessageID: submitted.String(), Type: domain.TypeOrderSubmitted, Version: 1,
+		AggregateID: order.ID().String(), CorrelationID: "corr-1", TraceID: requestTrace.TraceID().String()}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := inbox.Begin(ctx, tx, entry, time.Minute); err != nil {
-			return err
-		}
 		cause := domain.Cause{MessageID: submitted.String(), CorrelationID: "corr-1"}
 		if _, _, err := store.MoveOrder(ctx, tx, order.ID(), domain.TriggerSubmitted, cause); err != nil {
 			return err
 		}
-		return inbox.MarkProcessed(ctx, tx, entry.Consumer, entry.MessageID, inbox.OutcomeApplied, "")
+		return inboxtest.Applied(ctx, tx, entry)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +128,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	// Another consumer failed on it and will retry.
 	failed := entry
 	failed.Consumer = "warehouse"
-	if _, err := inbox.RecordFailure(ctx, pool, failed, inbox.Failure{Status: inbox.StatusRetryableFailed, Code: "lock_timeout", Message: "the stock row was locked"}); err != nil {
+	if err := inboxtest.Failed(ctx, pool, failed, "lock_timeout", "the stock row was locked"); err != nil {
 		t.Fatal(err)
 	}
 	// The notifier applied it too, after its webhook call: a second
@@ -139,13 +136,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	// order (the page used to say "a consumer" for that transition).
 	notified := entry
 	notified.Consumer = "notification"
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := inbox.Begin(ctx, tx, notified, time.Minute); err != nil {
-			return err
-		}
-		return inbox.MarkProcessed(ctx, tx, notified.Consumer, notified.MessageID, inbox.OutcomeApplied, "")
-	})
-	if err != nil {
+	if err := inboxtest.Applied(ctx, pool, notified); err != nil {
 		t.Fatal(err)
 	}
 
@@ -179,7 +170,7 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	}
 	other := entry
 	other.MessageID, other.AggregateID = uuid.NewString(), uuid.NewString()
-	if _, err := inbox.RecordFailure(ctx, pool, other, inbox.Failure{Status: inbox.StatusRetryableFailed, Code: "x", Message: "another order"}); err != nil {
+	if err := inboxtest.Failed(ctx, pool, other, "x", "another order"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -483,13 +483,14 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	}
 	n.say("The parked message in %s (read and put back), with the headers that say why:", dlq)
 	var hdr [][]string
-	for _, k := range []string{inbox.HeaderParkedCode, inbox.HeaderParkedReason, inbox.HeaderParkedConsumer,
-		inbox.HeaderParkedAttempts, inbox.HeaderParkedFromQueue, inbox.HeaderParkedAt} {
-		hdr = append(hdr, []string{k, fmt.Sprint(d.Headers[k])})
+	for _, h := range inbox.Headers {
+		if v, ok := d.Headers[h.Name]; ok && strings.HasPrefix(h.Name, "parked_") {
+			hdr = append(hdr, []string{h.Name, fmt.Sprint(v)})
+		}
 	}
 	n.table([]string{"header", "value"}, hdr)
-	if d.Headers[inbox.HeaderParkedCode] != "schema_violation" {
-		return failf("want parked_reason_code schema_violation, got %v", d.Headers[inbox.HeaderParkedCode])
+	if code, _ := inbox.ParkedReason(d.Headers); code != "schema_violation" {
+		return failf("want parked_reason_code schema_violation, got %q", code)
 	}
 	n.ok("parked with its reason; the body is kept as it came, for whoever fixes the producer")
 	n.look(

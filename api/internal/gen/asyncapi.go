@@ -451,33 +451,28 @@ func message(m domain.Message) (omap, error) {
 // headersSchema is the schema of the AMQP headers of every message.
 func headersSchema() omap {
 	str := func(desc string) omap { return omap{{"type", "string"}, {"description", desc}} }
-	integer := func(desc string) omap { return omap{{"type", "integer"}, {"description", desc}} }
+	props := omap{
+		{messaging.HeaderMessageVersion, omap{{"type", "integer"}, {"minimum", 1}, {"description", "The version of the payload's schema."}}},
+		{messaging.HeaderCorrelationID, str("The correlation id of the HTTP request that began the flow (X-Correlation-ID), carried by every message it causes.")},
+		{messaging.HeaderCausationID, omap{{"type", "string"}, {"format", "uuid"},
+			{"description", "The message_id of the message whose handling emitted this one; absent when an HTTP request did."}}},
+		{messaging.HeaderTraceparent, str("W3C trace context: the publish span, parent of the consumer's span.")},
+		{messaging.HeaderTracestate, str("W3C trace context, when the trace has vendor state.")},
+		{outbox.HeaderPartition, omap{{"type", "integer"}, {"minimum", 0}, {"format", "int32"},
+			{"description", "With MESSAGE_PARTITIONS=N: the message's partition, 0 to N-1, a hash of its order id; the partition exchanges route by it. Absent otherwise."}}},
+	}
+	for _, h := range inbox.Headers {
+		schema := omap{{"type", h.Type}, {"description", h.Description}}
+		if h.Type == "date-time" {
+			schema = omap{{"type", "string"}, {"format", "date-time"}, {"description", h.Description}}
+		}
+		props = append(props, kv{h.Name, schema})
+	}
 	return omap{
 		{"type", "object"},
 		{"description", "The AMQP headers of a message. The broker adds its own (x-death, x-first-death-*, x-delivery-count) to a message it dead-letters or redelivers."},
 		{"required", []any{messaging.HeaderMessageVersion}},
-		{"properties", omap{
-			{messaging.HeaderMessageVersion, omap{{"type", "integer"}, {"minimum", 1}, {"description", "The version of the payload's schema."}}},
-			{messaging.HeaderCorrelationID, str("The correlation id of the HTTP request that began the flow (X-Correlation-ID), carried by every message it causes.")},
-			{messaging.HeaderCausationID, omap{{"type", "string"}, {"format", "uuid"},
-				{"description", "The message_id of the message whose handling emitted this one; absent when an HTTP request did."}}},
-			{messaging.HeaderTraceparent, str("W3C trace context: the publish span, parent of the consumer's span.")},
-			{messaging.HeaderTracestate, str("W3C trace context, when the trace has vendor state.")},
-			{outbox.HeaderPartition, omap{{"type", "integer"}, {"minimum", 0}, {"format", "int32"},
-				{"description", "With MESSAGE_PARTITIONS=N: the message's partition, 0 to N-1, a hash of its order id; the partition exchanges route by it. Absent otherwise."}}},
-			{inbox.HeaderRetryAttempt, integer("On a retry: the attempt this delivery is (2 for the first retry).")},
-			{inbox.HeaderParkedCode, str("In a parking lot: why, as a short code (schema_violation, malformed_message, unsupported_version, handler_error, ...).")},
-			{inbox.HeaderParkedReason, str("In a parking lot: why, in words (the error).")},
-			{inbox.HeaderParkedConsumer, str("In a parking lot: the consumer that parked it.")},
-			{inbox.HeaderParkedAttempts, integer("In a parking lot: the attempts made.")},
-			{inbox.HeaderParkedAt, omap{{"type", "string"}, {"format", "date-time"}, {"description", "In a parking lot: when it was parked."}}},
-			{inbox.HeaderParkedFromQueue, str("In a parking lot: the work queue it came from.")},
-			{inbox.HeaderParkedAggregateID, str("In a parking lot: the order the message is about, when its payload could be read.")},
-			{inbox.HeaderOriginalKey, str("In a parking lot: the routing key it was first published with.")},
-			{inbox.HeaderReplayedAt, omap{{"type", "string"}, {"format", "date-time"}, {"description", "After a replay from the parking lot: when."}}},
-			{inbox.HeaderReplayCount, integer("After a replay from the parking lot: how many times it was replayed.")},
-			{inbox.HeaderReplayID, str("After a replay from the parking lot: the replay that moved it last.")},
-		}},
+		{"properties", props},
 	}
 }
 

@@ -79,24 +79,42 @@ func Ignore(reason string) Outcome { return Outcome{Ignored: reason} }
 const (
 	// HeaderRetryAttempt counts a message's trips through the retry queues.
 	HeaderRetryAttempt = "retry_attempt"
-	// Parking-lot headers: why a message is there.
-	HeaderParkedCode      = "parked_reason_code"
-	HeaderParkedReason    = "parked_reason"
-	HeaderParkedConsumer  = "parked_consumer"
-	HeaderParkedAttempts  = "parked_attempts"
-	HeaderParkedAt        = "parked_at"
-	HeaderParkedFromQueue = "parked_from_queue"
-	// HeaderParkedAggregateID names the entity the message is about, when
-	// its payload could be read (not for a malformed one).
-	HeaderParkedAggregateID = "parked_aggregate_id"
-	HeaderOriginalKey       = "original_routing_key"
-	// HeaderReplayedAt marks a message replayed from the parking lot;
-	// HeaderReplayCount counts its replays, and HeaderReplayID names the
-	// last replay that moved it (a replay leaves alone what it moved once).
-	HeaderReplayedAt  = "replayed_at"
-	HeaderReplayCount = "replay_count"
-	HeaderReplayID    = "replay_id"
+
+	headerParkedCode        = "parked_reason_code"
+	headerParkedReason      = "parked_reason"
+	headerParkedConsumer    = "parked_consumer"
+	headerParkedAttempts    = "parked_attempts"
+	headerParkedAt          = "parked_at"
+	headerParkedFromQueue   = "parked_from_queue"
+	headerParkedAggregateID = "parked_aggregate_id"
+	headerOriginalKey       = "original_routing_key"
+	headerReplayedAt        = "replayed_at"
+	headerReplayCount       = "replay_count"
+	headerReplayID          = "replay_id"
 )
+
+// Header is an AMQP header the consumers write on a message they retry,
+// park or replay: its name, its JSON schema type (integer, string or
+// date-time) and what it says.
+type Header struct{ Name, Type, Description string }
+
+// Headers lists the headers the consumers write, in the order a message
+// meets them: the AsyncAPI document (api/) and the parking-lot tools read
+// them from here.
+var Headers = []Header{
+	{HeaderRetryAttempt, "integer", "On a retry: the attempt this delivery is (2 for the first retry)."},
+	{headerParkedCode, "string", "In a parking lot: why, as a short code (schema_violation, malformed_message, unsupported_version, handler_error, ...)."},
+	{headerParkedReason, "string", "In a parking lot: why, in words (the error)."},
+	{headerParkedConsumer, "string", "In a parking lot: the consumer that parked it."},
+	{headerParkedAttempts, "integer", "In a parking lot: the attempts made."},
+	{headerParkedAt, "date-time", "In a parking lot: when it was parked."},
+	{headerParkedFromQueue, "string", "In a parking lot: the work queue it came from."},
+	{headerParkedAggregateID, "string", "In a parking lot: the entity the message is about, when its payload could be read."},
+	{headerOriginalKey, "string", "In a parking lot: the routing key it was first published with."},
+	{headerReplayedAt, "date-time", "After a replay from the parking lot: when."},
+	{headerReplayCount, "integer", "After a replay from the parking lot: how many times it was replayed."},
+	{headerReplayID, "string", "After a replay from the parking lot: the replay that moved it last (a replay leaves alone what it moved once)."},
+}
 
 // parseDelivery validates the envelope of raw. The Delivery is returned
 // even on error, filled as far as it could be; its payload is decoded once
@@ -131,9 +149,9 @@ func parseDelivery(raw amqp.Delivery) (*Delivery, error) {
 	return d, nil
 }
 
-func (d *Delivery) inboxEntry(consumer string) Entry {
+func (d *Delivery) inboxEntry(consumer string) entry {
 	sum := sha256.Sum256(d.Body)
-	return Entry{
+	return entry{
 		Consumer: consumer, MessageID: d.MessageID, Type: d.Type, Version: d.Version,
 		AggregateID: d.AggregateID(), PayloadHash: hex.EncodeToString(sum[:]),
 		CorrelationID: d.CorrelationID, CausationID: d.CausationID, TraceID: d.TraceID,

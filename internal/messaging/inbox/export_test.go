@@ -1,6 +1,11 @@
 package inbox
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/yourorg/orders/internal/database"
+)
 
 // AfterCommit is a Faults whose AfterCommit calls the function.
 type AfterCommit func(*Delivery)
@@ -32,3 +37,48 @@ func KillPublisherChannels(cs *Consumers) {
 		}
 	}
 }
+
+// The inbox's row operations, for the tests that drive a row through its
+// states without a broker.
+type (
+	Entry    = entry
+	Decision = decision
+	Failure  = failedAttempt
+)
+
+var (
+	MarkProcessed = markProcessed
+	Hold          = hold
+	Fence         = fence
+	RecordFailure = recordFailure
+	ErrProcessed  = errProcessed
+	ErrTakenOver  = errTakenOver
+)
+
+// Begin records the delivery of e in tx, as a worker does for a batch of
+// one: insert its row, or decide on the row it found.
+func Begin(ctx context.Context, tx database.DBTX, e Entry, lease time.Duration) (Decision, error) {
+	inserted, err := insertRows(ctx, tx, e.Consumer, []entry{e})
+	if err != nil {
+		return decision{}, err
+	}
+	if inserted[0] {
+		return decision{Process: true, Attempt: 1}, nil
+	}
+	return beginSeen(ctx, tx, e, lease)
+}
+
+// The parking-lot and replay headers.
+const (
+	HeaderParkedCode        = headerParkedCode
+	HeaderParkedReason      = headerParkedReason
+	HeaderParkedConsumer    = headerParkedConsumer
+	HeaderParkedAttempts    = headerParkedAttempts
+	HeaderParkedAt          = headerParkedAt
+	HeaderParkedFromQueue   = headerParkedFromQueue
+	HeaderParkedAggregateID = headerParkedAggregateID
+	HeaderOriginalKey       = headerOriginalKey
+	HeaderReplayedAt        = headerReplayedAt
+	HeaderReplayCount       = headerReplayCount
+	HeaderReplayID          = headerReplayID
+)

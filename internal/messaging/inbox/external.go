@@ -51,11 +51,11 @@ func (w *worker) secondStep(d *delivery, e effect) (result, error) {
 	err := w.untilWritable(ctx, 1, func() error {
 		return retryTx(ctx, func() error {
 			return w.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				fence := Fence // the row stays PROCESSING: the failed call is retried
+				fenceRow := fence // the row stays PROCESSING: the failed call is retried
 				if callErr == nil {
-					fence = fenceProcessed // fenced and PROCESSED in one statement
+					fenceRow = fenceProcessed // fenced and PROCESSED in one statement
 				}
-				if err := fence(ctx, tx, w.consumer.name, d.MessageID, e.attempt); err != nil {
+				if err := fenceRow(ctx, tx, w.consumer.name, d.MessageID, e.attempt); err != nil {
 					return err
 				}
 				if err := e.external.Record(ctx, tx, callErr); err != nil || callErr != nil {
@@ -69,7 +69,7 @@ func (w *worker) secondStep(d *delivery, e effect) (result, error) {
 			})
 		})
 	})
-	if errors.Is(err, ErrTakenOver) {
+	if errors.Is(err, errTakenOver) {
 		return result{outcome: "duplicate", reason: "taken over by another delivery after the processing lease; this attempt recorded nothing"}, nil
 	}
 	if err != nil {

@@ -96,19 +96,19 @@ func (w *worker) fail(d *delivery, cause error) {
 		err := w.untilWritable(ctx, 1, func() error {
 			recordCtx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
 			defer cancel()
-			_, err := RecordFailure(recordCtx, w.pool, d.inboxEntry(w.consumer.name), Failure{
+			_, err := recordFailure(recordCtx, w.pool, d.inboxEntry(w.consumer.name), failedAttempt{
 				Status: status, Code: code, Message: reason, HeldAttempt: d.heldAttempt, Lease: w.cfg.ProcessingLease,
 			})
-			if errors.Is(err, ErrProcessed) || errors.Is(err, ErrTakenOver) {
+			if errors.Is(err, errProcessed) || errors.Is(err, errTakenOver) {
 				return err
 			}
 			return fromDatabase(err)
 		})
-		if errors.Is(err, ErrProcessed) || errors.Is(err, ErrTakenOver) {
+		if errors.Is(err, errProcessed) || errors.Is(err, errTakenOver) {
 			// PROCESSED meanwhile, or held by another delivery that took the
 			// message over: that one settles it.
 			why := "processed by another delivery"
-			if errors.Is(err, ErrTakenOver) {
+			if errors.Is(err, errTakenOver) {
 				why = "taken over by another delivery after the processing lease; this attempt's failure is not recorded"
 			}
 			_ = d.raw.Ack(false)
@@ -162,15 +162,15 @@ func (w *worker) park(d *delivery, code, reason string) {
 	ctx, start := d.ctx, d.start
 	queue := w.queue
 	msg := republish(d.raw)
-	msg.Headers[HeaderParkedCode] = code
-	msg.Headers[HeaderParkedReason] = reason
-	msg.Headers[HeaderParkedConsumer] = w.consumer.name
-	msg.Headers[HeaderParkedAttempts] = int32(d.Attempt)
-	msg.Headers[HeaderParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-	msg.Headers[HeaderParkedFromQueue] = queue
-	msg.Headers[HeaderOriginalKey] = d.raw.RoutingKey
+	msg.Headers[headerParkedCode] = code
+	msg.Headers[headerParkedReason] = reason
+	msg.Headers[headerParkedConsumer] = w.consumer.name
+	msg.Headers[headerParkedAttempts] = int32(d.Attempt)
+	msg.Headers[headerParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	msg.Headers[headerParkedFromQueue] = queue
+	msg.Headers[headerOriginalKey] = d.raw.RoutingKey
 	if id := d.AggregateID(); id != "" {
-		msg.Headers[HeaderParkedAggregateID] = id
+		msg.Headers[headerParkedAggregateID] = id
 	}
 	if err := w.pub.publish(ctx, ParkingLotName(w.topology.Queue()), msg); err != nil {
 		w.requeue(d, "cannot park the message: "+err.Error())
@@ -206,8 +206,8 @@ func (w *worker) requeue(d *delivery, why string) {
 // settle it), "delivery_limit" and what that means. Such a message has no
 // inbox row that says why; replaying it is safe like any other.
 func ParkedReason(h amqp.Table) (code, reason string) {
-	if code := messaging.HeaderString(h, HeaderParkedCode); code != "" {
-		return code, messaging.HeaderString(h, HeaderParkedReason)
+	if code := messaging.HeaderString(h, headerParkedCode); code != "" {
+		return code, messaging.HeaderString(h, headerParkedReason)
 	}
 	if deaths, ok := h["x-death"].([]any); ok {
 		for _, d := range deaths {

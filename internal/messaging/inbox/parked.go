@@ -36,9 +36,9 @@ func parkedMessage(d amqp.Delivery) Parked {
 	sum := sha256.Sum256(d.Body)
 	code, reason := ParkedReason(d.Headers)
 	return Parked{
-		MessageID: d.MessageId, Type: d.Type, AggregateID: messaging.HeaderString(d.Headers, HeaderParkedAggregateID), ReasonCode: code, Reason: reason,
-		Attempts: headerInt(d.Headers, HeaderParkedAttempts), ParkedAt: messaging.HeaderString(d.Headers, HeaderParkedAt),
-		ReplayCount: headerInt(d.Headers, HeaderReplayCount), PayloadHash: hex.EncodeToString(sum[:]),
+		MessageID: d.MessageId, Type: d.Type, AggregateID: messaging.HeaderString(d.Headers, headerParkedAggregateID), ReasonCode: code, Reason: reason,
+		Attempts: headerInt(d.Headers, headerParkedAttempts), ParkedAt: messaging.HeaderString(d.Headers, headerParkedAt),
+		ReplayCount: headerInt(d.Headers, headerReplayCount), PayloadHash: hex.EncodeToString(sum[:]),
 		Headers: d.Headers, Body: d.Body,
 	}
 }

@@ -59,17 +59,17 @@ func replay(ctx context.Context, lot *parkingLot, pub *confirmPublisher, r Repla
 		case ctx.Err() != nil:
 			return false, true, ctx.Err()
 		case r.MessageID != "" && d.MessageId != r.MessageID,
-			messaging.HeaderString(d.Headers, HeaderReplayID) == id: // replayed by this run, and parked again
+			messaging.HeaderString(d.Headers, headerReplayID) == id: // replayed by this run, and parked again
 			return false, false, nil
 		}
 		msg := republish(d)
-		for _, h := range []string{HeaderParkedCode, HeaderParkedReason, HeaderParkedConsumer, HeaderParkedAttempts,
-			HeaderParkedAt, HeaderParkedFromQueue, HeaderOriginalKey, HeaderRetryAttempt} {
+		for _, h := range []string{headerParkedCode, headerParkedReason, headerParkedConsumer, headerParkedAttempts,
+			headerParkedAt, headerParkedFromQueue, headerOriginalKey, HeaderRetryAttempt} {
 			delete(msg.Headers, h)
 		}
-		msg.Headers[HeaderReplayedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-		msg.Headers[HeaderReplayCount] = int32(headerInt(d.Headers, HeaderReplayCount) + 1)
-		msg.Headers[HeaderReplayID] = id
+		msg.Headers[headerReplayedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+		msg.Headers[headerReplayCount] = int32(headerInt(d.Headers, headerReplayCount) + 1)
+		msg.Headers[headerReplayID] = id
 		if err := pub.publish(ctx, replayQueue(d, lot.queue), msg); err != nil {
 			return false, true, fmt.Errorf("replay %s: %w", d.MessageId, err)
 		}
@@ -86,7 +86,7 @@ func replay(ctx context.Context, lot *parkingLot, pub *confirmPublisher, r Repla
 // was parked from, as the consumer's parked_from_queue header or the
 // broker's x-death says; else the consumer's work queue.
 func replayQueue(d amqp.Delivery, workQueue string) string {
-	if q := messaging.HeaderString(d.Headers, HeaderParkedFromQueue); q != "" {
+	if q := messaging.HeaderString(d.Headers, headerParkedFromQueue); q != "" {
 		return q
 	}
 	if deaths, ok := d.Headers["x-death"].([]any); ok {

@@ -29,8 +29,8 @@ const (
 	OutcomeIgnored = "IGNORED"
 )
 
-// Entry is what the inbox records of a delivered message.
-type Entry struct {
+// entry is what the inbox records of a delivered message.
+type entry struct {
 	Consumer      string
 	MessageID     string
 	Type          string
@@ -42,8 +42,8 @@ type Entry struct {
 	TraceID       string
 }
 
-// Decision says what to do with a delivery.
-type Decision struct {
+// decision says what to do with a delivery.
+type decision struct {
 	// Process: this delivery owns the message now; apply it in this
 	// transaction. The row already reads PROCESSED (APPLIED): that becomes
 	// true when, and only if, the transaction commits. Attempt counts the
@@ -60,71 +60,51 @@ type Decision struct {
 	Busy bool
 }
 
-// Begin records the delivery of e in tx and decides, on the inbox row,
-// what the consumer does:
-//   - no row yet: insert it and process (the first delivery);
+// beginSeen decides, for a delivery whose inbox row exists already (its
+// insert, insertRows, found the row), what the consumer does:
 //   - PROCESSED: a duplicate, process nothing;
 //   - PROCESSING, started less than lease ago: busy elsewhere;
 //   - anything else (a failed attempt, a parked message replayed, a
 //     PROCESSING row whose worker died): process again.
-//
-// A concurrent delivery of the same message waits on the primary key until
-// this transaction ends, then sees what it committed. The row is written
-// as PROCESSED from the start: nothing outside this transaction sees it
-// before the commit, and a rollback removes it together with the effect.
-func Begin(ctx context.Context, tx database.DBTX, e Entry, lease time.Duration) (Decision, error) {
-	attempt, err := queries.InsertInbox(ctx, tx, dbsqlc.InsertInboxParams{
-		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
-		AggregateID: database.NilIfEmpty(e.AggregateID), PayloadHash: e.PayloadHash, CorrelationID: database.NilIfEmpty(e.CorrelationID),
-		CausationID: database.NilIfEmpty(e.CausationID), TraceID: database.NilIfEmpty(e.TraceID),
-	})
-	if err == nil {
-		return Decision{Process: true, Attempt: int(attempt)}, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) { // no row back: the row exists
-		return Decision{}, fmt.Errorf("insert inbox row: %w", err)
-	}
-	return beginSeen(ctx, tx, e, lease)
-}
-
-// beginSeen is Begin for a delivery whose inbox row exists already: its
-// insert found the row (InsertInbox or insertRows returned nothing for it).
-func beginSeen(ctx context.Context, tx database.DBTX, e Entry, lease time.Duration) (Decision, error) {
+func beginSeen(ctx context.Context, tx database.DBTX, e entry, lease time.Duration) (decision, error) {
 	hash, err := queries.TouchProcessedInbox(ctx, tx, dbsqlc.TouchProcessedInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err == nil { // the common case of a row seen before: a duplicate, in one statement
-		return Decision{Duplicate: true, PayloadMismatch: hash != e.PayloadHash}, nil
+		return decision{Duplicate: true, PayloadMismatch: hash != e.PayloadHash}, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) { // no row back: not PROCESSED
-		return Decision{}, fmt.Errorf("touch processed inbox row: %w", err)
+		return decision{}, fmt.Errorf("touch processed inbox row: %w", err)
 	}
 
 	row, err := queries.LockInbox(ctx, tx, dbsqlc.LockInboxParams{LeaseSeconds: lease.Seconds(), ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err != nil {
-		return Decision{}, fmt.Errorf("lock inbox row: %w", database.Translate(err))
+		return decision{}, fmt.Errorf("lock inbox row: %w", database.Translate(err))
 	}
 	switch {
 	case row.Status == StatusProcessed:
 		if err := queries.TouchInbox(ctx, tx, dbsqlc.TouchInboxParams{ConsumerName: e.Consumer, MessageID: e.MessageID}); err != nil {
-			return Decision{}, fmt.Errorf("touch inbox row: %w", database.Translate(err))
+			return decision{}, fmt.Errorf("touch inbox row: %w", database.Translate(err))
 		}
-		return Decision{Duplicate: true, PayloadMismatch: row.PayloadHash != e.PayloadHash}, nil
+		return decision{Duplicate: true, PayloadMismatch: row.PayloadHash != e.PayloadHash}, nil
 	case row.Status == StatusProcessing && !row.Stale:
-		return Decision{Busy: true}, nil
+		return decision{Busy: true}, nil
 	}
 	attempt, err := queries.RestartInbox(ctx, tx, dbsqlc.RestartInboxParams{TraceID: database.NilIfEmpty(e.TraceID), ConsumerName: e.Consumer, MessageID: e.MessageID})
 	if err != nil {
-		return Decision{}, fmt.Errorf("restart inbox row: %w", database.Translate(err))
+		return decision{}, fmt.Errorf("restart inbox row: %w", database.Translate(err))
 	}
-	return Decision{Process: true, Attempt: int(attempt)}, nil
+	return decision{Process: true, Attempt: int(attempt)}, nil
 }
 
-// insertRows is Begin's insert for the entries of a batch of deliveries to
-// consumer, all in one statement. It says, for each entry, whether it
-// inserted its row: a first delivery, to process as attempt 1, as Begin
-// would decide. Each of the others found its row (written before, or by an
-// entry earlier in entries with the same message id) and goes through
-// beginSeen, at its turn in the batch, as Begin would take it.
-func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries []Entry) ([]bool, error) {
+// insertRows records the deliveries of a batch to consumer, in one
+// statement, and says for each entry whether it inserted its row: a first
+// delivery, to process as attempt 1. The row is written as it will be when
+// the transaction commits (PROCESSED, APPLIED): nobody sees it before then,
+// and a rollback takes it away with the effect. A concurrent delivery of
+// the same message waits on the primary key until this transaction ends,
+// then sees what it committed. Each entry that found its row (written
+// before, or by an entry earlier in entries with the same message id) goes
+// through beginSeen, at its turn in the batch.
+func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries []entry) ([]bool, error) {
 	p := dbsqlc.InsertInboxRowsParams{ConsumerName: consumer}
 	for _, e := range entries {
 		p.MessageIds = append(p.MessageIds, e.MessageID)
@@ -152,9 +132,9 @@ func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries 
 	return inserted, nil
 }
 
-// MarkProcessed records, in the transaction of the effect, how a
+// markProcessed records, in the transaction of the effect, how a
 // message ended: outcome APPLIED, or IGNORED with the reason.
-func MarkProcessed(ctx context.Context, tx database.DBTX, consumer, messageID, outcome, reason string) error {
+func markProcessed(ctx context.Context, tx database.DBTX, consumer, messageID, outcome, reason string) error {
 	err := queries.MarkInboxProcessed(ctx, tx, dbsqlc.MarkInboxProcessedParams{
 		Outcome: &outcome, OutcomeReason: database.NilIfEmpty(reason), ConsumerName: consumer, MessageID: messageID,
 	})
@@ -164,47 +144,47 @@ func MarkProcessed(ctx context.Context, tx database.DBTX, consumer, messageID, o
 	return nil
 }
 
-// Hold leaves the row PROCESSING when the transaction commits: the
-// first step of a two-step side effect. MarkProcessed ends it.
-func Hold(ctx context.Context, tx database.DBTX, consumer, messageID string) error {
+// hold leaves the row PROCESSING when the transaction commits: the
+// first step of a two-step side effect. markProcessed ends it.
+func hold(ctx context.Context, tx database.DBTX, consumer, messageID string) error {
 	if err := queries.HoldInbox(ctx, tx, dbsqlc.HoldInboxParams{ConsumerName: consumer, MessageID: messageID}); err != nil {
 		return fmt.Errorf("hold inbox row: %w", database.Translate(err))
 	}
 	return nil
 }
 
-// ErrTakenOver says that another delivery took a message over (its
+// errTakenOver says that another delivery took a message over (its
 // processing lease ran out) while this attempt was between the two steps
 // of an external side effect: this attempt records nothing.
-var ErrTakenOver = errors.New("another delivery took the message over after the processing lease")
+var errTakenOver = errors.New("another delivery took the message over after the processing lease")
 
-// Fence locks the row of a message held PROCESSING by attempt, in the
+// fence locks the row of a message held PROCESSING by attempt, in the
 // transaction of the second step of an external side effect, or returns
-// ErrTakenOver when the row is no longer that attempt's.
-func Fence(ctx context.Context, tx database.DBTX, consumer, messageID string, attempt int) error {
+// errTakenOver when the row is no longer that attempt's.
+func fence(ctx context.Context, tx database.DBTX, consumer, messageID string, attempt int) error {
 	_, err := queries.FenceInbox(ctx, tx, dbsqlc.FenceInboxParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrTakenOver
+		return errTakenOver
 	} else if err != nil {
 		return fmt.Errorf("fence inbox row: %w", err)
 	}
 	return nil
 }
 
-// fenceProcessed is Fence then MarkProcessed (APPLIED), in one statement:
+// fenceProcessed is fence then markProcessed (APPLIED), in one statement:
 // the second step of a call that succeeded.
 func fenceProcessed(ctx context.Context, tx database.DBTX, consumer, messageID string, attempt int) error {
 	_, err := queries.FenceInboxProcessed(ctx, tx, dbsqlc.FenceInboxProcessedParams{ConsumerName: consumer, MessageID: messageID, Attempt: int32(attempt)})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrTakenOver
+		return errTakenOver
 	} else if err != nil {
 		return fmt.Errorf("fence and mark inbox row processed: %w", err)
 	}
 	return nil
 }
 
-// Failure is a failed processing attempt.
-type Failure struct {
+// failedAttempt is a failed processing attempt.
+type failedAttempt struct {
 	Status  string // RETRYABLE_FAILED, PERMANENT_FAILED or POISONED
 	Code    string // a short, stable error code
 	Message string // what went wrong, without payload data
@@ -218,16 +198,16 @@ type Failure struct {
 	Lease time.Duration
 }
 
-// ErrProcessed says that a message's row is PROCESSED: a failure of
+// errProcessed says that a message's row is PROCESSED: a failure of
 // another delivery of it is not recorded, since what committed stays.
-var ErrProcessed = errors.New("the message is PROCESSED already")
+var errProcessed = errors.New("the message is PROCESSED already")
 
-// RecordFailure writes a failed attempt of e, after the transaction of
+// recordFailure writes a failed attempt of e, after the transaction of
 // the attempt rolled back, and returns the row's attempt count. It never
-// touches a PROCESSED row (ErrProcessed): what committed stays; nor a row
-// another attempt holds PROCESSING within its lease (ErrTakenOver): a
+// touches a PROCESSED row (errProcessed): what committed stays; nor a row
+// another attempt holds PROCESSING within its lease (errTakenOver): a
 // failure recorded late, after a takeover, must not undo the takeover.
-func RecordFailure(ctx context.Context, db database.DBTX, e Entry, f Failure) (int, error) {
+func recordFailure(ctx context.Context, db database.DBTX, e entry, f failedAttempt) (int, error) {
 	row, err := queries.RecordInboxFailure(ctx, db, dbsqlc.RecordInboxFailureParams{
 		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
 		AggregateID: database.NilIfEmpty(e.AggregateID), Status: f.Status, PayloadHash: e.PayloadHash,
@@ -241,9 +221,9 @@ func RecordFailure(ctx context.Context, db database.DBTX, e Entry, f Failure) (i
 		case getErr != nil:
 			return 0, fmt.Errorf("record inbox failure: %w", database.Translate(getErr))
 		case current.Status == StatusProcessed:
-			return 0, fmt.Errorf("%w: message %s, consumer %s", ErrProcessed, e.MessageID, e.Consumer)
+			return 0, fmt.Errorf("%w: message %s, consumer %s", errProcessed, e.MessageID, e.Consumer)
 		default:
-			return 0, fmt.Errorf("%w: message %s, consumer %s, attempt %d holds it", ErrTakenOver, e.MessageID, e.Consumer, current.AttemptCount)
+			return 0, fmt.Errorf("%w: message %s, consumer %s, attempt %d holds it", errTakenOver, e.MessageID, e.Consumer, current.AttemptCount)
 		}
 	}
 	if err != nil {
@@ -303,7 +283,7 @@ func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 
 // earlierParked returns the id of a parked (PERMANENT_FAILED or POISONED)
 // message of e's aggregate for e's consumer that arrived before e, or "".
-func earlierParked(ctx context.Context, db database.DBTX, e Entry) (string, error) {
+func earlierParked(ctx context.Context, db database.DBTX, e entry) (string, error) {
 	id, err := queries.EarlierParkedOfAggregate(ctx, db, dbsqlc.EarlierParkedOfAggregateParams{
 		ConsumerName: e.Consumer, AggregateID: database.NilIfEmpty(e.AggregateID), MessageID: e.MessageID,
 	})

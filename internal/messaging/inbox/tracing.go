@@ -30,7 +30,7 @@ func processSpan(ctx context.Context, tracer trace.Tracer, raw amqp.Delivery, qu
 		),
 	}
 	parent := messaging.Extract(ctx, messaging.HeaderCarrier(raw.Headers))
-	if _, replayed := raw.Headers[HeaderReplayedAt]; replayed {
+	if _, replayed := raw.Headers[headerReplayedAt]; replayed {
 		if remote := trace.SpanContextFromContext(parent); remote.IsValid() {
 			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: remote}))
 		}

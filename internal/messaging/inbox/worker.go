@@ -213,7 +213,7 @@ func (w *worker) apply(ctx context.Context, batch []*delivery) (effects []effect
 			err = Permanent("handler_panic", fmt.Errorf("the handler panicked: %v", r))
 		}
 	}()
-	entries := make([]Entry, len(batch))
+	entries := make([]entry, len(batch))
 	for i, d := range batch {
 		entries[i] = d.inboxEntry(w.consumer.name)
 	}
@@ -256,27 +256,27 @@ func (w *worker) apply(ctx context.Context, batch []*delivery) (effects []effect
 // follow-up messages go to followUps, which apply writes before the commit.
 func (w *worker) step(ctx context.Context, tx pgx.Tx, d *delivery, inserted bool, followUps *outbox.Buffer) (effect, error) {
 	var e effect
-	decision := Decision{Process: true, Attempt: 1} // as Begin decides on a row it inserted
+	dec := decision{Process: true, Attempt: 1} // a row it inserted: a first delivery
 	if !inserted {
 		var err error
-		if decision, err = beginSeen(ctx, tx, d.inboxEntry(w.consumer.name), w.cfg.ProcessingLease); err != nil {
+		if dec, err = beginSeen(ctx, tx, d.inboxEntry(w.consumer.name), w.cfg.ProcessingLease); err != nil {
 			return e, err
 		}
 	}
 	switch {
-	case decision.Duplicate:
+	case dec.Duplicate:
 		e.res = result{outcome: "duplicate", reason: "already processed"}
-		if decision.PayloadMismatch {
+		if dec.PayloadMismatch {
 			e.res.reason = "already processed; this delivery's body differs (a producer reused the message_id)"
 			w.metrics.payloadMismatch.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name)))
 		}
 		return e, nil
-	case decision.Busy:
+	case dec.Busy:
 		e.res = result{outcome: "busy", reason: "another delivery is between the steps of its side effect"}
 		return e, nil
 	}
-	e.attempt = decision.Attempt
-	w.metrics.attempt.Record(ctx, int64(decision.Attempt), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
+	e.attempt = dec.Attempt
+	w.metrics.attempt.Record(ctx, int64(dec.Attempt), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
 	if err := w.ordering.admit(ctx, tx, w, d); err != nil {
 		return e, err
 	}
@@ -301,10 +301,10 @@ func (w *worker) step(ctx context.Context, tx pgx.Tx, d *delivery, inserted bool
 		// PROCESSING until the second step; the lease counts from here
 		// (time.Now() is no later than the row's processing_started_at).
 		e.heldAt = time.Now()
-		return e, Hold(ctx, tx, w.consumer.name, d.MessageID)
+		return e, hold(ctx, tx, w.consumer.name, d.MessageID)
 	case out.Ignored != "":
 		e.res = result{outcome: "ignored", reason: out.Ignored}
-		return e, MarkProcessed(ctx, tx, w.consumer.name, d.MessageID, OutcomeIgnored, out.Ignored)
+		return e, markProcessed(ctx, tx, w.consumer.name, d.MessageID, OutcomeIgnored, out.Ignored)
 	}
 	e.res = result{outcome: "processed"}
 	return e, nil // the row was written PROCESSED (APPLIED): true as of the commit

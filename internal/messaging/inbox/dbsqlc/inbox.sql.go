@@ -229,52 +229,6 @@ func (q *Queries) InboxStats(ctx context.Context, db DBTX) ([]InboxStatsRow, err
 	return items, nil
 }
 
-const insertInbox = `-- name: InsertInbox :one
-INSERT INTO message_inbox (
-    consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
-    attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
-) VALUES (
-    $1, $2, $3, $4, $5, 'PROCESSED', 'APPLIED',
-    1, $6, now(), now(), $7, $8, $9
-)
-ON CONFLICT (consumer_name, message_id) DO NOTHING
-RETURNING attempt_count
-`
-
-type InsertInboxParams struct {
-	ConsumerName   string
-	MessageID      string
-	MessageType    string
-	MessageVersion int32
-	AggregateID    *string
-	PayloadHash    string
-	CorrelationID  *string
-	CausationID    *string
-	TraceID        *string
-}
-
-// The deduplication guard: the first delivery of a message to a consumer
-// inserts its row; any other finds it (and, while the first one's
-// transaction is open, waits for it on the primary key). The row is written
-// as it will be when the transaction commits (PROCESSED, APPLIED): nobody
-// sees it before then, and a rollback takes it away with the effect.
-func (q *Queries) InsertInbox(ctx context.Context, db DBTX, arg InsertInboxParams) (int32, error) {
-	row := db.QueryRow(ctx, insertInbox,
-		arg.ConsumerName,
-		arg.MessageID,
-		arg.MessageType,
-		arg.MessageVersion,
-		arg.AggregateID,
-		arg.PayloadHash,
-		arg.CorrelationID,
-		arg.CausationID,
-		arg.TraceID,
-	)
-	var attempt_count int32
-	err := row.Scan(&attempt_count)
-	return attempt_count, err
-}
-
 const insertInboxRows = `-- name: InsertInboxRows :many
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
@@ -308,12 +262,16 @@ type InsertInboxRowsParams struct {
 	TraceIds        []string
 }
 
-// InsertInbox for every delivery of a batch, in one statement: the same
-// row for each, the same ON CONFLICT DO NOTHING, inserted in the order
-// given (so of two deliveries of one message in a batch, the first one
-// writes the row). It returns the message ids it inserted; each of the
-// others found its row, and goes through LockInbox like a delivery whose
-// InsertInbox returned nothing. Empty strings are NULLs.
+// The deduplication guard, for every delivery of a batch in one statement:
+// the first delivery of a message to a consumer inserts its row; any other
+// finds it (and, while the first one's transaction is open, waits for it on
+// the primary key). The row is written as it will be when the transaction
+// commits (PROCESSED, APPLIED): nobody sees it before then, and a rollback
+// takes it away with the effect. Rows are inserted in the order given (so
+// of two deliveries of one message in a batch, the first one writes the
+// row). It returns the message ids it inserted; each of the others found
+// its row, and goes through TouchProcessedInbox and LockInbox. Empty
+// strings are NULLs.
 func (q *Queries) InsertInboxRows(ctx context.Context, db DBTX, arg InsertInboxRowsParams) ([]string, error) {
 	rows, err := db.Query(ctx, insertInboxRows,
 		arg.ConsumerName,

@@ -1,26 +1,14 @@
--- name: InsertInbox :one
--- The deduplication guard: the first delivery of a message to a consumer
--- inserts its row; any other finds it (and, while the first one's
--- transaction is open, waits for it on the primary key). The row is written
--- as it will be when the transaction commits (PROCESSED, APPLIED): nobody
--- sees it before then, and a rollback takes it away with the effect.
-INSERT INTO message_inbox (
-    consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
-    attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
-) VALUES (
-    @consumer_name, @message_id, @message_type, @message_version, @aggregate_id, 'PROCESSED', 'APPLIED',
-    1, @payload_hash, now(), now(), @correlation_id, @causation_id, @trace_id
-)
-ON CONFLICT (consumer_name, message_id) DO NOTHING
-RETURNING attempt_count;
-
 -- name: InsertInboxRows :many
--- InsertInbox for every delivery of a batch, in one statement: the same
--- row for each, the same ON CONFLICT DO NOTHING, inserted in the order
--- given (so of two deliveries of one message in a batch, the first one
--- writes the row). It returns the message ids it inserted; each of the
--- others found its row, and goes through LockInbox like a delivery whose
--- InsertInbox returned nothing. Empty strings are NULLs.
+-- The deduplication guard, for every delivery of a batch in one statement:
+-- the first delivery of a message to a consumer inserts its row; any other
+-- finds it (and, while the first one's transaction is open, waits for it on
+-- the primary key). The row is written as it will be when the transaction
+-- commits (PROCESSED, APPLIED): nobody sees it before then, and a rollback
+-- takes it away with the effect. Rows are inserted in the order given (so
+-- of two deliveries of one message in a batch, the first one writes the
+-- row). It returns the message ids it inserted; each of the others found
+-- its row, and goes through TouchProcessedInbox and LockInbox. Empty
+-- strings are NULLs.
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
     attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
