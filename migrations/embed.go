@@ -1,16 +1,36 @@
-// Package migrations holds the database schema as goose SQL migrations.
+// Package migrations holds the order service's schema as goose SQL
+// migrations: its tables, and the roles of its processes with their grants,
+// on its own tables and on the outbox's and the inbox's, whose own
+// migrations live with them (internal/messaging/outbox/migrations,
+// internal/messaging/inbox/migrations).
 //
 // The files are embedded in every binary (order-api migrate, or
-// MIGRATE_ON_START=true) and are plain goose files, so `goose -dir migrations
-// postgres "$DATABASE_URL" up` applies them just as well.
+// MIGRATE_ON_START=true), which applies Schemas in order. They are plain
+// goose files: `goose -dir migrations postgres "$DATABASE_URL" up` applies
+// this directory, after the mechanisms' (each with -table, its
+// VersionTable).
 package migrations
 
-import "embed"
+import (
+	"embed"
+
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+)
 
 // FS holds the *.sql migrations, in goose's numbered order.
 //
 //go:embed *.sql
 var FS embed.FS
+
+// Schema is the service's own migrations, recorded in goose's default
+// table.
+var Schema = database.Schema{Name: "orders", FS: FS, VersionTable: "goose_db_version"}
+
+// Schemas are the order service's database, in the order they apply: the
+// mechanisms' tables first, then the service's, which grant on them.
+var Schemas = []database.Schema{outbox.Schema, inbox.Schema, Schema}
 
 // The roles of the processes (00008_roles.sql), one per process, each
 // granted only what its process needs. docs/security.md has the matrix.

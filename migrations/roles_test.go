@@ -37,7 +37,10 @@ const (
 // must decide, here and in its GRANTs, who may touch it. docs/security.md
 // explains each grant.
 var grants = map[string]map[string]string{
-	"goose_db_version": {api: "", relay: "", consumer: "", operator: ""},
+	// The version tables of the migrations: their owner's alone.
+	"goose_db_version":      {api: "", relay: "", consumer: "", operator: ""},
+	"outbox_schema_version": {api: "", relay: "", consumer: "", operator: ""},
+	"inbox_schema_version":  {api: "", relay: "", consumer: "", operator: ""},
 	"orders": {
 		api:      "SELECT, INSERT(order_id, customer_id, currency, status, version, total_cents), UPDATE(status, version, updated_at)",
 		relay:    "",
@@ -543,14 +546,14 @@ func TestRolesBlockToleratesConcurrentCreation(t *testing.T) {
 func TestReplicationGrantToleratesConcurrentMigrations(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDatabase(t)
-	src, err := fs.ReadFile(migrations.FS, "00015_outbox_publication.sql")
+	src, err := fs.ReadFile(migrations.FS, "00015_relay_replication.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, block, _ := strings.Cut(string(src), "-- +goose StatementBegin\n")
 	block, _, _ = strings.Cut(block, "-- +goose StatementEnd")
 	if strings.Count(block, "orders_relay") < 2 {
-		t.Fatalf("00015_outbox_publication.sql: no orders_relay in the DO block:\n%s", block)
+		t.Fatalf("00015_relay_replication.sql: no orders_relay in the DO block:\n%s", block)
 	}
 	role := fmt.Sprint("orders_test_relay_", time.Now().UnixNano())
 	block = strings.ReplaceAll(block, "orders_relay", role)

@@ -3,7 +3,8 @@
 // (a pool, a connection or a transaction, so the caller decides the
 // transaction), the connection pool of a process (NewPool), and the
 // translation and classification of driver errors (Translate, IsTransient,
-// IsUnavailable).
+// IsUnavailable), and the migrator that applies each package's goose
+// migrations (Schema, Migrator: the outbox's, the inbox's, a service's).
 //
 // It knows nothing of orders or messages. The order service's store and the
 // outbox and the inbox all use it; a team that keeps the outbox and the

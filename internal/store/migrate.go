@@ -2,12 +2,12 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -15,9 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
+	goosedb "github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/migrations"
 )
 
@@ -81,92 +84,106 @@ func connectRetrying(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error
 	}
 }
 
-// Migrator applies the embedded migrations (package migrations) under
-// goose's PostgreSQL advisory lock, so that replicas starting together with
-// MIGRATE_ON_START=true apply each migration once.
+// Migrator applies the order service's database (migrations.Schemas): the
+// outbox's and the inbox's migrations, then the service's.
 type Migrator struct {
-	provider *goose.Provider
-	db       *sql.DB
-	logger   *slog.Logger
+	*database.Migrator
+	pool *pgxpool.Pool
 }
 
 // NewMigrator prepares a migrator on pool. Close it when done.
 func NewMigrator(pool *pgxpool.Pool, logger *slog.Logger) (*Migrator, error) {
-	locker, err := lock.NewPostgresSessionLocker()
+	m, err := database.NewMigrator(pool, logger, migrations.Schemas...)
 	if err != nil {
-		return nil, fmt.Errorf("migration lock: %w", err)
+		return nil, err
 	}
-	db := stdlib.OpenDBFromPool(pool)
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
-		goose.WithSessionLocker(locker))
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("load migrations: %w", err)
-	}
-	return &Migrator{provider: provider, db: db, logger: logger}, nil
+	return &Migrator{Migrator: m, pool: pool}, nil
 }
 
-// Up applies every pending migration.
+// Up applies every pending migration, after recording the mechanisms'
+// versions that a database migrated before they had their own already has
+// (adopted).
 func (m *Migrator) Up(ctx context.Context) error {
-	results, err := m.provider.Up(ctx)
-	m.log(results)
-	if err != nil {
+	if err := adoptMechanismVersions(ctx, m.pool); err != nil {
 		return fmt.Errorf("migrate up: %w", err)
 	}
-	if len(results) == 0 {
-		m.logger.InfoContext(ctx, "schema is up to date")
-	}
-	return nil
+	return m.Migrator.Up(ctx)
 }
 
-// Down rolls back the latest migration.
-func (m *Migrator) Down(ctx context.Context) error {
-	result, err := m.provider.Down(ctx)
-	if result != nil {
-		m.log([]*goose.MigrationResult{result})
-	}
-	if err != nil {
-		return fmt.Errorf("migrate down: %w", err)
-	}
-	return nil
+// adopted maps each mechanism's versions to those of the service's
+// sequence (migrations/) that did the same before the mechanisms had
+// migrations of their own, when the service's versions 2, 3, 11, 14 and 15
+// made the outbox's and the inbox's tables.
+var adopted = []struct {
+	schema database.Schema
+	from   map[int64]int64 // the mechanism's version: the service's
+}{
+	{outbox.Schema, map[int64]int64{1: 2, 2: 11, 3: 14, 4: 15}},
+	{inbox.Schema, map[int64]int64{1: 3}},
 }
 
-// DownTo rolls back every migration newer than version (0: all of them).
-func (m *Migrator) DownTo(ctx context.Context, version int64) error {
-	results, err := m.provider.DownTo(ctx, version)
-	m.log(results)
+// adoptMechanismVersions runs before the mechanisms' migrations. On a
+// database whose service sequence made their tables (adopted), a mechanism
+// without a version table yet gets one, recording as applied each of its
+// versions whose counterpart the service's table records: none runs twice,
+// and its later ones run as on any database. On a new database, or once
+// the mechanisms have their tables, it does nothing. It holds goose's
+// advisory lock, so that replicas migrating together adopt once.
+func adoptMechanismVersions(ctx context.Context, pool *pgxpool.Pool) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrate down to %d: %w", version, err)
+		return err
 	}
-	return nil
-}
-
-// Status writes one line per migration: applied or pending.
-func (m *Migrator) Status(ctx context.Context, w io.Writer) error {
-	statuses, err := m.provider.Status(ctx)
-	if err != nil {
-		return fmt.Errorf("migration status: %w", err)
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", lock.DefaultLockID); err != nil {
+		return fmt.Errorf("migration lock: %w", err)
 	}
-	for _, s := range statuses {
-		applied := "pending"
-		if s.State == goose.StateApplied {
-			applied = "applied " + s.AppliedAt.Format("2006-01-02 15:04:05")
-		}
-		if _, err := fmt.Fprintf(w, "%-40s %s\n", s.Source.Path, applied); err != nil {
+	exists := func(table string) (bool, error) {
+		var ok bool
+		err := tx.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok)
+		return ok, err
+	}
+	if service, err := exists(migrations.Schema.VersionTable); err != nil || !service {
+		return err // a new database
+	}
+	for _, a := range adopted {
+		own, err := exists(a.schema.VersionTable)
+		if err != nil {
 			return err
 		}
+		if own {
+			continue
+		}
+		var versions []int64
+		for _, v := range slices.Sorted(maps.Keys(a.from)) {
+			var applied bool
+			err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+migrations.Schema.VersionTable+
+				" WHERE version_id = $1 AND is_applied)", a.from[v]).Scan(&applied)
+			if err != nil {
+				return err
+			}
+			if applied {
+				versions = append(versions, v)
+			}
+		}
+		if len(versions) == 0 {
+			continue
+		}
+		// The table as goose makes it, with its version 0.
+		table, err := goosedb.NewStore(goosedb.DialectPostgres, a.schema.VersionTable)
+		if err != nil {
+			return err
+		}
+		if err := table.CreateVersionTable(ctx, tx); err != nil {
+			return fmt.Errorf("create %s: %w", a.schema.VersionTable, err)
+		}
+		for _, v := range append([]int64{0}, versions...) {
+			if err := table.Insert(ctx, tx, goosedb.InsertRequest{Version: v}); err != nil {
+				return fmt.Errorf("record version %d of %s: %w", v, a.schema.Name, err)
+			}
+		}
 	}
-	return nil
-}
-
-// Close releases the migrator's database handle (not the pool).
-func (m *Migrator) Close() error { return m.db.Close() }
-
-func (m *Migrator) log(results []*goose.MigrationResult) {
-	for _, r := range results {
-		m.logger.Info("migration applied",
-			slog.String("migration", r.Source.Path),
-			slog.String("direction", r.Direction),
-			slog.Duration("took", r.Duration))
-	}
+	return tx.Commit()
 }

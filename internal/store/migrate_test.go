@@ -41,7 +41,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 
 	tables := func() string {
 		var names []string
-		rows, err := pool.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version' ORDER BY 1`)
+		rows, err := pool.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public'
+			AND tablename NOT IN ('goose_db_version', 'outbox_schema_version', 'inbox_schema_version') ORDER BY 1`)
 		if err != nil {
 			t.Fatal(err)
 		}

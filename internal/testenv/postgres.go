@@ -286,15 +286,18 @@ func dropLeftovers(ctx context.Context, conn *pgx.Conn, keep string) {
 // gets a new template.
 func schemaVersion() string {
 	h := sha256.New()
-	_ = fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+	for _, s := range migrations.Schemas {
+		h.Write([]byte(s.Name + "\x00" + s.VersionTable + "\x00"))
+		_ = fs.WalkDir(s.FS, ".", func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := fs.ReadFile(s.FS, path)
+			h.Write([]byte(path))
+			h.Write(b)
 			return err
-		}
-		b, err := fs.ReadFile(migrations.FS, path)
-		h.Write([]byte(path))
-		h.Write(b)
-		return err
-	})
+		})
+	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 

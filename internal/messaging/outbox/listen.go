@@ -11,7 +11,7 @@ import (
 )
 
 // NotifyChannel is the PostgreSQL channel the outbox trigger notifies when
-// outbox rows commit (migrations/00002_message_outbox.sql).
+// outbox rows commit (migrations/00001_message_outbox.sql).
 const NotifyChannel = "message_outbox"
 
 // listen wakes the claim loop whenever outbox rows commit. A notification

@@ -171,7 +171,7 @@ func sameSet(a, b []string) bool {
 // aggregate's row (as a guarded update of an order does). The one that
 // began first but waited for the lock commits second: its message must go
 // out second. An outbox row is stamped when it is inserted, not when its
-// transaction began (migration 00014), so commit order is publish order.
+// transaction began (migrations/00003_insert_time.sql), so commit order is publish order.
 func TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)

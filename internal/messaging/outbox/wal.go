@@ -54,7 +54,7 @@ type WALConfig struct {
 	// creates it on its first start. Default "orders_outbox_relay".
 	Slot string
 	// Publication is the publication of the outbox table
-	// (migrations/00015_outbox_publication.sql). Default "orders_outbox".
+	// (migrations/00004_publication.sql). Default "orders_outbox".
 	Publication string
 	// Heartbeat is how often the streaming relay writes a logical message
 	// into the log, so that the slot moves on, and retains no WAL, while
@@ -239,7 +239,7 @@ func (w *WALRelay) checkServer(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("the server runs wal_level=%s; RELAY_MODE=wal needs wal_level=logical (postgresql.conf or -c wal_level=logical, then restart the server), or run RELAY_MODE=poll", level))
 	}
 	if !published {
-		errs = append(errs, fmt.Errorf("publication %s not found: run the migrations (00015_outbox_publication.sql)", w.wal.Publication))
+		errs = append(errs, fmt.Errorf("publication %s not found: run the outbox's migrations (outbox.Schema)", w.wal.Publication))
 	}
 	if !canReplicate {
 		errs = append(errs, fmt.Errorf("role %s may not replicate: ALTER ROLE %s WITH REPLICATION (as a superuser)", role, role))
