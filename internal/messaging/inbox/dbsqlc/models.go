@@ -6,35 +6,7 @@ package dbsqlc
 
 import (
 	"time"
-
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 )
-
-type CustomerNotification struct {
-	NotificationID uuid.UUID
-	OrderID        uuid.UUID
-	Kind           string
-	Status         string
-	MessageID      string
-	AttemptCount   int32
-	LastError      *string
-	CreatedAt      time.Time
-	SentAt         *time.Time
-}
-
-type HttpIdempotencyKey struct {
-	IdempotencyKey   string
-	RequestMethod    string
-	RequestPath      string
-	RequestHash      string
-	ResponseStatus   *int32
-	ResponseBody     []byte
-	ResponseLocation *string
-	CreatedAt        time.Time
-	Caller           string
-	CallerRole       string
-}
 
 type MessageInbox struct {
 	ConsumerName        string
@@ -56,89 +28,4 @@ type MessageInbox struct {
 	CorrelationID       *string
 	CausationID         *string
 	TraceID             *string
-}
-
-type MessageOutbox struct {
-	OutboxID       uuid.UUID
-	AggregateType  string
-	AggregateID    string
-	MessageType    string
-	MessageVersion int32
-	ExchangeName   string
-	RoutingKey     string
-	Payload        []byte
-	Headers        []byte
-	Status         string
-	AttemptCount   int32
-	NextAttemptAt  time.Time
-	ClaimedBy      *string
-	ClaimedUntil   *time.Time
-	PublishedAt    *time.Time
-	LastError      *string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-}
-
-type OperatorAudit struct {
-	AuditID int64
-	At      time.Time
-	Actor   string
-	Action  string
-	Target  string
-	Reason  string
-	Details []byte
-}
-
-type Order struct {
-	OrderID    uuid.UUID
-	CustomerID string
-	Currency   string
-	Status     string
-	Version    int32
-	TotalCents int64
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-}
-
-type OrderItem struct {
-	OrderID        uuid.UUID
-	LineNo         int32
-	Sku            string
-	Quantity       int32
-	UnitPriceCents int64
-}
-
-type OrderStateTransition struct {
-	TransitionID  int64
-	OrderID       uuid.UUID
-	FromStatus    *string
-	ToStatus      string
-	MessageID     *string
-	CorrelationID *string
-	CreatedAt     time.Time
-}
-
-type OutboxPartitionLease struct {
-	PartitionNo int32
-	RelayID     *string
-	LeaseUntil  time.Time
-}
-
-type Shipment struct {
-	ShipmentID    uuid.UUID
-	OrderID       uuid.UUID
-	Status        string
-	MessageID     string
-	CreatedAt     time.Time
-	ReservationID pgtype.UUID
-}
-
-type StockReservation struct {
-	OrderID       uuid.UUID
-	ReservationID uuid.UUID
-	Status        string
-	Reason        *string
-	MessageID     string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
 }

@@ -8,55 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 )
-
-type CustomerNotification struct {
-	NotificationID uuid.UUID
-	OrderID        uuid.UUID
-	Kind           string
-	Status         string
-	MessageID      string
-	AttemptCount   int32
-	LastError      *string
-	CreatedAt      time.Time
-	SentAt         *time.Time
-}
-
-type HttpIdempotencyKey struct {
-	IdempotencyKey   string
-	RequestMethod    string
-	RequestPath      string
-	RequestHash      string
-	ResponseStatus   *int32
-	ResponseBody     []byte
-	ResponseLocation *string
-	CreatedAt        time.Time
-	Caller           string
-	CallerRole       string
-}
-
-type MessageInbox struct {
-	ConsumerName        string
-	MessageID           string
-	MessageType         string
-	MessageVersion      int32
-	AggregateID         *string
-	Status              string
-	Outcome             *string
-	OutcomeReason       *string
-	AttemptCount        int32
-	PayloadHash         string
-	FirstReceivedAt     time.Time
-	LastReceivedAt      time.Time
-	ProcessingStartedAt *time.Time
-	ProcessedAt         *time.Time
-	LastErrorCode       *string
-	LastErrorMessage    *string
-	CorrelationID       *string
-	CausationID         *string
-	TraceID             *string
-}
 
 type MessageOutbox struct {
 	OutboxID       uuid.UUID
@@ -79,66 +31,8 @@ type MessageOutbox struct {
 	UpdatedAt      time.Time
 }
 
-type OperatorAudit struct {
-	AuditID int64
-	At      time.Time
-	Actor   string
-	Action  string
-	Target  string
-	Reason  string
-	Details []byte
-}
-
-type Order struct {
-	OrderID    uuid.UUID
-	CustomerID string
-	Currency   string
-	Status     string
-	Version    int32
-	TotalCents int64
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-}
-
-type OrderItem struct {
-	OrderID        uuid.UUID
-	LineNo         int32
-	Sku            string
-	Quantity       int32
-	UnitPriceCents int64
-}
-
-type OrderStateTransition struct {
-	TransitionID  int64
-	OrderID       uuid.UUID
-	FromStatus    *string
-	ToStatus      string
-	MessageID     *string
-	CorrelationID *string
-	CreatedAt     time.Time
-}
-
 type OutboxPartitionLease struct {
 	PartitionNo int32
 	RelayID     *string
 	LeaseUntil  time.Time
-}
-
-type Shipment struct {
-	ShipmentID    uuid.UUID
-	OrderID       uuid.UUID
-	Status        string
-	MessageID     string
-	CreatedAt     time.Time
-	ReservationID pgtype.UUID
-}
-
-type StockReservation struct {
-	OrderID       uuid.UUID
-	ReservationID uuid.UUID
-	Status        string
-	Reason        *string
-	MessageID     string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
 }
