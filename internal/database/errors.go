@@ -140,3 +140,27 @@ func IsUnavailable(err error) bool {
 	}
 	return true
 }
+
+// faultError marks an error as the database's: Run marks a failed begin
+// or commit, and an error of the transaction's function that the server
+// gave or that the connection's death or the run's deadline caused.
+type faultError struct{ err error }
+
+func (e *faultError) Error() string { return e.err.Error() }
+func (e *faultError) Unwrap() error { return e.err }
+
+// Fault marks err as the database's (nil stays nil). Only such errors may
+// stand for the database's trouble: the same network error or deadline
+// from anything else (a call to another system) is that call's failure.
+func Fault(err error) error {
+	if err == nil || IsFault(err) {
+		return err
+	}
+	return &faultError{err}
+}
+
+// IsFault reports whether err was marked as the database's (Fault).
+func IsFault(err error) bool {
+	var e *faultError
+	return errors.As(err, &e)
+}
