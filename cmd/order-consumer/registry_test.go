@@ -123,7 +123,7 @@ func TestAsyncAPIStatesTheDefaultQueues(t *testing.T) {
 		}
 		var want, got []string
 		for _, d := range cfg.RetryDelays {
-			want = append(want, inbox.RetryQueueName(queue, d))
+			want = append(want, inbox.Topology{Consumer: c.Name()}.RetryQueue(d))
 		}
 		for name := range doc.Channels {
 			if strings.HasPrefix(name, queue+".retry.") {

@@ -186,7 +186,7 @@ func (r *StatusReport) queues(ctx context.Context, c *ctl) error {
 		queue := inbox.QueueName(name)
 		all := []QueueDepth{{Consumer: name, Queue: queue, Kind: "work"}}
 		for _, d := range c.cfg.RetryDelays {
-			all = append(all, QueueDepth{Consumer: name, Queue: inbox.RetryQueueName(queue, d), Kind: "retry"})
+			all = append(all, QueueDepth{Consumer: name, Queue: inbox.Topology{Consumer: name}.RetryQueue(d), Kind: "retry"})
 		}
 		all = append(all, QueueDepth{Consumer: name, Queue: inbox.ParkingLotName(queue), Kind: "parking lot"})
 		for _, q := range all {

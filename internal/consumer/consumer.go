@@ -59,7 +59,7 @@ func Readers(partitions int) map[string][]string {
 	readers := map[string][]string{}
 	for _, c := range All(Deps{}) {
 		for _, typ := range c.Types() {
-			readers[typ] = append(readers[typ], inbox.WorkQueues(c.Name(), partitions)...)
+			readers[typ] = append(readers[typ], inbox.Topology{Consumer: c.Name(), Partitions: partitions}.WorkQueues()...)
 		}
 	}
 	return readers

@@ -177,7 +177,7 @@ func (b *broker) declareTopology() {
 var (
 	workQueue  = inbox.QueueName(topology.Consumer)
 	parkingLot = inbox.ParkingLotName(workQueue)
-	retryQueue = inbox.RetryQueueName(workQueue, 1500*time.Millisecond) // a delay with a dot in its name
+	retryQueue = topology.RetryQueue(1500 * time.Millisecond) // a delay with a dot in its name
 )
 
 func TestRelayUser(t *testing.T) {
@@ -204,7 +204,7 @@ func TestConsumerUser(t *testing.T) {
 	partitioned := topology
 	partitioned.Partitions = 4
 	b.allowed(consumer, "declare its partitioned topology (partition exchange, partition queues, bindings)", partitioned.Declare)
-	b.allowed(consumer, "consume a partition queue", consume(inbox.PartitionQueueName(topology.Consumer, 3)))
+	b.allowed(consumer, "consume a partition queue", consume(partitioned.WorkQueues()[3]))
 	b.allowed(consumer, "consume its work queue", consume(workQueue))
 	b.allowed(consumer, "retry: publish to a retry queue through amq.default", publish("", retryQueue))
 	b.allowed(consumer, "park: publish to its parking lot through amq.default", publish("", parkingLot))

@@ -188,7 +188,7 @@ func (d *document) workQueueChannel(c *inbox.Consumer) kv {
 // retryQueueChannel is c's retry queue for its i-th retry delay.
 func (d *document) retryQueueChannel(c *inbox.Consumer, i int) kv {
 	queue, delay := inbox.QueueName(c.Name()), d.queues.retryDelays[i]
-	retry := inbox.RetryQueueName(queue, delay)
+	retry := inbox.Topology{Consumer: c.Name()}.RetryQueue(delay)
 	which := fmt.Sprintf("retry %d", i+1)
 	if i == len(d.queues.retryDelays)-1 {
 		which = fmt.Sprintf("retry %d and every later one", i+1)
@@ -244,12 +244,12 @@ func (d *document) partitionQueuesChannel(c *inbox.Consumer) kv {
 			"which has a single active consumer, so one order's messages are applied in the order they were written. "+
 			"A failure that may pass is retried in place, holding back the partition; the delivery limit (%d) and "+
 			"the parking lot %s are %s's.",
-			queue, inbox.PartitionExchangeName(c.Name()), domain.EventsExchange, list(types), outbox.HeaderPartition,
+			queue, inbox.Topology{Consumer: c.Name()}.PartitionExchange(), domain.EventsExchange, list(types), outbox.HeaderPartition,
 			queue, d.queues.deliveryLimit, inbox.ParkingLotName(queue), queue)},
 		{"parameters", omap{{"partition", omap{{"description", "The partition: 0 to MESSAGE_PARTITIONS-1."}}}}},
 		{"messages", d.channelMessages(types)},
 		{"bindings", queueBinding(partitioned)},
-		{"x-amqp-partition-exchange", inbox.PartitionExchangeName(c.Name())},
+		{"x-amqp-partition-exchange", inbox.Topology{Consumer: c.Name()}.PartitionExchange()},
 		{"x-amqp-arguments", d.workQueueArgs(queue, true)},
 	}}
 }
@@ -339,7 +339,7 @@ func (d *document) receiveOperation(c *inbox.Consumer) kv {
 
 // retryOperation is c sending a message to its retry queue of delay.
 func (d *document) retryOperation(c *inbox.Consumer, delay time.Duration) kv {
-	retry := inbox.RetryQueueName(inbox.QueueName(c.Name()), delay)
+	retry := inbox.Topology{Consumer: c.Name()}.RetryQueue(delay)
 	return kv{c.Name() + ".retry." + delay.String(), omap{
 		{"action", "send"},
 		{"channel", ref("#/channels/" + retry)},

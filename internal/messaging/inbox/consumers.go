@@ -157,7 +157,7 @@ func (s *subscription) session(ctx context.Context) error {
 		workers    int
 	}
 	var feeds []feed
-	for _, queue := range WorkQueues(s.consumer.name, s.cfg.Partitions) {
+	for _, queue := range s.cfg.topology(s.consumer).WorkQueues() {
 		tag := fmt.Sprintf("%s-%d-%d", queue, os.Getpid(), time.Now().UnixNano())
 		deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
 		if err != nil {

@@ -141,7 +141,7 @@ func (w *worker) retryLater(d *delivery, attempt int, code, reason string) {
 	ctx, start := d.ctx, d.start
 	msg := republish(d.raw)
 	msg.Headers[HeaderRetryAttempt] = int32(attempt)
-	queue := w.topology.retryQueue(attempt - 1)
+	queue := w.topology.retryQueueAfter(attempt - 1)
 	if err := w.pub.publish(ctx, queue, msg); err != nil {
 		w.requeue(d, "cannot schedule the retry: "+err.Error())
 		return

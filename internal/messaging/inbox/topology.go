@@ -41,33 +41,6 @@ func QueueName(consumer string) string { return "orders." + consumer }
 // ParkingLotName is the parking-lot queue of a work queue.
 func ParkingLotName(queue string) string { return queue + ".dlq" }
 
-// PartitionQueueName is the work queue of partition k of consumer name.
-func PartitionQueueName(consumer string, k int) string {
-	return fmt.Sprintf("orders.%s.p%d", consumer, k)
-}
-
-// PartitionExchangeName is the exchange that routes the messages of
-// consumer name to its partition queues.
-func PartitionExchangeName(consumer string) string { return "orders." + consumer + ".partitions" }
-
-// WorkQueues lists the queues consumer name consumes: its work queue, or
-// with partitions, one per partition.
-func WorkQueues(consumer string, partitions int) []string {
-	if partitions == 0 {
-		return []string{QueueName(consumer)}
-	}
-	queues := make([]string, partitions)
-	for k := range queues {
-		queues[k] = PartitionQueueName(consumer, k)
-	}
-	return queues
-}
-
-// RetryQueueName is the queue a message of queue waits in for delay.
-func RetryQueueName(queue string, delay time.Duration) string {
-	return fmt.Sprintf("%s.retry.%s", queue, delay)
-}
-
 // Topology describes the queues of one consumer.
 type Topology struct {
 	Consumer      string
@@ -80,6 +53,28 @@ type Topology struct {
 
 // Queue is the consumer's work queue.
 func (t Topology) Queue() string { return QueueName(t.Consumer) }
+
+// WorkQueues lists the queues the consumer consumes: its work queue, or
+// with partitions, one per partition.
+func (t Topology) WorkQueues() []string {
+	if t.Partitions == 0 {
+		return []string{t.Queue()}
+	}
+	queues := make([]string, t.Partitions)
+	for k := range queues {
+		queues[k] = fmt.Sprintf("orders.%s.p%d", t.Consumer, k)
+	}
+	return queues
+}
+
+// RetryQueue is the queue a message of the work queue waits in for delay.
+func (t Topology) RetryQueue(delay time.Duration) string {
+	return fmt.Sprintf("%s.retry.%s", t.Queue(), delay)
+}
+
+// PartitionExchange is the exchange that routes the consumer's messages
+// to its partition queues.
+func (t Topology) PartitionExchange() string { return t.Queue() + ".partitions" }
 
 // Declare declares the exchange and the consumer's queues and bindings.
 func (t Topology) Declare(ch *amqp.Channel) error {
@@ -124,7 +119,7 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		return err
 	}
 	for _, d := range t.RetryDelays {
-		if err := declare(RetryQueueName(queue, d), amqp.Table{
+		if err := declare(t.RetryQueue(d), amqp.Table{
 			"x-message-ttl":             d.Milliseconds(),
 			"x-dead-letter-exchange":    "",
 			"x-dead-letter-routing-key": queue,
@@ -146,7 +141,7 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 // bound to its message types, and its partition queues, each bound to
 // its partition number.
 func (t Topology) declarePartitions(ch *amqp.Channel, declare func(string, amqp.Table) error, args amqp.Table) error {
-	ex := PartitionExchangeName(t.Consumer)
+	ex := t.PartitionExchange()
 	if err := ch.ExchangeDeclare(ex, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", ex, err)
 	}
@@ -155,8 +150,7 @@ func (t Topology) declarePartitions(ch *amqp.Channel, declare func(string, amqp.
 			return fmt.Errorf("bind %s to %s for %s: %w", ex, t.Exchange, typ, err)
 		}
 	}
-	for k := range t.Partitions {
-		queue := PartitionQueueName(t.Consumer, k)
+	for k, queue := range t.WorkQueues() {
 		if err := declare(queue, maps.Clone(args)); err != nil {
 			return err
 		}
@@ -176,11 +170,11 @@ func (w *worker) retryDelay(attempt int) time.Duration {
 	return d[min(max(attempt, 1), len(d))-1]
 }
 
-// retryQueue is the queue for the retry after attempt (1-based): the
+// retryQueueAfter is the queue for the retry after attempt (1-based): the
 // delays grow with the attempts, and the last one repeats.
-func (t Topology) retryQueue(attempt int) string {
+func (t Topology) retryQueueAfter(attempt int) string {
 	i := min(max(attempt, 1), len(t.RetryDelays)) - 1
-	return RetryQueueName(QueueName(t.Consumer), t.RetryDelays[i])
+	return t.RetryQueue(t.RetryDelays[i])
 }
 
 // topology is the topology of consumer c under cfg.
