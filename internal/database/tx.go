@@ -141,9 +141,27 @@ func (p Policy) once(ctx context.Context, db Pool, fresh bool, fn func(context.C
 		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
 		defer cancel()
 	}
+	xid, err := p.try(ctx, db, fresh, fn)
+	if xid == "" {
+		return err
+	}
+	switch status := xactStatus(ctx, db, xid); status {
+	case "committed":
+		return nil
+	case "aborted":
+		return &lostError{err}
+	default:
+		return Fault(fmt.Errorf("the connection died during the COMMIT (%s): %w: %w", status, ErrCommitUnknown, err))
+	}
+}
+
+// try runs the transaction on a connection of its own. It returns the
+// transaction's id when its connection died during the COMMIT: once asks
+// what became of it, having given the dead connection back to the pool.
+func (p Policy) try(ctx context.Context, db Pool, fresh bool, fn func(context.Context, pgx.Tx) error) (xid string, err error) {
 	conn, err := acquire(ctx, db, fresh)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer conn.Release() // a dead connection, or one left in a transaction, is destroyed
 	// lost marks a failure that killed the connection before the COMMIT.
@@ -155,7 +173,7 @@ func (p Policy) once(ctx context.Context, db Pool, fresh bool, fn func(context.C
 	}
 	tx, err := conn.BeginTx(ctx, p.Options)
 	if err != nil {
-		return lost(Fault(err))
+		return "", lost(Fault(err))
 	}
 	done := false
 	defer func() {
@@ -164,33 +182,26 @@ func (p Policy) once(ctx context.Context, db Pool, fresh bool, fn func(context.C
 		}
 	}()
 	if err := fn(ctx, tx); err != nil {
-		return lost(faultOf(ctx, conn, err))
+		return "", lost(faultOf(ctx, conn, err))
 	}
 	done = true
 	if !p.ConfirmCommit || p.Options.AccessMode == pgx.ReadOnly {
-		return lost(Fault(tx.Commit(ctx)))
+		return "", lost(Fault(tx.Commit(ctx)))
 	}
 	xid, known, err := commit(ctx, conn.Conn().PgConn())
 	switch {
 	case err == nil:
-		return nil
+		return "", nil
 	case !conn.Conn().IsClosed():
-		return Fault(err) // an answer from a live session: a COMMIT that fails rolls back
+		return "", Fault(err) // an answer from a live session: a COMMIT that fails rolls back
 	case !known:
-		return Fault(fmt.Errorf("the connection died during the COMMIT, before the transaction's id came: %w: %w", ErrCommitUnknown, err))
+		return "", Fault(fmt.Errorf("the connection died during the COMMIT, before the transaction's id came: %w: %w", ErrCommitUnknown, err))
 	case xid == "":
 		// The server ended the session before it ran the COMMIT, or the
 		// transaction wrote nothing.
-		return &lostError{Fault(err)}
+		return "", &lostError{Fault(err)}
 	}
-	switch status := xactStatus(ctx, db, xid); status {
-	case "committed":
-		return nil
-	case "aborted":
-		return &lostError{Fault(err)}
-	default:
-		return Fault(fmt.Errorf("the connection died during the COMMIT (%s): %w: %w", status, ErrCommitUnknown, err))
-	}
+	return xid, Fault(err)
 }
 
 // faultOf marks an error of fn as the database's when it is: a server

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
@@ -187,8 +188,8 @@ func (s *Server) createOrder(c echo.Context) error {
 
 	cid := correlationID(ctx)
 	var resp, replay *store.StoredResponse
-	err = s.db.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		resp, replay = nil, nil // inTx may run this again
+	err = database.Run(ctx, s.db, writeTx, func(ctx context.Context, tx pgx.Tx) error {
+		resp, replay = nil, nil // it may run again
 		if idem != nil {
 			stored, err := store.ClaimIdempotencyKey(ctx, tx, *idem, s.cfg.IdempotencyKeyTTL)
 			if err != nil || stored != nil {
@@ -243,7 +244,7 @@ func (s *Server) getOrder(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	var out orderJSON
-	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = database.Run(ctx, s.db, readTx, func(ctx context.Context, tx pgx.Tx) error {
 		if err := hideOthers(ctx, tx, id); err != nil {
 			return err
 		}
@@ -277,7 +278,7 @@ func (s *Server) listOrders(c echo.Context) error {
 		orders []*domain.Order
 		next   *store.Cursor
 	)
-	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = database.Run(ctx, s.db, readTx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		orders, next, err = listVisible(ctx, tx, params)
 		return err
@@ -364,8 +365,8 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		out       orderJSON
 		cancelled bool
 	)
-	err = s.db.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		cancelled = false // inTx may run this again
+	err = database.Run(ctx, s.db, writeTx, func(ctx context.Context, tx pgx.Tx) error {
+		cancelled = false // it may run again
 		// A customer_id never changes: read before the move, it is still
 		// the order's when the move locks it.
 		if err := hideOthers(ctx, tx, id); err != nil {

@@ -79,7 +79,7 @@ func problemFor(err error) Problem {
 		return problem(http.StatusUnprocessableEntity, "idempotency_key_reused", "This Idempotency-Key was already used with a different request body.")
 	case errors.As(err, &echoErr):
 		return problem(echoErr.Code, echoCode(echoErr.Code), http.StatusText(echoErr.Code))
-	case errors.Is(err, errCommitUnknown):
+	case errors.Is(err, database.ErrCommitUnknown):
 		return problem(http.StatusServiceUnavailable, "commit_outcome_unknown", "The connection to the database was lost while the change was being committed, "+
 			"and the database could not say in time whether it was: it may have taken effect. Retry with the same Idempotency-Key, or read the order first.")
 	case errors.Is(err, errOverloaded):

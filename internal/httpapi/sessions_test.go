@@ -162,13 +162,16 @@ func TestCommitCutInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := b.pool.Config().ConnConfig.Database
-	// whileCommitting calls cut once the API's session runs a COMMIT.
+	// whileCommitting calls cut once the API's session has run a COMMIT
+	// for a tenth of a second: the transaction's id, which the API asks
+	// for in the COMMIT's round trip, has crossed the proxy by then.
 	whileCommitting := func(cut func(pid int)) {
 		t.Helper()
 		var pid int
 		testenv.WaitFor(t, 10*time.Second, "the API's COMMIT", func() bool {
 			err := b.pool.QueryRow(t.Context(), `SELECT pid FROM pg_stat_activity
-				WHERE datname = $1 AND usename = $2 AND state = 'active' AND lower(query) = 'commit'`, db, migrations.RoleAPI).Scan(&pid)
+				WHERE datname = $1 AND usename = $2 AND state = 'active' AND lower(query) = 'commit'
+				AND query_start < now() - interval '100 ms'`, db, migrations.RoleAPI).Scan(&pid)
 			return err == nil
 		})
 		cut(pid)

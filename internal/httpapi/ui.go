@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"fmt"
 	"html/template"
@@ -14,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/timeline"
@@ -101,7 +103,7 @@ func (s *Server) uiOrders(c echo.Context) error {
 	ctx := c.Request().Context()
 	page := ordersPage{Caller: caller(ctx), Statuses: domain.Statuses, Status: params.Status, CustomerID: params.CustomerID}
 	var next *store.Cursor
-	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = database.Run(ctx, s.db, readTx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		page.Orders, next, err = listVisible(ctx, tx, params)
 		return err
@@ -140,7 +142,7 @@ func (s *Server) uiOrder(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	var tl *timeline.Timeline
-	err = s.db.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = database.Run(ctx, s.db, readTx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		if err := hideOthers(ctx, tx, id); err != nil {
 			return err
