@@ -11,28 +11,29 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 )
 
 // OrderTimeline is everything the system holds about one order.
 type OrderTimeline struct {
-	OrderID    uuid.UUID    `json:"order_id"`
-	Status     string       `json:"status"`
-	CustomerID string       `json:"customer_id"`
-	CreatedAt  time.Time    `json:"created_at"`
-	History    []Transition `json:"history"`
-	Outbox     []OutboxRow  `json:"outbox"`
-	Inbox      []InboxRow   `json:"inbox"`
-	Parked     []ParkedOf   `json:"parked"`
-	ParkedNote string       `json:"parked_note,omitempty"` // why the parking lots could not be read
-	TraceIDs   []string     `json:"trace_ids"`
-	Events     []OrderEvent `json:"events"` // all of the above in time order
+	OrderID    uuid.UUID        `json:"order_id"`
+	Status     string           `json:"status"`
+	CustomerID string           `json:"customer_id"`
+	CreatedAt  time.Time        `json:"created_at"`
+	History    []Transition     `json:"history"`
+	Outbox     []outbox.Message `json:"outbox"`
+	Inbox      []inbox.Row      `json:"inbox"`
+	Parked     []ParkedOf       `json:"parked"`
+	ParkedNote string           `json:"parked_note,omitempty"` // why the parking lots could not be read
+	TraceIDs   []string         `json:"trace_ids"`
+	Events     []OrderEvent     `json:"events"` // all of the above in time order
 }
 
 // Transition is one row of the order's history.
@@ -42,20 +43,6 @@ type Transition struct {
 	MessageID     string    `json:"message_id"` // empty: an HTTP request
 	CorrelationID string    `json:"correlation_id"`
 	At            time.Time `json:"created_at"`
-}
-
-// OutboxRow is one message the order's changes wrote to the outbox.
-type OutboxRow struct {
-	ID            uuid.UUID  `json:"outbox_id"`
-	Type          string     `json:"message_type"`
-	Status        string     `json:"status"`
-	Attempts      int        `json:"attempt_count"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	PublishedAt   *time.Time `json:"published_at"`
-	LastError     string     `json:"last_error"`
-	CorrelationID string     `json:"correlation_id"`
-	TraceID       string     `json:"trace_id"`
 }
 
 // ParkedOf is a parked message of the order, and whose parking lot holds it.
@@ -90,26 +77,11 @@ func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 	for _, h := range history {
 		t.History = append(t.History, Transition{From: string(h.From), To: string(h.To), MessageID: database.Deref(h.MessageID), CorrelationID: h.CorrelationID, At: h.CreatedAt})
 	}
-	rows, err := c.pool.Query(ctx, `SELECT outbox_id, message_type, status, attempt_count, created_at, updated_at, published_at, coalesce(last_error, ''),
-			coalesce(headers->>'correlation_id', ''), coalesce(split_part(headers->>'traceparent', '-', 2), '')
-		FROM message_outbox
-		WHERE aggregate_type = 'order' AND aggregate_id = $1
-		ORDER BY created_at, outbox_id`, id.String())
-	if err != nil {
-		return nil, fmt.Errorf("read the order's outbox rows: %w", err)
+	if t.Outbox, err = outbox.Aggregate(ctx, c.pool, domain.AggregateOrder, id.String()); err != nil {
+		return nil, err
 	}
-	if t.Outbox, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxRow, error) {
-		var x OutboxRow
-		return x, r.Scan(&x.ID, &x.Type, &x.Status, &x.Attempts, &x.CreatedAt, &x.UpdatedAt, &x.PublishedAt, &x.LastError, &x.CorrelationID, &x.TraceID)
-	}); err != nil {
-		return nil, fmt.Errorf("read the order's outbox rows: %w", err)
-	}
-	rows, err = c.pool.Query(ctx, `SELECT `+inboxColumns+` FROM message_inbox WHERE aggregate_id = $1 ORDER BY first_received_at, consumer_name`, id.String())
-	if err != nil {
-		return nil, fmt.Errorf("read the order's inbox rows: %w", err)
-	}
-	if t.Inbox, err = pgx.CollectRows(rows, scanInboxRow); err != nil {
-		return nil, fmt.Errorf("read the order's inbox rows: %w", err)
+	if t.Inbox, err = inbox.Aggregate(ctx, c.pool, id.String()); err != nil {
+		return nil, err
 	}
 
 	// The parking lots, looked at and left as they are. The broker being

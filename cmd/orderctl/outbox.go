@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -14,19 +13,8 @@ import (
 	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
-// FailedRow is an outbox row the relay gave up on.
-type FailedRow struct {
-	ID          uuid.UUID `json:"outbox_id"`
-	Type        string    `json:"message_type"`
-	AggregateID string    `json:"aggregate_id"`
-	Attempts    int       `json:"attempt_count"`
-	LastError   string    `json:"last_error"`
-	CreatedAt   time.Time `json:"created_at"`
-	FailedAt    time.Time `json:"failed_at"`
-}
-
 type failedReport struct {
-	Rows []FailedRow `json:"rows"`
+	Rows []outbox.Message `json:"rows"` // updated_at: when each failed
 }
 
 func outboxFailed(ctx context.Context, c *ctl) (report, error) {
@@ -34,20 +22,9 @@ func outboxFailed(ctx context.Context, c *ctl) (report, error) {
 	if limit == 0 {
 		limit = 100
 	}
-	rows, err := c.pool.Query(ctx, `SELECT outbox_id, message_type, aggregate_id, attempt_count, coalesce(last_error, ''), created_at, updated_at
-		FROM message_outbox
-		WHERE status = 'FAILED' AND ($1 = '' OR message_type = $1)
-		ORDER BY updated_at
-		LIMIT $2`, c.args.typ, limit)
+	failed, err := outbox.Failed(ctx, c.pool, c.args.typ, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read FAILED outbox rows: %w", err)
-	}
-	failed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailedRow, error) {
-		var f FailedRow
-		return f, r.Scan(&f.ID, &f.Type, &f.AggregateID, &f.Attempts, &f.LastError, &f.CreatedAt, &f.FailedAt)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read FAILED outbox rows: %w", err)
+		return nil, err
 	}
 	return failedReport{Rows: failed}, nil
 }
@@ -59,7 +36,7 @@ func (r failedReport) human(w io.Writer) {
 	}
 	var rows [][]string
 	for _, f := range r.Rows {
-		rows = append(rows, []string{f.ID.String(), f.Type, f.AggregateID, fmt.Sprint(f.Attempts), when(&f.FailedAt), f.LastError})
+		rows = append(rows, []string{f.ID.String(), f.Type, f.AggregateID, fmt.Sprint(f.Attempts), when(&f.UpdatedAt), f.LastError})
 	}
 	table(w, []string{"outbox_id", "message_type", "aggregate_id", "attempts", "failed_at", "last_error"}, rows)
 	_, _ = fmt.Fprintf(w, "\nFix the cause (docs/operations.md, \"FAILED rows\"), then:\n  orderctl outbox retry %s --reason \"...\"\n  orderctl outbox retry --type %s --reason \"...\"\n",
@@ -67,7 +44,7 @@ func (r failedReport) human(w io.Writer) {
 }
 
 type retryReport struct {
-	Retried []outbox.Retried `json:"retried"`
+	Retried []outbox.Message `json:"retried"`
 	Audit   Audit            `json:"audit"`
 }
 

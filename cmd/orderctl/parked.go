@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 )
@@ -70,11 +71,11 @@ func parkedShow(ctx context.Context, c *ctl) (report, error) {
 	} else {
 		r.RawBody = string(r.Message.Body)
 	}
-	row, err := readInboxRow(ctx, c.pool, name, id)
+	row, err := inbox.Get(ctx, c.pool, name, id)
 	switch {
 	case err == nil:
-		r.Inbox = &row
-	case !errors.Is(err, domain.ErrNotFound): // parked by the broker at its delivery limit: no row
+		r.Inbox = (*InboxRow)(&row)
+	case !errors.Is(err, database.ErrNotFound): // parked by the broker at its delivery limit: no row
 		return nil, err
 	}
 	return r, nil

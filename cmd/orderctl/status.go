@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/consumer"
@@ -112,55 +111,31 @@ func status(ctx context.Context, c *ctl) (report, error) {
 }
 
 func (r *StatusReport) stuck(ctx context.Context, c *ctl) error {
-	rows, err := c.pool.Query(ctx, `(SELECT outbox_id::text, message_type, aggregate_id, status, attempt_count, coalesce(last_error, ''), now() - created_at
-			FROM message_outbox WHERE status = 'FAILED' ORDER BY updated_at LIMIT 5)
-		UNION ALL
-		(SELECT outbox_id::text, message_type, aggregate_id, status, attempt_count, coalesce(last_error, ''), now() - created_at
-			FROM message_outbox WHERE status = 'PENDING' AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT 5)
-		UNION ALL
-		(SELECT outbox_id::text, message_type, aggregate_id, status, attempt_count, coalesce(last_error, ''), now() - created_at
-			FROM message_outbox WHERE status = 'PUBLISHING' AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT 5)`,
-		stuckAfter.Seconds())
+	messages, err := outbox.Stuck(ctx, c.pool, stuckAfter, 5)
 	if err != nil {
-		return fmt.Errorf("read stuck outbox rows: %w", err)
+		return err
 	}
-	outboxStuck, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Stuck, error) {
-		var (
-			s                          Stuck
-			typ, order, status, lastEr string
-			attempts                   int
-		)
-		if err := row.Scan(&s.ID, &typ, &order, &status, &attempts, &lastEr, &s.Age); err != nil {
-			return s, err
-		}
-		s.Where = "outbox"
-		s.What = fmt.Sprintf("%s of order %s: %s after %d attempts %s", typ, order, status, attempts, lastEr)
+	for _, m := range messages {
+		s := Stuck{Where: "outbox", ID: m.ID.String(), Age: time.Since(m.CreatedAt),
+			What: fmt.Sprintf("%s of order %s: %s after %d attempts %s", m.Type, m.AggregateID, m.Status, m.Attempts, m.LastError)}
 		switch {
-		case status == "FAILED":
+		case m.Status == "FAILED":
 			s.Next = fmt.Sprintf("fix what last_error says, then: orderctl outbox retry %s --reason \"...\"", s.ID)
-		case status == "PUBLISHING":
+		case m.Status == "PUBLISHING":
 			s.Next = "a relay holds it; any relay takes it back when the lease (RELAY_LEASE) ends"
-		case lastEr != "":
-			s.Next = "the relay retries it with backoff; an unroutable one needs the consumer that binds " + typ
+		case m.LastError != "":
+			s.Next = "the relay retries it with backoff; an unroutable one needs the consumer that binds " + m.Type
 		default:
 			s.Next = "never tried: is an outbox-relay running against this database?"
 		}
-		return s, nil
-	})
-	if err != nil {
-		return fmt.Errorf("read stuck outbox rows: %w", err)
+		r.Stuck = append(r.Stuck, s)
 	}
-	r.Stuck = append(r.Stuck, outboxStuck...)
 
-	rows, err = c.pool.Query(ctx, `SELECT `+inboxColumns+` FROM message_inbox WHERE status <> 'PROCESSED' ORDER BY first_received_at LIMIT 10`)
+	rows, err := inbox.Unprocessed(ctx, c.pool, 10)
 	if err != nil {
-		return fmt.Errorf("read stuck inbox rows: %w", err)
+		return err
 	}
-	inboxStuck, err := pgx.CollectRows(rows, scanInboxRow)
-	if err != nil {
-		return fmt.Errorf("read stuck inbox rows: %w", err)
-	}
-	for _, x := range inboxStuck {
+	for _, x := range rows {
 		s := Stuck{Where: "inbox/" + x.Consumer, ID: x.MessageID, Age: time.Since(x.FirstReceivedAt),
 			What: fmt.Sprintf("%s of order %s: %s after %d attempts %s", x.Type, orDash(x.AggregateID), x.Status, x.Attempts, x.LastErrorCode)}
 		switch x.Status {

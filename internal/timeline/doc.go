@@ -4,15 +4,12 @@
 // transition, and the customer notifications, with the trace id that ties
 // them together.
 //
-// It only reads, across the tables of several packages (store, outbox,
-// inbox, the notification consumer), so it keeps its SQL here rather than
-// in any of theirs; it writes nothing. The outbox and inbox rows come
-// through the functions order_timeline_outbox and order_timeline_inbox
-// (migrations/00008_roles.sql), which return one order's rows and only the
-// columns shown: order-api's role may call them and may not read either
-// table (docs/security.md). Run Read in one read-only transaction, so that
-// every table is read in the same snapshot (the functions read in the
-// caller's):
+// It only reads; it writes nothing. The outbox and inbox rows come from
+// the mechanisms' read APIs (outbox.Aggregate, inbox.Aggregate), which give
+// order-api's role, which may read neither table, one order's rows through
+// order_timeline_outbox and order_timeline_inbox (migrations/00008_roles.sql,
+// docs/security.md). Run Read in one read-only transaction, so that every
+// table is read in the same snapshot (the functions read in the caller's):
 //
 //	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 //		func(tx pgx.Tx) error {
@@ -22,5 +19,5 @@
 //
 // order-api's page /ui/orders/{order_id} renders it (internal/httpapi);
 // any other tool that shows an order's story can use the same function,
-// with a role that may execute the two functions (today only orders_api).
+// with orders_api's role or one that may read the tables.
 package timeline

@@ -13,6 +13,8 @@ import (
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -20,43 +22,9 @@ import (
 type Timeline struct {
 	Order         *domain.Order
 	History       []store.HistoryEntry // oldest first
-	Outbox        []OutboxRow          // oldest first
-	Inbox         []InboxRow           // by first delivery
+	Outbox        []outbox.Message     // oldest first
+	Inbox         []inbox.Row          // by first delivery
 	Notifications []Notification       // oldest first
-}
-
-// OutboxRow is one message of the order in message_outbox.
-type OutboxRow struct {
-	ID            uuid.UUID // the AMQP message_id
-	Type          string
-	Status        string // PENDING, PUBLISHING, PUBLISHED or FAILED
-	Attempts      int
-	Producer      string // the process that wrote it (app_id)
-	CorrelationID string
-	CausationID   string // the message whose handling wrote it; "" for the API
-	TraceID       string // from its traceparent header; "" when none
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	NextAttemptAt time.Time
-	PublishedAt   *time.Time
-	LastError     string
-}
-
-// InboxRow is one consumer's record of one message of the order.
-type InboxRow struct {
-	Consumer         string
-	MessageID        string
-	Type             string
-	Status           string // PROCESSED, PROCESSING, RETRYABLE_FAILED, PERMANENT_FAILED, POISONED
-	Outcome          string // APPLIED or IGNORED when PROCESSED
-	OutcomeReason    string
-	Attempts         int
-	FirstReceivedAt  time.Time
-	LastReceivedAt   time.Time
-	ProcessedAt      *time.Time
-	LastErrorCode    string
-	LastErrorMessage string
-	TraceID          string
 }
 
 // Notification is one customer notification of the order
@@ -85,72 +53,16 @@ func Read(ctx context.Context, db database.DBTX, id uuid.UUID) (*Timeline, error
 		return nil, err
 	}
 	tl := &Timeline{Order: order, History: history}
-	if tl.Outbox, err = outboxRows(ctx, db, id); err != nil {
+	if tl.Outbox, err = outbox.Aggregate(ctx, db, domain.AggregateOrder, id.String()); err != nil {
 		return nil, err
 	}
-	if tl.Inbox, err = inboxRows(ctx, db, id); err != nil {
+	if tl.Inbox, err = inbox.Aggregate(ctx, db, id.String()); err != nil {
 		return nil, err
 	}
 	if tl.Notifications, err = notifications(ctx, db, id); err != nil {
 		return nil, err
 	}
 	return tl, nil
-}
-
-// outboxRows reads the order's outbox rows through order_timeline_outbox
-// (migrations/00008_roles.sql): order-api's role may not read the table.
-// The function returns the four headers the timeline shows, each NULL when
-// missing or not a string.
-func outboxRows(ctx context.Context, db database.DBTX, id uuid.UUID) ([]OutboxRow, error) {
-	rows, err := db.Query(ctx, `
-		SELECT outbox_id, message_type, status, attempt_count, coalesce(producer, ''), coalesce(correlation_id, ''),
-		       coalesce(causation_id, ''), coalesce(traceparent, ''), created_at, updated_at,
-		       next_attempt_at, published_at, coalesce(last_error, '')
-		FROM order_timeline_outbox($1)
-		ORDER BY created_at, outbox_id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("outbox rows of order %s: %w", id, store.Translate(err))
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxRow, error) {
-		var (
-			r           OutboxRow
-			traceparent string
-		)
-		err := row.Scan(&r.ID, &r.Type, &r.Status, &r.Attempts, &r.Producer, &r.CorrelationID,
-			&r.CausationID, &traceparent, &r.CreatedAt, &r.UpdatedAt,
-			&r.NextAttemptAt, &r.PublishedAt, &r.LastError)
-		r.TraceID = traceIDOf(traceparent)
-		return r, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox rows of order %s: %w", id, store.Translate(err))
-	}
-	return out, nil
-}
-
-// inboxRows reads the consumers' inbox rows of the order through
-// order_timeline_inbox: order-api's role may not read the table.
-func inboxRows(ctx context.Context, db database.DBTX, id uuid.UUID) ([]InboxRow, error) {
-	rows, err := db.Query(ctx, `
-		SELECT consumer_name, message_id, message_type, status, coalesce(outcome, ''), coalesce(outcome_reason, ''),
-		       attempt_count, first_received_at, last_received_at, processed_at,
-		       coalesce(last_error_code, ''), coalesce(last_error_message, ''), coalesce(trace_id, '')
-		FROM order_timeline_inbox($1)
-		ORDER BY first_received_at, consumer_name, message_id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("inbox rows of order %s: %w", id, store.Translate(err))
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (InboxRow, error) {
-		var r InboxRow
-		err := row.Scan(&r.Consumer, &r.MessageID, &r.Type, &r.Status, &r.Outcome, &r.OutcomeReason,
-			&r.Attempts, &r.FirstReceivedAt, &r.LastReceivedAt, &r.ProcessedAt,
-			&r.LastErrorCode, &r.LastErrorMessage, &r.TraceID)
-		return r, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox rows of order %s: %w", id, store.Translate(err))
-	}
-	return out, nil
 }
 
 func notifications(ctx context.Context, db database.DBTX, id uuid.UUID) ([]Notification, error) {
@@ -170,16 +82,6 @@ func notifications(ctx context.Context, db database.DBTX, id uuid.UUID) ([]Notif
 		return nil, fmt.Errorf("notifications of order %s: %w", id, store.Translate(err))
 	}
 	return out, nil
-}
-
-// traceIDOf returns the trace id of a W3C traceparent
-// ("00-<trace id>-<span id>-<flags>"), or "" when it is not one.
-func traceIDOf(traceparent string) string {
-	parts := strings.Split(traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
-		return ""
-	}
-	return parts[1]
 }
 
 // TraceID is the trace of the order: the one of its first outbox row (the
@@ -265,7 +167,7 @@ func (t *Timeline) Hops() []Hop {
 	for _, r := range t.Outbox {
 		types[r.ID.String()] = r.Type
 	}
-	applied := map[string][]InboxRow{}  // message id -> the consumers' rows that applied it
+	applied := map[string][]inbox.Row{} // message id -> the consumers' rows that applied it
 	delivered := map[string]time.Time{} // message id -> its first delivery to any consumer
 	for _, r := range t.Inbox {
 		if r.Outcome == "APPLIED" {
@@ -302,7 +204,7 @@ func (t *Timeline) Hops() []Hop {
 
 // transitionHop is a change of status. One caused by a message is a
 // consumer's hop, named as its delivery is (transitionActor).
-func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]InboxRow) Hop {
+func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]inbox.Row) Hop {
 	hop := Hop{At: h.CreatedAt, Kind: KindTransition, Health: HealthOK}
 	switch {
 	case h.MessageID == nil && h.From == "":
@@ -329,7 +231,7 @@ func transitionHop(h store.HistoryEntry, types map[string]string, applied map[st
 // notifier after its webhook call, did not make it. When more than one
 // remains, each may have, and all are named ("fulfillment or
 // notification"); when no row is left (inbox retention), ActorConsumer.
-func transitionActor(h store.HistoryEntry, applied []InboxRow) string {
+func transitionActor(h store.HistoryEntry, applied []inbox.Row) string {
 	var before, all []string
 	for _, r := range applied {
 		all = append(all, r.Consumer)
@@ -350,7 +252,7 @@ func transitionActor(h store.HistoryEntry, applied []InboxRow) string {
 // relay marked the row, after the broker's confirm: a consumer may have
 // received the message before that. The hop is placed at the earlier of
 // the two, the first moment the message is known to have been out.
-func publishHop(r OutboxRow, delivered map[string]time.Time) Hop {
+func publishHop(r outbox.Message, delivered map[string]time.Time) Hop {
 	hop := Hop{Actor: ActorRelay, Kind: KindPublish}
 	switch r.Status {
 	case "PUBLISHED":
@@ -388,7 +290,7 @@ func publishHop(r OutboxRow, delivered map[string]time.Time) Hop {
 	return hop
 }
 
-func deliveryHop(r InboxRow) Hop {
+func deliveryHop(r inbox.Row) Hop {
 	hop := Hop{At: r.FirstReceivedAt, Actor: r.Consumer, Kind: KindDelivery}
 	switch r.Status {
 	case "PROCESSED":

@@ -232,24 +232,6 @@ func recordFailure(ctx context.Context, db database.DBTX, e entry, f failedAttem
 	return int(row.AttemptCount), nil
 }
 
-// Row is the stored state of one message for one consumer.
-type Row struct {
-	Status, Outcome, OutcomeReason, LastErrorCode, LastErrorMessage string
-	Attempts                                                        int
-}
-
-// Get reads the inbox row of a message (tests, tools).
-func Get(ctx context.Context, db database.DBTX, consumer, messageID string) (Row, error) {
-	row, err := queries.GetInbox(ctx, db, dbsqlc.GetInboxParams{ConsumerName: consumer, MessageID: messageID})
-	if err != nil {
-		return Row{}, fmt.Errorf("get inbox row: %w", database.Translate(err))
-	}
-	return Row{
-		Status: row.Status, Outcome: database.Deref(row.Outcome), OutcomeReason: database.Deref(row.OutcomeReason),
-		LastErrorCode: database.Deref(row.LastErrorCode), LastErrorMessage: database.Deref(row.LastErrorMessage), Attempts: int(row.AttemptCount),
-	}, nil
-}
-
 // DeleteProcessed deletes up to limit rows processed longer than
 // retention ago, and says how many.
 func DeleteProcessed(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
@@ -258,27 +240,6 @@ func DeleteProcessed(ctx context.Context, db database.DBTX, retention time.Durat
 		return 0, fmt.Errorf("delete processed inbox rows: %w", database.Translate(err))
 	}
 	return n, nil
-}
-
-// Stat counts the rows of one consumer in one status (not PROCESSED).
-type Stat struct {
-	Consumer, Status string
-	Rows             int64
-	OldestAge        time.Duration
-}
-
-// Stats counts the inbox rows that are not PROCESSED.
-func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
-	rows, err := queries.InboxStats(ctx, db)
-	if err != nil {
-		return nil, fmt.Errorf("inbox stats: %w", database.Translate(err))
-	}
-	out := make([]Stat, len(rows))
-	for i, r := range rows {
-		out[i] = Stat{Consumer: r.ConsumerName, Status: r.Status, Rows: r.RowCount,
-			OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
-	}
-	return out, nil
 }
 
 // earlierParked returns the id of a parked (PERMANENT_FAILED or POISONED)

@@ -229,55 +229,6 @@ func DeletePublished(ctx context.Context, db database.DBTX, retention time.Durat
 	return n, nil
 }
 
-// Stat is the count of rows of one status and type.
-type Stat struct {
-	Status      string
-	MessageType string
-	Rows        int64
-	// OldestAge is the age of the oldest row (PENDING only).
-	OldestAge time.Duration
-}
-
-// Stats counts the PENDING, PUBLISHING and FAILED rows by type.
-func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
-	rows, err := queries.OutboxStats(ctx, db)
-	if err != nil {
-		return nil, fmt.Errorf("outbox stats: %w", database.Translate(err))
-	}
-	out := make([]Stat, len(rows))
-	for i, r := range rows {
-		out[i] = Stat{Status: r.Status, MessageType: r.MessageType, Rows: r.RowCount,
-			OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
-	}
-	return out, nil
-}
-
-// Retried is a FAILED row sent back to PENDING by RetryFailed.
-type Retried struct {
-	ID          uuid.UUID `json:"outbox_id"`
-	Type        string    `json:"message_type"`
-	AggregateID string    `json:"aggregate_id"`
-	LastError   string    `json:"last_error"` // why its last publish failed
-}
-
-// RetryFailed sends FAILED rows back to PENDING, due now and with their
-// attempts reset: the rows of ids, or with messageType set, every FAILED
-// row of that type. Rows that are not FAILED are left alone. It is an
-// operator's repair after the cause is fixed (orderctl outbox retry).
-func RetryFailed(ctx context.Context, db database.DBTX, ids []uuid.UUID, messageType string) ([]Retried, error) {
-	rows, err := queries.RetryFailedOutbox(ctx, db, dbsqlc.RetryFailedOutboxParams{
-		OutboxIds: ids, MessageType: database.NilIfEmpty(messageType),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("retry failed outbox rows: %w", database.Translate(err))
-	}
-	out := make([]Retried, len(rows))
-	for i, r := range rows {
-		out[i] = Retried{ID: r.OutboxID, Type: r.MessageType, AggregateID: r.AggregateID, LastError: database.Deref(r.LastError)}
-	}
-	return out, nil
-}
-
 // markStreamed writes the marks of rows the log-tailing relay published
 // (wal.go) in one statement (MarkStreamed): it claims nothing, so they are
 // matched by id alone, and only while still PENDING. Refused rows have the

@@ -188,47 +188,6 @@ func (q *Queries) HoldInbox(ctx context.Context, db DBTX, arg HoldInboxParams) e
 	return err
 }
 
-const inboxStats = `-- name: InboxStats :many
-SELECT consumer_name, status, count(*)::bigint AS row_count,
-       extract(epoch FROM now() - min(first_received_at))::float8 AS oldest_age_seconds
-FROM message_inbox
-WHERE status <> 'PROCESSED'
-GROUP BY consumer_name, status
-`
-
-type InboxStatsRow struct {
-	ConsumerName     string
-	Status           string
-	RowCount         int64
-	OldestAgeSeconds float64
-}
-
-// Rows not PROCESSED, by consumer and status, with the oldest's age.
-func (q *Queries) InboxStats(ctx context.Context, db DBTX) ([]InboxStatsRow, error) {
-	rows, err := db.Query(ctx, inboxStats)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []InboxStatsRow
-	for rows.Next() {
-		var i InboxStatsRow
-		if err := rows.Scan(
-			&i.ConsumerName,
-			&i.Status,
-			&i.RowCount,
-			&i.OldestAgeSeconds,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const insertInboxRows = `-- name: InsertInboxRows :many
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,

@@ -138,14 +138,6 @@ WHERE (consumer_name, message_id) IN (
     LIMIT @max_rows
 );
 
--- name: InboxStats :many
--- Rows not PROCESSED, by consumer and status, with the oldest's age.
-SELECT consumer_name, status, count(*)::bigint AS row_count,
-       extract(epoch FROM now() - min(first_received_at))::float8 AS oldest_age_seconds
-FROM message_inbox
-WHERE status <> 'PROCESSED'
-GROUP BY consumer_name, status;
-
 -- name: GetInbox :one
 SELECT status, outcome, outcome_reason, last_error_code, last_error_message, attempt_count
 FROM message_inbox

@@ -463,51 +463,6 @@ func (q *Queries) MarkStreamed(ctx context.Context, db DBTX, arg MarkStreamedPar
 	return i, err
 }
 
-const outboxStats = `-- name: OutboxStats :many
-SELECT status, message_type, count(*)::bigint AS row_count,
-       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
-FROM message_outbox WHERE status = 'PENDING' GROUP BY status, message_type
-UNION ALL
-SELECT status, message_type, count(*)::bigint, 0::float8
-FROM message_outbox WHERE status = 'PUBLISHING' GROUP BY status, message_type
-UNION ALL
-SELECT status, message_type, count(*)::bigint, 0::float8
-FROM message_outbox WHERE status = 'FAILED' GROUP BY status, message_type
-`
-
-type OutboxStatsRow struct {
-	Status           string
-	MessageType      string
-	RowCount         int64
-	OldestAgeSeconds float64
-}
-
-// The backlog for the relay's gauges; each branch uses its partial index.
-func (q *Queries) OutboxStats(ctx context.Context, db DBTX) ([]OutboxStatsRow, error) {
-	rows, err := db.Query(ctx, outboxStats)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []OutboxStatsRow
-	for rows.Next() {
-		var i OutboxStatsRow
-		if err := rows.Scan(
-			&i.Status,
-			&i.MessageType,
-			&i.RowCount,
-			&i.OldestAgeSeconds,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const recoverExpiredOutboxClaims = `-- name: RecoverExpiredOutboxClaims :many
 UPDATE message_outbox
 SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_attempt_at = now(),
@@ -552,54 +507,4 @@ WHERE relay_id = $1
 func (q *Queries) ReleasePartitions(ctx context.Context, db DBTX, owner *string) error {
 	_, err := db.Exec(ctx, releasePartitions, owner)
 	return err
-}
-
-const retryFailedOutbox = `-- name: RetryFailedOutbox :many
-UPDATE message_outbox
-SET status = 'PENDING', attempt_count = 0, next_attempt_at = now(), updated_at = now()
-WHERE status = 'FAILED'
-  AND (outbox_id = ANY ($1::uuid[]) OR message_type = $2)
-RETURNING outbox_id, message_type, aggregate_id, last_error
-`
-
-type RetryFailedOutboxParams struct {
-	OutboxIds   []uuid.UUID
-	MessageType *string
-}
-
-type RetryFailedOutboxRow struct {
-	OutboxID    uuid.UUID
-	MessageType string
-	AggregateID string
-	LastError   *string
-}
-
-// An operator's retry (orderctl outbox retry), after fixing the cause:
-// FAILED rows back to PENDING, due now, with a fresh attempt budget. The
-// rows keep their outbox_id, so consumers still deduplicate, and their
-// last_error until the publish clears it. Either the rows named, or every
-// FAILED row of one message type.
-func (q *Queries) RetryFailedOutbox(ctx context.Context, db DBTX, arg RetryFailedOutboxParams) ([]RetryFailedOutboxRow, error) {
-	rows, err := db.Query(ctx, retryFailedOutbox, arg.OutboxIds, arg.MessageType)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []RetryFailedOutboxRow
-	for rows.Next() {
-		var i RetryFailedOutboxRow
-		if err := rows.Scan(
-			&i.OutboxID,
-			&i.MessageType,
-			&i.AggregateID,
-			&i.LastError,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }

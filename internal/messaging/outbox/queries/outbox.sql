@@ -194,31 +194,6 @@ WHERE outbox_id IN (
     LIMIT @max_rows
 );
 
--- name: OutboxStats :many
--- The backlog for the relay's gauges; each branch uses its partial index.
-SELECT status, message_type, count(*)::bigint AS row_count,
-       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
-FROM message_outbox WHERE status = 'PENDING' GROUP BY status, message_type
-UNION ALL
-SELECT status, message_type, count(*)::bigint, 0::float8
-FROM message_outbox WHERE status = 'PUBLISHING' GROUP BY status, message_type
-UNION ALL
-SELECT status, message_type, count(*)::bigint, 0::float8
-FROM message_outbox WHERE status = 'FAILED' GROUP BY status, message_type;
-
-
--- name: RetryFailedOutbox :many
--- An operator's retry (orderctl outbox retry), after fixing the cause:
--- FAILED rows back to PENDING, due now, with a fresh attempt budget. The
--- rows keep their outbox_id, so consumers still deduplicate, and their
--- last_error until the publish clears it. Either the rows named, or every
--- FAILED row of one message type.
-UPDATE message_outbox
-SET status = 'PENDING', attempt_count = 0, next_attempt_at = now(), updated_at = now()
-WHERE status = 'FAILED'
-  AND (outbox_id = ANY (@outbox_ids::uuid[]) OR message_type = sqlc.narg(message_type))
-RETURNING outbox_id, message_type, aggregate_id, last_error;
-
 -- name: MarkStreamed :one
 -- The log-tailing relay's write-back (wal.go): what became of the rows it
 -- published from the write-ahead log, in one statement, so that orderctl,

@@ -1,0 +1,144 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
+)
+
+// The inbox's read API, for operators, tools, pages and tests: the rest of
+// the code reads message_inbox through these functions (queries/read.sql),
+// never with SQL of its own, so that a change of the table changes them
+// alone. Each takes the caller's DBTX: a pool, or a transaction. The
+// parked messages themselves are in the parking lots (Browse, parked.go).
+
+// Row is the stored state of one message for one consumer: every column
+// of its inbox row.
+type Row struct {
+	Consumer            string     `json:"consumer_name"`
+	MessageID           string     `json:"message_id"`
+	Type                string     `json:"message_type"`
+	Version             int        `json:"message_version"`
+	AggregateID         string     `json:"aggregate_id"`
+	Status              string     `json:"status"`
+	Outcome             string     `json:"outcome"` // APPLIED or IGNORED when PROCESSED
+	OutcomeReason       string     `json:"outcome_reason"`
+	Attempts            int        `json:"attempt_count"`
+	PayloadHash         string     `json:"payload_hash"`
+	FirstReceivedAt     time.Time  `json:"first_received_at"`
+	LastReceivedAt      time.Time  `json:"last_received_at"`
+	ProcessingStartedAt *time.Time `json:"processing_started_at"`
+	ProcessedAt         *time.Time `json:"processed_at"`
+	LastErrorCode       string     `json:"last_error_code"`
+	LastErrorMessage    string     `json:"last_error_message"`
+	CorrelationID       string     `json:"correlation_id"`
+	CausationID         string     `json:"causation_id"`
+	TraceID             string     `json:"trace_id"`
+}
+
+// Get reads the inbox row of a message for a consumer
+// (domain.ErrNotFound when there is none).
+func Get(ctx context.Context, db database.DBTX, consumer, messageID string) (Row, error) {
+	row, err := queries.ReadInbox(ctx, db, dbsqlc.ReadInboxParams{ConsumerName: consumer, MessageID: messageID})
+	if err != nil {
+		return Row{}, fmt.Errorf("inbox row of %s for %s: %w", messageID, consumer, database.Translate(err))
+	}
+	return rowOf(row), nil
+}
+
+// Aggregate returns every consumer's rows of one aggregate, the first
+// delivered first.
+//
+// A role that may not read the table (order-api's) reads an order's rows
+// through order_timeline_inbox, the one way in that
+// migrations/00008_roles.sql grants it: without the columns it leaves out
+// (version, payload hash, processing start, correlation and causation).
+func Aggregate(ctx context.Context, db database.DBTX, aggregateID string) ([]Row, error) {
+	may, err := queries.MayReadInbox(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("inbox rows of %s: %w", aggregateID, database.Translate(err))
+	}
+	orderID, notOrder := uuid.Parse(aggregateID)
+	if may || notOrder != nil {
+		rows, err := queries.ReadInboxOfAggregate(ctx, db, &aggregateID)
+		if err != nil {
+			return nil, fmt.Errorf("inbox rows of %s: %w", aggregateID, database.Translate(err))
+		}
+		return rowsOf(rows), nil
+	}
+	objects, err := queries.ReadOrderInbox(ctx, db, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("inbox rows of order %s: %w", aggregateID, database.Translate(err))
+	}
+	out := make([]Row, len(objects))
+	for i, o := range objects {
+		if err := json.Unmarshal(o, &out[i]); err != nil { // NULL columns stay ""
+			return nil, fmt.Errorf("inbox rows of order %s: %w", aggregateID, err)
+		}
+		out[i].AggregateID = aggregateID
+	}
+	slices.SortFunc(out, func(a, b Row) int {
+		return cmp.Or(a.FirstReceivedAt.Compare(b.FirstReceivedAt), strings.Compare(a.Consumer, b.Consumer), strings.Compare(a.MessageID, b.MessageID))
+	})
+	return out, nil
+}
+
+// Unprocessed returns up to limit rows that are not PROCESSED, the first
+// received first: what may need an operator's look.
+func Unprocessed(ctx context.Context, db database.DBTX, limit int) ([]Row, error) {
+	rows, err := queries.ReadUnprocessedInbox(ctx, db, int32(limit))
+	if err != nil {
+		return nil, fmt.Errorf("read inbox rows not PROCESSED: %w", database.Translate(err))
+	}
+	return rowsOf(rows), nil
+}
+
+func rowsOf(rows []dbsqlc.MessageInbox) []Row {
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		out[i] = rowOf(r)
+	}
+	return out
+}
+
+func rowOf(r dbsqlc.MessageInbox) Row {
+	return Row{
+		Consumer: r.ConsumerName, MessageID: r.MessageID, Type: r.MessageType, Version: int(r.MessageVersion),
+		AggregateID: database.Deref(r.AggregateID), Status: r.Status, Outcome: database.Deref(r.Outcome),
+		OutcomeReason: database.Deref(r.OutcomeReason), Attempts: int(r.AttemptCount), PayloadHash: r.PayloadHash,
+		FirstReceivedAt: r.FirstReceivedAt, LastReceivedAt: r.LastReceivedAt,
+		ProcessingStartedAt: r.ProcessingStartedAt, ProcessedAt: r.ProcessedAt,
+		LastErrorCode: database.Deref(r.LastErrorCode), LastErrorMessage: database.Deref(r.LastErrorMessage),
+		CorrelationID: database.Deref(r.CorrelationID), CausationID: database.Deref(r.CausationID), TraceID: database.Deref(r.TraceID),
+	}
+}
+
+// Stat counts the rows of one consumer in one status (not PROCESSED).
+type Stat struct {
+	Consumer, Status string
+	Rows             int64
+	OldestAge        time.Duration // since the oldest one's first delivery
+}
+
+// Stats counts the inbox rows that are not PROCESSED.
+func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
+	rows, err := queries.InboxStats(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("inbox stats: %w", database.Translate(err))
+	}
+	out := make([]Stat, len(rows))
+	for i, r := range rows {
+		out[i] = Stat{Consumer: r.ConsumerName, Status: r.Status, Rows: r.RowCount,
+			OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
+	}
+	return out, nil
+}

@@ -1,0 +1,173 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
+)
+
+// The outbox's read API, for operators, tools and pages: the rest of the
+// code reads message_outbox through these functions (queries/read.sql),
+// never with SQL of its own, so that a change of the table changes them
+// alone. Each takes the caller's DBTX: a pool, or a transaction.
+
+// Message is what the read API shows of an outbox row: never its payload,
+// routing or claim.
+type Message struct {
+	ID            uuid.UUID  `json:"outbox_id"` // the AMQP message_id
+	AggregateID   string     `json:"aggregate_id"`
+	Type          string     `json:"message_type"`
+	Status        string     `json:"status"` // PENDING, PUBLISHING, PUBLISHED or FAILED
+	Attempts      int        `json:"attempt_count"`
+	Producer      string     `json:"producer"`       // the process that wrote it (app_id)
+	CorrelationID string     `json:"correlation_id"` // from its headers, as CausationID
+	CausationID   string     `json:"causation_id"`   // the message whose handling wrote it; "" for a request
+	TraceID       string     `json:"trace_id"`       // from its traceparent header; "" when none
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"` // a FAILED row's: when it failed
+	NextAttemptAt time.Time  `json:"next_attempt_at"`
+	PublishedAt   *time.Time `json:"published_at"`
+	LastError     string     `json:"last_error"`
+}
+
+// Aggregate returns the messages of one aggregate, oldest first.
+//
+// A role that may not read the table (order-api's) reads an order's
+// messages through order_timeline_outbox, the one way in that
+// migrations/00008_roles.sql grants it.
+func Aggregate(ctx context.Context, db database.DBTX, aggregateType, aggregateID string) ([]Message, error) {
+	may, err := queries.MayReadOutbox(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox rows of %s %s: %w", aggregateType, aggregateID, database.Translate(err))
+	}
+	orderID, notOrder := uuid.Parse(aggregateID)
+	if may || aggregateType != "order" || notOrder != nil {
+		rows, err := queries.ReadOutboxOfAggregate(ctx, db, dbsqlc.ReadOutboxOfAggregateParams{AggregateType: aggregateType, AggregateID: aggregateID})
+		if err != nil {
+			return nil, fmt.Errorf("outbox rows of %s %s: %w", aggregateType, aggregateID, database.Translate(err))
+		}
+		return messages(rows, func(r dbsqlc.ReadOutboxOfAggregateRow) dbsqlc.ReadOutboxOfAggregateRow { return r }), nil
+	}
+	objects, err := queries.ReadOrderOutbox(ctx, db, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("outbox rows of order %s: %w", aggregateID, database.Translate(err))
+	}
+	out := make([]Message, len(objects))
+	for i, o := range objects {
+		var row struct {
+			Message
+			Traceparent *string `json:"traceparent"`
+		}
+		if err := json.Unmarshal(o, &row); err != nil {
+			return nil, fmt.Errorf("outbox rows of order %s: %w", aggregateID, err)
+		}
+		out[i] = row.Message
+		out[i].AggregateID, out[i].TraceID = aggregateID, traceID(database.Deref(row.Traceparent))
+	}
+	slices.SortFunc(out, func(a, b Message) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), slices.Compare(a.ID[:], b.ID[:]))
+	})
+	return out, nil
+}
+
+// Failed returns up to limit FAILED messages, of messageType or of every
+// type (""), the earliest failed first.
+func Failed(ctx context.Context, db database.DBTX, messageType string, limit int) ([]Message, error) {
+	rows, err := queries.ReadFailedOutbox(ctx, db, dbsqlc.ReadFailedOutboxParams{MessageType: database.NilIfEmpty(messageType), MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read FAILED outbox rows: %w", database.Translate(err))
+	}
+	return messages(rows, func(r dbsqlc.ReadFailedOutboxRow) dbsqlc.ReadOutboxOfAggregateRow {
+		return dbsqlc.ReadOutboxOfAggregateRow(r)
+	}), nil
+}
+
+// Stuck returns what needs an operator's look: up to limit FAILED
+// messages, the earliest failed first, then up to limit PENDING and limit
+// PUBLISHING messages written more than olderThan ago, oldest first.
+func Stuck(ctx context.Context, db database.DBTX, olderThan time.Duration, limit int) ([]Message, error) {
+	rows, err := queries.ReadStuckOutbox(ctx, db, dbsqlc.ReadStuckOutboxParams{MaxRows: int32(limit), OlderThanSeconds: olderThan.Seconds()})
+	if err != nil {
+		return nil, fmt.Errorf("read stuck outbox rows: %w", database.Translate(err))
+	}
+	return messages(rows, func(r dbsqlc.ReadStuckOutboxRow) dbsqlc.ReadOutboxOfAggregateRow {
+		return dbsqlc.ReadOutboxOfAggregateRow(r)
+	}), nil
+}
+
+// RetryFailed sends FAILED rows back to PENDING, due now and with their
+// attempts reset, and returns them as they are now: the rows of ids, or
+// with messageType set, every FAILED row of that type. Rows that are not
+// FAILED are left alone. It is an operator's repair after the cause is
+// fixed (orderctl outbox retry); LastError still says why the last
+// publish failed.
+func RetryFailed(ctx context.Context, db database.DBTX, ids []uuid.UUID, messageType string) ([]Message, error) {
+	rows, err := queries.RetryFailedOutbox(ctx, db, dbsqlc.RetryFailedOutboxParams{
+		OutboxIds: ids, MessageType: database.NilIfEmpty(messageType),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retry failed outbox rows: %w", database.Translate(err))
+	}
+	return messages(rows, func(r dbsqlc.RetryFailedOutboxRow) dbsqlc.ReadOutboxOfAggregateRow {
+		return dbsqlc.ReadOutboxOfAggregateRow(r)
+	}), nil
+}
+
+// messages converts the rows of a query of read.sql. Every such query
+// returns the columns of ReadOutboxOfAggregate, so sqlc's row types
+// convert to it (the as functions).
+func messages[R any](rows []R, as func(R) dbsqlc.ReadOutboxOfAggregateRow) []Message {
+	out := make([]Message, len(rows))
+	for i, row := range rows {
+		r := as(row)
+		out[i] = Message{
+			ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Status: r.Status, Attempts: int(r.AttemptCount),
+			Producer: r.Producer, CorrelationID: r.CorrelationID, CausationID: r.CausationID, TraceID: traceID(r.Traceparent),
+			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, NextAttemptAt: r.NextAttemptAt, PublishedAt: r.PublishedAt, LastError: r.LastError,
+		}
+	}
+	return out
+}
+
+// traceID returns the trace id of a W3C traceparent
+// ("00-<trace id>-<span id>-<flags>"), or "" when it is not one.
+func traceID(traceparent string) string {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
+		return ""
+	}
+	return parts[1]
+}
+
+// Stat is the count of rows of one status and type.
+type Stat struct {
+	Status      string
+	MessageType string
+	Rows        int64
+	// OldestAge is the age of the oldest row (PENDING only): how long the
+	// oldest waiting message has waited.
+	OldestAge time.Duration
+}
+
+// Stats counts the PENDING, PUBLISHING and FAILED rows by type.
+func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
+	rows, err := queries.OutboxStats(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox stats: %w", database.Translate(err))
+	}
+	out := make([]Stat, len(rows))
+	for i, r := range rows {
+		out[i] = Stat{Status: r.Status, MessageType: r.MessageType, Rows: r.RowCount,
+			OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
+	}
+	return out, nil
+}

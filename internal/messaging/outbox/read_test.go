@@ -1,0 +1,131 @@
+package outbox_test
+
+import (
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
+)
+
+// The read API shows rows in each state, to the roles that read them:
+// one aggregate's messages (through order_timeline_outbox for order-api's
+// role), the FAILED ones, the stuck ones, the counts, and an operator's
+// retry.
+func TestReadShowsRowsInEachState(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctx := t.Context()
+	order := uuid.New()
+	w := outbox.Writer{Producer: "test-producer", Exchange: testExchange, AggregateType: "order"}
+	cause := messaging.Cause{CorrelationID: "corr-1", MessageID: "m-0"}
+	ids, err := w.Write(ctx, db.Pool, cause,
+		testMessage{Type: typeSubmitted, ID: order}, testMessage{Type: typeCancelled, ID: order}, testMessage{Type: typeRejected, ID: order})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := w.Write(ctx, db.Pool, cause, testMessage{Type: typeFulfilled, ID: uuid.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The order's messages go out one at a time: ids[0] PUBLISHED, ids[1]
+	// PUBLISHING, ids[2] PENDING; the other aggregate's FAILED.
+	claimed, err := outbox.ClaimRows(ctx, db.Pool, "relay-a", 10, time.Minute)
+	if err != nil || len(claimed) != 2 || claimed[0].ID != ids[0] || claimed[1].ID != other[0] {
+		t.Fatalf("claimed %+v, %v", claimed, err)
+	}
+	if _, err := outbox.Mark(ctx, db.Pool, outbox.Marks{
+		Published: []outbox.Claim{claimed[0].Claim()},
+		Refused:   []outbox.PublishFailure{{Claim: claimed[1].Claim(), Reason: "NO_ROUTE"}},
+	}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if claimed, err := outbox.ClaimRows(ctx, db.Pool, "relay-a", 10, time.Minute); err != nil || len(claimed) != 1 || claimed[0].ID != ids[1] {
+		t.Fatalf("claimed %+v, %v", claimed, err)
+	}
+	want := map[uuid.UUID]string{ids[0]: "PUBLISHED", ids[1]: "PUBLISHING", ids[2]: "PENDING"}
+
+	for _, role := range []string{migrations.RoleOperator, migrations.RoleAPI} {
+		msgs, err := outbox.Aggregate(ctx, pool(t, db, role), "order", order.String())
+		if err != nil {
+			t.Fatalf("as %s: %v", role, err)
+		}
+		var got []uuid.UUID
+		for _, m := range msgs {
+			got = append(got, m.ID)
+			if m.Status != want[m.ID] || m.AggregateID != order.String() || m.Producer != "test-producer" ||
+				m.CorrelationID != "corr-1" || m.CausationID != "m-0" || m.CreatedAt.IsZero() || (m.PublishedAt != nil) != (m.Status == "PUBLISHED") {
+				t.Errorf("as %s: %+v, want status %s", role, m, want[m.ID])
+			}
+		}
+		if !slices.Equal(got, ids) {
+			t.Errorf("as %s: messages %v, want %v (oldest first, not another aggregate's)", role, got, ids)
+		}
+	}
+	if _, err := outbox.Aggregate(ctx, pool(t, db, migrations.RoleAPI), "test", order.String()); err == nil {
+		t.Error("order-api's role read another aggregate type's rows")
+	}
+
+	failed, err := outbox.Failed(ctx, db.Pool, "", 10)
+	if err != nil || len(failed) != 1 || failed[0].ID != other[0] || failed[0].LastError != "NO_ROUTE" || failed[0].Attempts != 1 {
+		t.Fatalf("Failed: %+v, %v", failed, err)
+	}
+	if failed, err := outbox.Failed(ctx, db.Pool, typeSubmitted, 10); err != nil || len(failed) != 0 {
+		t.Fatalf("Failed of %s: %+v, %v", typeSubmitted, failed, err)
+	}
+
+	stuck, err := outbox.Stuck(ctx, db.Pool, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stuckIDs []uuid.UUID
+	for _, m := range stuck {
+		stuckIDs = append(stuckIDs, m.ID)
+	}
+	if want := []uuid.UUID{other[0], ids[2], ids[1]}; !slices.Equal(stuckIDs, want) {
+		t.Errorf("Stuck: %v, want %v (FAILED, then PENDING, then PUBLISHING)", stuckIDs, want)
+	}
+	if stuck, err := outbox.Stuck(ctx, db.Pool, time.Hour, 10); err != nil || len(stuck) != 1 {
+		t.Errorf("Stuck older than an hour: %+v, %v; want the FAILED row alone", stuck, err)
+	}
+
+	stats, err := outbox.Stats(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, s := range stats {
+		counts[s.Status+" "+s.MessageType] = s.Rows
+		if s.Status == "PENDING" && s.OldestAge <= 0 {
+			t.Errorf("PENDING %s: oldest age %s", s.MessageType, s.OldestAge)
+		}
+	}
+	if want := map[string]int64{"FAILED " + typeFulfilled: 1, "PUBLISHING " + typeCancelled: 1, "PENDING " + typeRejected: 1}; !maps.Equal(counts, want) {
+		t.Errorf("Stats: %v, want %v", counts, want)
+	}
+
+	retried, err := outbox.RetryFailed(ctx, pool(t, db, migrations.RoleOperator), []uuid.UUID{other[0], ids[1]}, "")
+	if err != nil || len(retried) != 1 || retried[0].ID != other[0] || retried[0].Status != "PENDING" || retried[0].Attempts != 0 || retried[0].LastError != "NO_ROUTE" {
+		t.Fatalf("RetryFailed: %+v, %v; want the FAILED row alone, PENDING", retried, err)
+	}
+}
+
+// pool connects to db as role.
+func pool(t *testing.T, db *testenv.Database, role string) *pgxpool.Pool {
+	t.Helper()
+	p, err := database.NewPool(t.Context(), database.PoolConfig{URL: db.URLAs(role)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
