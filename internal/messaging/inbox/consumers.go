@@ -188,7 +188,8 @@ func (s *subscription) session(ctx context.Context) error {
 	for _, f := range feeds {
 		for range f.workers {
 			w := &worker{consumer: s.consumer, cfg: s.cfg, pool: s.pool, pub: pub, topology: s.topology,
-				log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held, queue: f.queue, ordering: orderingOf(s.cfg)}
+				log: s.log, tracer: s.tracer, metrics: s.metrics, held: &s.held, queue: f.queue, ordering: orderingOf(s.cfg),
+				stop: stopTaking}
 			wg.Go(func() {
 				for {
 					select { // stopping wins over a delivery that is ready too

@@ -73,7 +73,9 @@ func (ordered) run(ctx context.Context, w *worker, batch []*delivery) {
 		run := distinctAggregates(batch)
 		w.process(ctx, run)
 		for _, d := range run {
-			w.retryInPlace(ctx, d)
+			if !w.retryInPlace(ctx, d) {
+				return // the session ended: the rest come again, after d
+			}
 		}
 		batch = batch[len(run):]
 	}

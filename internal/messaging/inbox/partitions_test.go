@@ -205,3 +205,39 @@ func TestPartitionedReplicasTakeOverInOrder(t *testing.T) {
 		t.Fatalf("first applied %d, second %d, of %d: want the second to take over, each once", len(byProc["first"]), len(byProc["second"]), len(ids))
 	}
 }
+
+// A message retried in place when the connection drops is left to the
+// broker: the retry ends with the session that received the delivery, the
+// consumer reconnects and is ready again, and every partition flows. (A
+// retry that outlived its session kept the worker, and with it the whole
+// session, from ever ending: the consumer never reconnected.)
+func TestPartitionedRetryInPlaceEndsWithItsSession(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	cfg := partitionedConfig()
+	cfg.MaxAttempts = 1000 // it retries in place until the cut
+	rc := b.start(cfg, proxy.Rewrite(b.amqpURL), nil)
+	stuck := b.partitioned(uuid.New())
+	b.handler.set(func(h *effectHandler) { h.failures[stuck.MessageId] = -1 })
+	b.publish(stuck)
+	testenv.WaitFor(t, 10*time.Second, "a few attempts in place", func() bool { return b.handler.calls.Load() >= 3 })
+
+	proxy.Cut()
+	testenv.WaitFor(t, 10*time.Second, "the consumer to see the cut", func() bool { return rc.Ready(b.ctx) != nil })
+	proxy.Restore()
+	testenv.WaitFor(t, 20*time.Second, "the consumer to be ready again", func() bool { return rc.Ready(b.ctx) == nil })
+	b.handler.set(func(h *effectHandler) { delete(h.failures, stuck.MessageId) }) // the downstream is back
+
+	others := make([]amqp.Publishing, 2*testPartitions) // some land in the stuck one's partition, some elsewhere
+	for i := range others {
+		others[i] = b.partitioned(uuid.New())
+		b.publish(others[i])
+	}
+	for _, msg := range append(others, stuck) {
+		b.waitInbox(msg.MessageId, inbox.StatusProcessed)
+		if n := b.effects(msg.MessageId); n != 1 {
+			t.Fatalf("message %s applied %d times", msg.MessageId, n)
+		}
+	}
+}

@@ -41,6 +41,9 @@ type worker struct {
 	// ordering keeps the order of the queue's deliveries, or does not
 	// need to (ordering.go).
 	ordering ordering
+	// stop closes when the worker's session ends (shutdown, or its
+	// channel lost): a delivery it still holds is the broker's again.
+	stop <-chan struct{}
 }
 
 // delivery is one delivery on its way through a worker: the AMQP delivery,
@@ -108,7 +111,9 @@ func (w *worker) handle(ctx context.Context, raws []amqp.Delivery) {
 		defer d.span.End()
 		if d.err != nil {
 			w.settle(d, result{}, d.err) // an invalid envelope or payload: parked at once
-			w.retryInPlace(ctx, d)
+			if !w.retryInPlace(ctx, d) {
+				return // the session ended: the broker has the rest again
+			}
 			continue
 		}
 		batch = append(batch, d)
@@ -143,13 +148,25 @@ func (w *worker) process(ctx context.Context, batch []*delivery) {
 // retryInPlace tries a delivery again, alone, for as long as its failure
 // asks for it (an ordered worker's retries: d.retryIn), waiting in between.
 // The delivery stays unacknowledged meanwhile, and the worker takes no
-// other: its partition waits behind it. When the consumer stops during a
-// wait, the delivery is left for the broker to deliver again, first. An
-// invalid delivery (d.err) whose parking failed is parked again.
-func (w *worker) retryInPlace(ctx context.Context, d *delivery) {
+// other: its partition waits behind it. An invalid delivery (d.err) whose
+// parking failed is parked again. A retry never outlives the session that
+// received the delivery (shutdown, or its channel lost): the delivery is
+// left unacknowledged, and the broker gives it again, before the later
+// ones of its queue, to the next session of this process or another. It
+// returns false then, and the worker takes nothing more.
+func (w *worker) retryInPlace(ctx context.Context, d *delivery) bool {
 	for d.retryIn > 0 {
-		if !background.Sleep(ctx, d.retryIn) {
-			return
+		t := time.NewTimer(d.retryIn)
+		select {
+		case <-t.C:
+		case <-w.stop:
+			t.Stop()
+			w.log.WarnContext(d.ctx, "retry in place given up: the session ended; the broker delivers the message again",
+				slog.Int("attempt", d.Attempt))
+			return false
+		case <-ctx.Done():
+			t.Stop()
+			return false
 		}
 		d.retryIn, d.heldAttempt = 0, 0
 		d.Attempt++
@@ -159,6 +176,7 @@ func (w *worker) retryInPlace(ctx context.Context, d *delivery) {
 		}
 		w.process(ctx, []*delivery{d})
 	}
+	return true
 }
 
 // open starts a delivery's span, parses its envelope, finds its handler,
