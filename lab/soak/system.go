@@ -21,6 +21,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/lab/sandbox"
 )
 
@@ -269,13 +271,27 @@ func (s *system) settle(ctx context.Context, timeout time.Duration, logf func(st
 	lastReport := time.Now()
 	for {
 		var notFinal, outboxBusy, inboxBusy int
-		err := conn.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM orders WHERE status NOT IN ('FULFILLED', 'REJECTED', 'CANCELLED')),
-			(SELECT count(*) FROM message_outbox WHERE status IN ('PENDING', 'PUBLISHING')),
-			(SELECT count(*) FROM message_inbox WHERE status IN ('PROCESSING', 'RETRYABLE_FAILED'))`).
-			Scan(&notFinal, &outboxBusy, &inboxBusy)
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM orders WHERE status NOT IN ('FULFILLED', 'REJECTED', 'CANCELLED')`).Scan(&notFinal)
 		if err != nil {
 			return err
+		}
+		ostats, err := outbox.Stats(ctx, conn)
+		if err != nil {
+			return err
+		}
+		for _, s := range ostats {
+			if s.Status == "PENDING" || s.Status == "PUBLISHING" {
+				outboxBusy += int(s.Rows)
+			}
+		}
+		istats, err := inbox.Stats(ctx, conn)
+		if err != nil {
+			return err
+		}
+		for _, s := range istats {
+			if s.Status == inbox.StatusProcessing || s.Status == inbox.StatusRetryableFailed {
+				inboxBusy += int(s.Rows)
+			}
 		}
 		if notFinal == 0 && outboxBusy == 0 && inboxBusy == 0 {
 			logf("settled: every order final, nothing in flight")

@@ -97,6 +97,13 @@ func (n *narrator) sql(query string) {
 	n.printf("\n  psql> %s\n", strings.Join(strings.Fields(query), " "))
 }
 
+// ctl prints the orderctl command that shows the rows of a table printed
+// next: the outbox and the inbox are read through their read APIs, as
+// orderctl reads them (make ctl ARGS='...').
+func (n *narrator) ctl(args string) {
+	n.printf("\n  $ orderctl %s\n", args)
+}
+
 // failure is a walkthrough expectation that did not hold: the system did
 // not behave as the pattern promises (or is not running as described).
 type failure struct{ msg string }

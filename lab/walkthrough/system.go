@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/internal/domain"
+	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
@@ -142,14 +145,34 @@ func (s *system) waitStatus(ctx context.Context, id, status string) error {
 // message appeared meanwhile: the order's flow has come to rest.
 func (s *system) settled(ctx context.Context, id string, wantInbox int) error {
 	return waitUntil(ctx, s.cfg.Timeout, "the messages of order "+id+" to be published and processed", func(ctx context.Context) (bool, error) {
-		var unpublished, processed, unprocessed int
-		err := s.db.QueryRow(ctx, `
-			SELECT (SELECT count(*) FROM message_outbox WHERE aggregate_id = $1 AND status <> 'PUBLISHED'),
-			       (SELECT count(*) FROM message_inbox WHERE aggregate_id = $1 AND status = 'PROCESSED'),
-			       (SELECT count(*) FROM message_inbox WHERE aggregate_id = $1 AND status <> 'PROCESSED')`, id).
-			Scan(&unpublished, &processed, &unprocessed)
-		return unpublished == 0 && unprocessed == 0 && processed >= wantInbox, err
+		messages, rows, err := s.messages(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		for _, m := range messages {
+			if m.Status != "PUBLISHED" {
+				return false, nil
+			}
+		}
+		for _, r := range rows {
+			if r.Status != inbox.StatusProcessed {
+				return false, nil
+			}
+		}
+		return len(rows) >= wantInbox, nil
 	})
+}
+
+// messages reads the order's outbox rows and its consumers' inbox rows,
+// through the outbox's and the inbox's read APIs (orderctl order shows the
+// same).
+func (s *system) messages(ctx context.Context, orderID string) ([]outbox.Message, []inbox.Row, error) {
+	messages, err := outbox.Aggregate(ctx, s.db, domain.AggregateOrder, orderID)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := inbox.Aggregate(ctx, s.db, orderID)
+	return messages, rows, err
 }
 
 // rows runs a query and returns every row as text, for the narrator's tables.
@@ -192,14 +215,18 @@ func text(v any) string {
 	}
 }
 
-// outboxRow reads an outbox row the way the relay claims it.
+// outboxRow reads the order's message of messageType the way the relay
+// publishes it.
 func (s *system) outboxRow(ctx context.Context, orderID, messageType string) (outbox.Row, error) {
-	var r outbox.Row
-	err := s.db.QueryRow(ctx, `
-		SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, headers, created_at
-		FROM message_outbox WHERE aggregate_id = $1 AND message_type = $2`, orderID, messageType).
-		Scan(&r.ID, &r.AggregateID, &r.Type, &r.Version, &r.Exchange, &r.RoutingKey, &r.Payload, &r.Headers, &r.CreatedAt)
-	return r, err
+	messages, err := outbox.Aggregate(ctx, s.db, domain.AggregateOrder, orderID)
+	if err != nil {
+		return outbox.Row{}, err
+	}
+	i := slices.IndexFunc(messages, func(m outbox.Message) bool { return m.Type == messageType })
+	if i < 0 {
+		return outbox.Row{}, failf("order %s has no %s message", orderID, messageType)
+	}
+	return outbox.Get(ctx, s.db, messages[i].ID)
 }
 
 // publish sends msg to the exchange, mandatory and under a publisher

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/warehouse"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
@@ -76,10 +78,10 @@ func subscribers() map[string][]string {
 // one per message and consumer that receives it.
 func (s *system) expectedInbox(ctx context.Context, orderID string) (int, error) {
 	subs := subscribers()
-	rows, err := s.rows(ctx, `SELECT message_type FROM message_outbox WHERE aggregate_id = $1`, orderID)
+	messages, _, err := s.messages(ctx, orderID)
 	total := 0
-	for _, r := range rows {
-		total += len(subs[r[0]])
+	for _, m := range messages {
+		total += len(subs[m.Type])
 	}
 	return total, err
 }
@@ -101,12 +103,43 @@ func (s *system) settle(ctx context.Context, orderID string) error {
 	return s.settled(ctx, orderID, again)
 }
 
-const (
-	outboxQuery = `SELECT message_type, status, attempt_count, published_at - created_at AS publish_delay, headers->>'correlation_id' AS correlation_id
-FROM message_outbox WHERE aggregate_id = $1 ORDER BY created_at, outbox_id`
-	inboxQuery = `SELECT consumer_name, message_type, status, outcome, attempt_count, trace_id
-FROM message_inbox WHERE aggregate_id = $1 ORDER BY first_received_at`
-)
+// outboxTable shows the order's outbox rows, oldest first.
+func outboxTable(messages []outbox.Message) [][]string {
+	var rows [][]string
+	for _, m := range messages {
+		delay := "∅"
+		if m.PublishedAt != nil {
+			delay = ms(m.PublishedAt.Sub(m.CreatedAt))
+		}
+		rows = append(rows, []string{m.Type, m.Status, fmt.Sprint(m.Attempts), delay, orNull(m.CorrelationID)})
+	}
+	return rows
+}
+
+// inboxTable shows the order's inbox rows, the first received first.
+func inboxTable(rows []inbox.Row) [][]string {
+	var out [][]string
+	for _, r := range rows {
+		out = append(out, []string{r.Consumer, r.Type, r.Status, orNull(r.Outcome), fmt.Sprint(r.Attempts), orNull(r.TraceID)})
+	}
+	return out
+}
+
+// orNull shows "" as the tables show a NULL.
+func orNull(s string) string {
+	if s == "" {
+		return text(nil)
+	}
+	return s
+}
+
+// stamp shows a time as the tables do, nil as NULL.
+func stamp(t *time.Time) string {
+	if t == nil {
+		return text(nil)
+	}
+	return text(*t)
+}
 
 func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 	correlation := "walkthrough-" + uuid.NewString()[:8]
@@ -120,11 +153,12 @@ func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 	n.ok("201 Created: order %s, status %s", o.ID, o.Status)
 	st.order = o
 
-	n.sql(strings.ReplaceAll(outboxQuery, "$1", "'"+o.ID+"'"))
-	rows, err := s.rows(ctx, outboxQuery, o.ID)
+	n.ctl("order " + o.ID)
+	messages, _, err := s.messages(ctx, o.ID)
 	if err != nil {
 		return err
 	}
+	rows := outboxTable(messages)
 	n.table([]string{"message_type", "status", "attempts", "publish_delay", "correlation_id"}, rows)
 	if len(rows) == 0 || rows[0][0] != domain.TypeOrderSubmitted {
 		return failf("want the order.submitted outbox row committed with the order, got %v", rows)
@@ -141,10 +175,12 @@ func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 		return err
 	}
 	n.ok("the order is FULFILLED and every message of it is published and processed")
-	n.sql(strings.ReplaceAll(outboxQuery, "$1", "'"+o.ID+"'"))
-	if rows, err = s.rows(ctx, outboxQuery, o.ID); err != nil {
+	n.ctl("order " + o.ID)
+	messages, inboxRows, err := s.messages(ctx, o.ID)
+	if err != nil {
 		return err
 	}
+	rows = outboxTable(messages)
 	n.table([]string{"message_type", "status", "attempts", "publish_delay", "correlation_id"}, rows)
 	for _, r := range rows {
 		if r[1] != "PUBLISHED" || r[4] != correlation {
@@ -153,11 +189,7 @@ func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 	}
 	n.say("Each follow-up message was written by a consumer in the same transaction as its inbox\n" +
 		"row and the order's transition, and carries the order's correlation id. The inbox:")
-	n.sql(strings.ReplaceAll(inboxQuery, "$1", "'"+o.ID+"'"))
-	inbox, err := s.rows(ctx, inboxQuery, o.ID)
-	if err != nil {
-		return err
-	}
+	inbox := inboxTable(inboxRows)
 	n.table([]string{"consumer_name", "message_type", "status", "outcome", "attempts", "trace_id"}, inbox)
 	traces := map[string]bool{}
 	for _, r := range inbox {
@@ -226,13 +258,22 @@ func stepDuplicate(ctx context.Context, s *system, n *narrator, st *state) error
 		"PUBLISHED publishes it again after its lease ends: at-least-once. The walkthrough does the\n"+
 		"same now: it sends the order.submitted message of step 1 again, built from the outbox row\n"+
 		"exactly as the relay builds it, with the same message_id %s.", row.ID)
-	const q = `SELECT consumer_name, status, attempt_count, processed_at, last_received_at
-FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
-	before, err := s.rows(ctx, q, row.ID.String())
+	received := func(ctx context.Context) ([][]string, error) { // the consumers' rows of the message
+		_, rows, err := s.messages(ctx, o.ID)
+		var out [][]string
+		for _, r := range rows {
+			if r.MessageID == row.ID.String() {
+				out = append(out, []string{r.Consumer, r.Status, fmt.Sprint(r.Attempts), stamp(r.ProcessedAt), text(r.LastReceivedAt)})
+			}
+		}
+		slices.SortFunc(out, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+		return out, err
+	}
+	before, err := received(ctx)
 	if err != nil {
 		return err
 	}
-	n.sql(strings.ReplaceAll(q, "$1", "'"+row.ID.String()+"'"))
+	n.ctl("order " + o.ID)
 	n.table([]string{"consumer_name", "status", "attempts", "processed_at", "last_received_at"}, before)
 	dupBefore, err := s.consumerMetric(ctx, "consumer_messages_duplicates_total", "")
 	if err != nil {
@@ -251,7 +292,7 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	var after [][]string
 	err = waitUntil(ctx, s.cfg.Timeout, "every consumer to receive the duplicate", func(ctx context.Context) (bool, error) {
 		var err error
-		if after, err = s.rows(ctx, q, row.ID.String()); err != nil || len(after) != len(before) {
+		if after, err = received(ctx); err != nil || len(after) != len(before) {
 			return false, err
 		}
 		for i := range after {
@@ -338,16 +379,21 @@ func stepCrash(ctx context.Context, s *system, n *narrator, st *state) error {
 	if sawDown {
 		n.ok("order-consumer went down and came back")
 	}
-	const hq = `SELECT consumer_name, message_type, status, processing_started_at FROM message_inbox WHERE aggregate_id = $1 AND status = 'PROCESSING'`
-	held, err := s.rows(ctx, hq, o.ID)
+	_, inboxRows, err := s.messages(ctx, o.ID)
 	if err != nil {
 		return err
+	}
+	var held [][]string
+	for _, r := range inboxRows {
+		if r.Status == inbox.StatusProcessing {
+			held = append(held, []string{r.Consumer, r.Type, r.Status, stamp(r.ProcessingStartedAt)})
+		}
 	}
 	if len(held) > 0 {
 		n.say("The crash also caught a consumer between the two steps of an external call (the\n" +
 			"notification's webhook runs outside the transaction, between a PROCESSING mark and the\n" +
 			"final commit):")
-		n.sql(strings.ReplaceAll(hq, "$1", "'"+o.ID+"'"))
+		n.ctl("order " + o.ID)
 		n.table([]string{"consumer_name", "message_type", "status", "processing_started_at"}, held)
 		n.say("Its redeliveries are retried as \"busy\" until CONSUMER_PROCESSING_LEASE passes since\n" +
 			"processing_started_at (the process that marked it could still be calling); then one\n" +
@@ -356,15 +402,22 @@ func stepCrash(ctx context.Context, s *system, n *narrator, st *state) error {
 	if err := s.settle(ctx, o.ID); err != nil {
 		return err
 	}
-	const q = `SELECT consumer_name, message_type, status, attempt_count, processed_at, last_received_at, last_received_at > processed_at AS redelivered_after_commit
-FROM message_inbox WHERE aggregate_id = $1 AND consumer_name = 'warehouse'`
 	var rows [][]string
 	err = waitUntil(ctx, s.cfg.Timeout, "the warehouse to receive fulfillment.requested again", func(ctx context.Context) (bool, error) {
-		var err error
-		rows, err = s.rows(ctx, q, o.ID)
+		_, inboxRows, err := s.messages(ctx, o.ID)
+		rows = nil
+		for _, r := range inboxRows {
+			if r.Consumer == warehouse.Name {
+				again := text(nil) // received again after the commit
+				if r.ProcessedAt != nil {
+					again = fmt.Sprint(r.LastReceivedAt.After(*r.ProcessedAt))
+				}
+				rows = append(rows, []string{r.Consumer, r.Type, r.Status, fmt.Sprint(r.Attempts), stamp(r.ProcessedAt), text(r.LastReceivedAt), again})
+			}
+		}
 		return len(rows) == 1 && rows[0][6] == "true", err
 	})
-	n.sql(strings.ReplaceAll(q, "$1", "'"+o.ID+"'"))
+	n.ctl("order " + o.ID)
 	n.table([]string{"consumer_name", "message_type", "status", "attempts", "processed_at", "last_received_at", "redelivered_after_commit"}, rows)
 	if err != nil {
 		return err
@@ -441,14 +494,17 @@ func stepPoison(ctx context.Context, s *system, n *narrator, _ *state) error {
 		return err
 	}
 	n.ok("order %s went through: FULFILLED", o.ID)
-	const q = `SELECT consumer_name, status, attempt_count, last_error_code, last_error_message
-FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	var rows [][]string
 	err = waitUntil(ctx, s.cfg.Timeout, "every consumer to park the poison message", func(ctx context.Context) (bool, error) {
-		var err error
-		rows, err = s.rows(ctx, q, poisonID)
-		if err != nil || len(rows) != len(subs) {
-			return false, err
+		rows = nil
+		for _, c := range slices.Sorted(slices.Values(subs)) {
+			r, err := inbox.Get(ctx, s.db, c, poisonID)
+			if errors.Is(err, database.ErrNotFound) {
+				return false, nil
+			} else if err != nil {
+				return false, err
+			}
+			rows = append(rows, []string{r.Consumer, r.Status, fmt.Sprint(r.Attempts), orNull(r.LastErrorCode), orNull(r.LastErrorMessage)})
 		}
 		for _, r := range rows {
 			if r[1] != "PERMANENT_FAILED" {
@@ -460,7 +516,7 @@ FROM message_inbox WHERE message_id = $1 ORDER BY consumer_name`
 	if err != nil {
 		return err
 	}
-	n.sql(strings.ReplaceAll(q, "$1", "'"+poisonID+"'"))
+	n.ctl("inbox show <consumer> " + poisonID)
 	n.table([]string{"consumer_name", "status", "attempts", "last_error_code", "last_error_message"}, rows)
 	n.ok("each consumer recorded it PERMANENT_FAILED on the first attempt: retrying cannot fix a broken body")
 	for _, c := range subs {
@@ -571,24 +627,26 @@ func stepRace(ctx context.Context, s *system, n *narrator, _ *state) error {
 		if err := validPath(o); err != nil {
 			return err
 		}
-		types, err := s.rows(ctx, `SELECT message_type FROM message_outbox WHERE aggregate_id = $1`, r.id)
+		messages, inboxRows, err := s.messages(ctx, r.id)
 		if err != nil {
 			return err
 		}
+		var types []string
+		for _, m := range messages {
+			types = append(types, m.Type)
+		}
 		count := func(t string) int {
-			return len(slices.DeleteFunc(slices.Clone(types), func(r []string) bool { return r[0] != t }))
+			return len(slices.DeleteFunc(slices.Clone(types), func(typ string) bool { return typ != t }))
 		}
 		if want == string(domain.StatusCancelled) && (count(domain.TypeOrderCancelled) != 1 || count(domain.TypeOrderFulfilled) != 0) ||
 			want == string(domain.StatusFulfilled) && (count(domain.TypeOrderCancelled) != 0 || count(domain.TypeOrderFulfilled) != 1) {
 			return failf("order %s is %s but its outbox holds %v", r.id, want, types)
 		}
-		ignored, err := s.rows(ctx, `SELECT consumer_name || ': ' || message_type FROM message_inbox WHERE aggregate_id = $1 AND outcome = 'IGNORED' ORDER BY first_received_at`, r.id)
-		if err != nil {
-			return err
-		}
 		var ig []string
-		for _, x := range ignored {
-			ig = append(ig, x[0])
+		for _, x := range inboxRows {
+			if x.Outcome == inbox.OutcomeIgnored {
+				ig = append(ig, x.Consumer+": "+x.Type)
+			}
 		}
 		table = append(table, []string{short(r.id), fmt.Sprint(r.cancel), o.Status, o.path(), reservation, orEmpty(strings.Join(ig, ", "))})
 	}
@@ -598,9 +656,8 @@ func stepRace(ctx context.Context, s *system, n *narrator, _ *state) error {
 	if won == 0 || won == orders {
 		n.say("All the races went one way this time; run the walkthrough again to see the other.")
 	}
-	const q = `SELECT consumer_name, message_type, outcome_reason FROM message_inbox WHERE outcome = 'IGNORED' ORDER BY first_received_at DESC LIMIT 10`
 	n.look(
-		"why each stale message was ignored: psql: "+q+";",
+		"why each stale message was ignored: orderctl order <order_id>, the outcome_reason of its IGNORED inbox rows",
 		"docs/state-machines.md: the order state machine and how a stale trigger is told from an impossible one",
 	)
 	return nil

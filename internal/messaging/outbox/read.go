@@ -79,6 +79,23 @@ func Aggregate(ctx context.Context, db database.DBTX, aggregateType, aggregateID
 	return out, nil
 }
 
+// Get reads the row of message id as the relay publishes it (Publishing),
+// payload and all, for a tool that publishes it again. Partition is -1:
+// the relay's partitioning is not the table's.
+func Get(ctx context.Context, db database.DBTX, id uuid.UUID) (Row, error) {
+	r, err := queries.ReadOutboxRow(ctx, db, id)
+	if err != nil {
+		return Row{}, fmt.Errorf("outbox row %s: %w", id, database.Translate(err))
+	}
+	headers := map[string]string{}
+	if err := json.Unmarshal(r.Headers, &headers); err != nil {
+		headers = map[string]string{} // not an object of strings: a hand-made row, published without them (claimRows)
+	}
+	return Row{ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
+		Exchange: r.ExchangeName, RoutingKey: r.RoutingKey, Payload: r.Payload, Headers: headers,
+		Attempt: int(r.AttemptCount), CreatedAt: r.CreatedAt, Partition: -1}, nil
+}
+
 // Failed returns up to limit FAILED messages, of messageType or of every
 // type (""), the earliest failed first.
 func Failed(ctx context.Context, db database.DBTX, messageType string, limit int) ([]Message, error) {

@@ -1,8 +1,10 @@
 package outbox_test
 
 import (
+	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +20,8 @@ import (
 
 // The read API shows rows in each state, to the roles that read them:
 // one aggregate's messages (through order_timeline_outbox for order-api's
-// role), the FAILED ones, the stuck ones, the counts, and an operator's
-// retry.
+// role), one row as the relay publishes it, the FAILED ones, the stuck
+// ones, the counts, and an operator's retry.
 func TestReadShowsRowsInEachState(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDatabase(t)
@@ -111,6 +113,16 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 	}
 	if want := map[string]int64{"FAILED " + typeFulfilled: 1, "PUBLISHING " + typeCancelled: 1, "PENDING " + typeRejected: 1}; !maps.Equal(counts, want) {
 		t.Errorf("Stats: %v, want %v", counts, want)
+	}
+
+	row, err := outbox.Get(ctx, db.Pool, ids[0])
+	if err != nil || row.ID != ids[0] || row.AggregateID != order.String() || row.Type != typeSubmitted || row.Version != 1 ||
+		row.Exchange != testExchange || row.RoutingKey != typeSubmitted || !strings.Contains(string(row.Payload), order.String()) ||
+		row.Headers["correlation_id"] != "corr-1" || row.Attempt != 1 || row.Partition != -1 {
+		t.Errorf("Get: %+v, %v", row, err)
+	}
+	if _, err := outbox.Get(ctx, db.Pool, uuid.New()); !errors.Is(err, database.ErrNotFound) {
+		t.Errorf("Get of a row that is not there: %v, want database.ErrNotFound", err)
 	}
 
 	retried, err := outbox.RetryFailed(ctx, pool(t, db, migrations.RoleOperator), []uuid.UUID{other[0], ids[1]}, "")

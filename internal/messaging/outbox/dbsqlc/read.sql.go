@@ -204,10 +204,11 @@ type ReadOutboxOfAggregateRow struct {
 }
 
 // The outbox's read API (read.go): what operators, tools and pages are
-// shown of its rows. Outside this package, nothing names the table. Every
-// query but the last two returns the columns of ReadOutboxOfAggregate, in
-// its order, so that read.go converts each row to one type. A header that
-// is not a string is none, as in order_timeline_outbox.
+// shown of its rows. Outside this package, nothing names the table. The
+// queries of messages return the columns of ReadOutboxOfAggregate, in its
+// order, so that read.go converts each row to one type (ReadOrderOutbox and
+// ReadOutboxRow aside). A header that is not a string is none, as in
+// order_timeline_outbox.
 // Every message of one aggregate, oldest first (message_outbox_aggregate_idx).
 func (q *Queries) ReadOutboxOfAggregate(ctx context.Context, db DBTX, arg ReadOutboxOfAggregateParams) ([]ReadOutboxOfAggregateRow, error) {
 	rows, err := db.Query(ctx, readOutboxOfAggregate, arg.AggregateType, arg.AggregateID)
@@ -242,6 +243,46 @@ func (q *Queries) ReadOutboxOfAggregate(ctx context.Context, db DBTX, arg ReadOu
 		return nil, err
 	}
 	return items, nil
+}
+
+const readOutboxRow = `-- name: ReadOutboxRow :one
+SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name, routing_key,
+       payload, headers, attempt_count, created_at
+FROM message_outbox
+WHERE outbox_id = $1
+`
+
+type ReadOutboxRowRow struct {
+	OutboxID       uuid.UUID
+	AggregateID    string
+	MessageType    string
+	MessageVersion int32
+	ExchangeName   string
+	RoutingKey     string
+	Payload        []byte
+	Headers        []byte
+	AttemptCount   int32
+	CreatedAt      time.Time
+}
+
+// One row as the relay publishes it, payload and all: for a tool that
+// publishes a message again (the walkthrough's duplicate).
+func (q *Queries) ReadOutboxRow(ctx context.Context, db DBTX, outboxID uuid.UUID) (ReadOutboxRowRow, error) {
+	row := db.QueryRow(ctx, readOutboxRow, outboxID)
+	var i ReadOutboxRowRow
+	err := row.Scan(
+		&i.OutboxID,
+		&i.AggregateID,
+		&i.MessageType,
+		&i.MessageVersion,
+		&i.ExchangeName,
+		&i.RoutingKey,
+		&i.Payload,
+		&i.Headers,
+		&i.AttemptCount,
+		&i.CreatedAt,
+	)
+	return i, err
 }
 
 const readStuckOutbox = `-- name: ReadStuckOutbox :many

@@ -1,8 +1,9 @@
 -- The outbox's read API (read.go): what operators, tools and pages are
--- shown of its rows. Outside this package, nothing names the table. Every
--- query but the last two returns the columns of ReadOutboxOfAggregate, in
--- its order, so that read.go converts each row to one type. A header that
--- is not a string is none, as in order_timeline_outbox.
+-- shown of its rows. Outside this package, nothing names the table. The
+-- queries of messages return the columns of ReadOutboxOfAggregate, in its
+-- order, so that read.go converts each row to one type (ReadOrderOutbox and
+-- ReadOutboxRow aside). A header that is not a string is none, as in
+-- order_timeline_outbox.
 
 -- name: ReadOutboxOfAggregate :many
 -- Every message of one aggregate, oldest first (message_outbox_aggregate_idx).
@@ -98,3 +99,11 @@ FROM message_outbox WHERE status = 'PUBLISHING' GROUP BY status, message_type
 UNION ALL
 SELECT status, message_type, count(*)::bigint, 0::float8
 FROM message_outbox WHERE status = 'FAILED' GROUP BY status, message_type;
+
+-- name: ReadOutboxRow :one
+-- One row as the relay publishes it, payload and all: for a tool that
+-- publishes a message again (the walkthrough's duplicate).
+SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name, routing_key,
+       payload, headers, attempt_count, created_at
+FROM message_outbox
+WHERE outbox_id = @outbox_id;
