@@ -206,21 +206,28 @@ func TestOutboxRetry(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDatabase(t)
 	ctl := newCtl(t, db.URL, testenv.NewVhost(t))
+	// A FAILED row: written as a service writes it, claimed, and refused
+	// by the broker on its last attempt (one at a time: failed oldest first).
+	writer := outbox.Writer{Producer: "test", Exchange: domain.EventsExchange, AggregateType: domain.AggregateOrder}
 	failed := func(typ string) uuid.UUID {
-		id := uuid.Must(uuid.NewV7())
-		_, err := db.Pool.Exec(t.Context(), `INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version,
-				exchange_name, routing_key, payload, status, attempt_count, last_error)
-			VALUES ($1, 'order', $2, $3, 1, 'orders.events', $3, '{}', 'FAILED', 10, 'unroutable: 312 NO_ROUTE')`, id, uuid.NewString(), typ)
+		ids, err := writer.Write(t.Context(), db.Pool, messaging.Cause{}, testMessage{typ: typ, aggregateID: uuid.NewString()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return id
+		claimed, err := outbox.ClaimRows(t.Context(), db.Pool, "test", 1, time.Minute)
+		if err != nil || len(claimed) != 1 || claimed[0].ID != ids[0] {
+			t.Fatalf("claimed %+v, %v", claimed, err)
+		}
+		if _, err := outbox.MarkFailed(t.Context(), db.Pool, []outbox.PublishFailure{{Claim: claimed[0].Claim(), Reason: "unroutable: 312 NO_ROUTE"}}, 1); err != nil {
+			t.Fatal(err)
+		}
+		return ids[0]
 	}
 	one, two, three := failed(domain.TypeOrderSubmitted), failed(domain.TypeOrderFulfilled), failed(domain.TypeOrderFulfilled)
 
 	var list failedReport
 	ctl.json(&list, "outbox", "failed")
-	if len(list.Rows) != 3 || list.Rows[0].ID != one || list.Rows[0].LastError != "unroutable: 312 NO_ROUTE" || list.Rows[0].Attempts != 10 {
+	if len(list.Rows) != 3 || list.Rows[0].ID != one || list.Rows[0].LastError != "unroutable: 312 NO_ROUTE" || list.Rows[0].Attempts != 1 {
 		t.Fatalf("outbox failed: %+v", list.Rows)
 	}
 	var status StatusReport
@@ -242,14 +249,9 @@ func TestOutboxRetry(t *testing.T) {
 	if len(retried.Retried) != 1 || retried.Retried[0].ID != one || retried.Audit.ID == 0 {
 		t.Fatalf("retry: %+v", retried)
 	}
-	var (
-		st       string
-		attempts int
-		due      bool
-	)
-	if err := db.Pool.QueryRow(t.Context(), `SELECT status, attempt_count, next_attempt_at <= now() FROM message_outbox WHERE outbox_id = $1`, one).
-		Scan(&st, &attempts, &due); err != nil || st != "PENDING" || attempts != 0 || !due {
-		t.Fatalf("row after retry: %s, %d attempts, due %v: %v", st, attempts, due, err)
+	if after, err := outbox.Aggregate(t.Context(), db.Pool, domain.AggregateOrder, retried.Retried[0].AggregateID); err != nil ||
+		len(after) != 1 || after[0].Status != "PENDING" || after[0].Attempts != 0 || after[0].NextAttemptAt.After(time.Now()) {
+		t.Fatalf("row after retry: %+v, %v", after, err)
 	}
 	if _, err := ctl.run("outbox", "retry", one.String(), "--reason", "again"); err == nil {
 		t.Fatal("retry of a row that is not FAILED: want an error")
@@ -265,6 +267,13 @@ func TestOutboxRetry(t *testing.T) {
 		t.Fatalf("audit: %+v", audit)
 	}
 }
+
+// testMessage is a message of any type, with an empty body.
+type testMessage struct{ typ, aggregateID string }
+
+func (m testMessage) MessageType() string { return m.typ }
+func (m testMessage) MessageVersion() int { return 1 }
+func (m testMessage) AggregateID() string { return m.aggregateID }
 
 // order <id> shows an order that went through the whole flow (a relay and
 // every consumer), with a parked message about it and its trace id.

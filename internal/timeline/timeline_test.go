@@ -164,9 +164,8 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 
 	// Rows that are not this order's: another aggregate's message with the
 	// same id, and a consumer's row of another order.
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload)
-		VALUES (gen_random_uuid(), 'customer', $1, 'customer.updated', 1, 'orders', 'customer.updated', '{}')`, order.ID().String()); err != nil {
+	customers := outbox.Writer{Producer: "test", Exchange: "orders", AggregateType: "customer"}
+	if _, err := customers.Write(ctx, pool, messaging.Cause{}, customerUpdated{order.ID().String()}); err != nil {
 		t.Fatal(err)
 	}
 	other := entry
@@ -284,6 +283,13 @@ func TestTimelineOfUnknownOrder(t *testing.T) {
 		t.Fatalf("err = %v, want domain.ErrNotFound", err)
 	}
 }
+
+// customerUpdated is a message of another aggregate type.
+type customerUpdated struct{ ID string }
+
+func (m customerUpdated) MessageType() string { return "customer.updated" }
+func (m customerUpdated) MessageVersion() int { return 1 }
+func (m customerUpdated) AggregateID() string { return m.ID }
 
 // The outbox rows' headers reach the timeline as before: the four it shows,
 // a header that is not a string as none, and nothing else of the headers.

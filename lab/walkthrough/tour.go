@@ -37,8 +37,9 @@ func tour(ctx context.Context, s *system, n *narrator) error {
 	n.steps = len(steps)
 	n.say("This walkthrough drives the running order service and shows, from the database and\n"+
 		"the broker, what the outbox and the inbox do. It talks to:\n%s\n"+
-		"Every query it prints can be pasted into psql. Nothing here is simulated: the\n"+
-		"faults are real messages and a real crash of order-consumer.", s.where)
+		"Every query it prints can be pasted into psql (make psql), every orderctl command\n"+
+		"run (make ctl). Nothing here is simulated: the faults are real messages and a real\n"+
+		"crash of order-consumer.", s.where)
 	if absent := s.absentUIs(); absent != "" {
 		n.say("Not answering: %s (make dev runs none of them). Its hints point to\n"+
 			"what there is instead: the order timeline page, psql, the logs, /metrics.", absent)
