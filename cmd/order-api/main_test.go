@@ -24,6 +24,7 @@ import (
 
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/config"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -133,9 +134,8 @@ func TestServeAndShutDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(t.Context())
-	var n int
-	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM message_outbox").Scan(&n); err != nil || n != 1 {
-		t.Fatalf("outbox rows: %d, %v", n, err)
+	if backlog, err := outbox.Stats(t.Context(), conn); err != nil || len(backlog) != 1 || backlog[0].Status != "PENDING" || backlog[0].Rows != 1 {
+		t.Fatalf("outbox rows not published: %+v, %v; want 1 PENDING", backlog, err)
 	}
 	if !strings.Contains(logs.String(), `"msg":"starting"`) || strings.Contains(logs.String(), "hunter") {
 		t.Fatalf("logs:\n%s", logs.String())

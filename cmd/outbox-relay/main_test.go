@@ -19,6 +19,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -222,7 +223,8 @@ func TestRelayProcessInWALMode(t *testing.T) {
 		}, lockedWriter{&mu, &logs}, io.Discard)
 	})
 	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
-	ids, err := store.OutboxWriter("order-api").Write(t.Context(), db.Pool, messaging.Cause{}, domain.OrderCancelledV1{ID: uuid.New()})
+	order := uuid.New()
+	ids, err := store.OutboxWriter("order-api").Write(t.Context(), db.Pool, messaging.Cause{}, domain.OrderCancelledV1{ID: order})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,9 +243,8 @@ func TestRelayProcessInWALMode(t *testing.T) {
 		t.Fatalf("no message\n%s", logs.String())
 	}
 	testenv.WaitFor(t, 10*time.Second, "the row to be written back PUBLISHED", func() bool {
-		var status string
-		_ = db.Pool.QueryRow(t.Context(), "SELECT status FROM message_outbox WHERE outbox_id = $1", ids[0]).Scan(&status)
-		return status == "PUBLISHED"
+		written, _ := outbox.Aggregate(t.Context(), db.Pool, domain.AggregateOrder, order.String())
+		return len(written) == 1 && written[0].Status == "PUBLISHED"
 	})
 	metrics := get(t, "http://"+admin+"/metrics")
 	for _, want := range []string{"relay_wal_streaming 1", "relay_wal_slot_lag_bytes", "relay_wal_slot_retained_bytes",
