@@ -92,6 +92,8 @@ var functionGrants = map[string]map[string]string{
 	// reads the tables themselves.
 	"order_timeline_inbox(uuid)":  {api: "EXECUTE", relay: "", consumer: "", operator: ""},
 	"order_timeline_outbox(uuid)": {api: "EXECUTE", relay: "", consumer: "", operator: ""},
+	// The partition of an aggregate's messages, which the relays' claim uses.
+	"outbox_partition(text,integer)": {api: "", relay: "EXECUTE", consumer: "", operator: ""},
 }
 
 // No role may use a sequence: the identity columns draw their values
@@ -447,7 +449,8 @@ func asRole(ctx context.Context, conn *pgx.Conn, role, sql string) error {
 
 // Rolling the roles' migration back revokes every grant, drops the
 // timeline's functions, gives the trigger function back PostgreSQL's
-// default (PUBLIC may execute it) and keeps the roles (other databases may
+// default (PUBLIC may execute it), leaves the outbox's own functions to
+// nobody and keeps the roles (other databases may
 // use them); applying it again restores the matrices.
 func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	t.Parallel()
@@ -472,7 +475,11 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	}
 	checkGrants(t, db.Pool, nothing)
 	everyone := map[string]string{api: "EXECUTE", relay: "EXECUTE", consumer: "EXECUTE", operator: "EXECUTE"}
-	checkFunctionGrants(t, db.Pool, map[string]map[string]string{"message_outbox_notify()": everyone})
+	nobody := map[string]string{api: "", relay: "", consumer: "", operator: ""}
+	checkFunctionGrants(t, db.Pool, map[string]map[string]string{
+		"message_outbox_notify()":        everyone,
+		"outbox_partition(text,integer)": nobody, // the outbox's own, revoked from PUBLIC there
+	})
 	var roles int
 	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_roles WHERE rolname = ANY ($1)`, migrations.Roles).Scan(&roles); err != nil || roles != len(migrations.Roles) {
 		t.Fatalf("after down: %d of the %d roles left, %v", roles, len(migrations.Roles), err)

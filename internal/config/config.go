@@ -24,6 +24,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // Validator is a config that checks itself after parsing.
@@ -230,8 +231,8 @@ type Partitions struct {
 
 // Validate checks the partition count.
 func (p Partitions) Validate() error {
-	if p.MessagePartitions < 0 || p.MessagePartitions > 1024 {
-		return fmt.Errorf("MESSAGE_PARTITIONS must be between 0 and 1024, got %d", p.MessagePartitions)
+	if p.MessagePartitions < 0 || p.MessagePartitions > outbox.MaxPartitions {
+		return fmt.Errorf("MESSAGE_PARTITIONS must be between 0 and %d, got %d", outbox.MaxPartitions, p.MessagePartitions)
 	}
 	return nil
 }

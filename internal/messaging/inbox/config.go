@@ -144,8 +144,8 @@ func (c *Config) Validate() error {
 	if c.InboxRetention < 0 {
 		errs = append(errs, errors.New("inbox retention must not be negative"))
 	}
-	if c.Partitions < 0 || c.Partitions > 1024 {
-		errs = append(errs, errors.New("partitions must be between 0 and 1024"))
+	if c.Partitions < 0 || c.Partitions > outbox.MaxPartitions {
+		errs = append(errs, fmt.Errorf("partitions must be between 0 and %d", outbox.MaxPartitions))
 	}
 	return errors.Join(errs...)
 }

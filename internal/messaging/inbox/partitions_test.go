@@ -26,7 +26,7 @@ const testPartitions = 4
 func (b *consumerBundle) partitioned(aggregate uuid.UUID) amqp.Publishing {
 	b.t.Helper()
 	var p int32
-	if err := b.pool.QueryRow(b.ctx, `SELECT mod(hashtext($1)::bigint + 2147483648, $2)::integer`, aggregate.String(), testPartitions).Scan(&p); err != nil {
+	if err := b.pool.QueryRow(b.ctx, `SELECT outbox_partition($1, $2)`, aggregate.String(), testPartitions).Scan(&p); err != nil {
 		b.t.Fatal(err)
 	}
 	msg := message()
