@@ -48,26 +48,22 @@ func (w *worker) secondStep(d *delivery, e effect) (result, error) {
 	callCtx, cancel := context.WithDeadline(ctx, e.heldAt.Add(w.cfg.ProcessingLease*9/10))
 	callErr := e.external.Call(callCtx)
 	cancel()
-	err := w.untilWritable(ctx, 1, func() error {
-		return retryTx(ctx, func() error {
-			return w.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				fenceRow := fence // the row stays PROCESSING: the failed call is retried
-				if callErr == nil {
-					fenceRow = fenceProcessed // fenced and PROCESSED in one statement
-				}
-				if err := fenceRow(ctx, tx, w.consumer.name, d.MessageID, e.attempt); err != nil {
-					return err
-				}
-				if err := e.external.Record(ctx, tx, callErr); err != nil || callErr != nil {
-					return err
-				}
-				followUps := outbox.Buffer{Writer: w.cfg.FollowUps}
-				if _, err := followUps.Add(ctx, d.Cause(), e.followUps...); err != nil {
-					return err
-				}
-				return followUps.Flush(ctx, tx)
-			})
-		})
+	err := w.tx(ctx, 1, func(ctx context.Context, tx pgx.Tx) error {
+		fenceRow := fence // the row stays PROCESSING: the failed call is retried
+		if callErr == nil {
+			fenceRow = fenceProcessed // fenced and PROCESSED in one statement
+		}
+		if err := fenceRow(ctx, tx, w.consumer.name, d.MessageID, e.attempt); err != nil {
+			return err
+		}
+		if err := e.external.Record(ctx, tx, callErr); err != nil || callErr != nil {
+			return err
+		}
+		followUps := outbox.Buffer{Writer: w.cfg.FollowUps}
+		if _, err := followUps.Add(ctx, d.Cause(), e.followUps...); err != nil {
+			return err
+		}
+		return followUps.Flush(ctx, tx)
 	})
 	if errors.Is(err, errTakenOver) {
 		return result{outcome: "duplicate", reason: "taken over by another delivery after the processing lease; this attempt recorded nothing"}, nil

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -58,6 +59,10 @@ func Classify(err error) (code string, permanent bool) {
 	return "handler_error", false
 }
 
+// dbTransient reports whether err is the database's (database.Run marked
+// it: never an external call's network error or deadline), and transient.
+func dbTransient(err error) bool { return database.IsFault(err) && database.IsTransient(err) }
+
 // fail records a failed delivery on its inbox row and moves the message
 // on: to a retry queue (transient, attempts left) or to the parking lot
 // (permanent, or attempts exhausted), then acknowledges it. The inbox row
@@ -93,16 +98,11 @@ func (w *worker) fail(d *delivery, cause error) {
 	if d.MessageID != "" {
 		// Remember the failure in a transaction of its own (the attempt's
 		// rolled back), before the message leaves this consumer.
-		err := w.untilWritable(ctx, 1, func() error {
-			recordCtx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
-			defer cancel()
-			_, err := recordFailure(recordCtx, w.pool, d.inboxEntry(w.consumer.name), failedAttempt{
+		err := w.tx(ctx, 1, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := recordFailure(ctx, tx, d.inboxEntry(w.consumer.name), failedAttempt{
 				Status: status, Code: code, Message: reason, HeldAttempt: d.heldAttempt, Lease: w.cfg.ProcessingLease,
 			})
-			if errors.Is(err, errProcessed) || errors.Is(err, errTakenOver) {
-				return err
-			}
-			return fromDatabase(err)
+			return err
 		})
 		if errors.Is(err, errProcessed) || errors.Is(err, errTakenOver) {
 			// PROCESSED meanwhile, or held by another delivery that took the
@@ -191,7 +191,7 @@ func (w *worker) park(d *delivery, code, reason string) {
 // moment, or to the worker in place (the worker's ordering). The work
 // queue's delivery limit bounds the redeliveries, and what it parks says
 // why (ParkedReason). Database trouble never comes here: those deliveries
-// are held (untilWritable).
+// are held (worker.tx).
 func (w *worker) requeue(d *delivery, why string) {
 	ctx := d.ctx
 	w.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))

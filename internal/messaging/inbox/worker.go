@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -10,13 +9,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/logctx"
 	"github.com/yourorg/orders/internal/messaging"
@@ -220,8 +217,8 @@ func (w *worker) open(ctx context.Context, raw amqp.Delivery) *delivery {
 //	COMMIT
 //
 // A transaction that loses a serialization failure or a deadlock runs
-// again at once (retryTx); while the database is unavailable, the batch is
-// held and tried again (untilWritable). A handler that panics is a bug no
+// again at once; while the database is unavailable, the batch is held and
+// tried again (tx). A handler that panics is a bug no
 // retry fixes: the transaction rolls back, and the delivery is parked,
 // while the process and its other deliveries go on.
 func (w *worker) apply(ctx context.Context, batch []*delivery) (effects []effect, err error) {
@@ -235,35 +232,31 @@ func (w *worker) apply(ctx context.Context, batch []*delivery) (effects []effect
 	for i, d := range batch {
 		entries[i] = d.inboxEntry(w.consumer.name)
 	}
-	err = w.untilWritable(ctx, len(batch), func() error {
-		return retryTx(ctx, func() error {
-			effects = make([]effect, len(batch))
-			return w.inTx(ctx, func(txCtx context.Context, tx pgx.Tx) error {
-				inserted, err := insertRows(txCtx, tx, w.consumer.name, entries)
-				if err != nil {
-					return err
+	err = w.tx(ctx, len(batch), func(txCtx context.Context, tx pgx.Tx) error {
+		effects = make([]effect, len(batch)) // afresh on each run
+		inserted, err := insertRows(txCtx, tx, w.consumer.name, entries)
+		if err != nil {
+			return err
+		}
+		followUps := outbox.Buffer{Writer: w.cfg.FollowUps}
+		deadline, _ := txCtx.Deadline()
+		for i, d := range batch {
+			// Each delivery's statements in its own trace, under the
+			// transaction's deadline.
+			dctx, cancel := context.WithDeadline(d.ctx, deadline)
+			effects[i], err = w.step(dctx, tx, d, inserted[i], &followUps)
+			cancel()
+			if err != nil {
+				if len(batch) > 1 {
+					err = fmt.Errorf("message %s: %w", d.MessageID, err)
 				}
-				followUps := outbox.Buffer{Writer: w.cfg.FollowUps}
-				deadline, _ := txCtx.Deadline()
-				for i, d := range batch {
-					// Each delivery's statements in its own trace, under the
-					// transaction's deadline.
-					dctx, cancel := context.WithDeadline(d.ctx, deadline)
-					effects[i], err = w.step(dctx, tx, d, inserted[i], &followUps)
-					cancel()
-					if err != nil {
-						if len(batch) > 1 {
-							err = fmt.Errorf("message %s: %w", d.MessageID, err)
-						}
-						return err
-					}
-				}
-				if err := followUps.Flush(txCtx, tx); err != nil {
-					return fmt.Errorf("write follow-up messages: %w", err)
-				}
-				return nil
-			})
-		})
+				return err
+			}
+		}
+		if err := followUps.Flush(txCtx, tx); err != nil {
+			return fmt.Errorf("write follow-up messages: %w", err)
+		}
+		return nil
 	})
 	return effects, err
 }
@@ -379,81 +372,42 @@ func (w *worker) settle(d *delivery, res result, err error) {
 	}
 }
 
-// untilWritable runs f, and while it fails because the database is
+// tx runs f as a transaction of the inbox (database.Run): each run bounded
+// by CONSUMER_TX_TIMEOUT, so that a connection that stopped answering
+// cannot hang a worker; run again at once when it lost a serialization
+// failure or a deadlock, the standard remedy and no reason to send the
+// message round the retry queues; and held while the database is
 // unavailable (down, unreachable, a read-only standby, out of disk: an
-// error of the database's that database.IsUnavailable says so of; never
-// an external call's) holds the deliveries it works on and runs f
-// again, with growing waits, until a real write succeeds, f fails
-// otherwise, or the process stops. The deliveries stay unacknowledged and
-// the worker takes no others, so the consumer pauses with its prefetched
+// error of the database's, never an external call's), run again with
+// growing waits until a real write succeeds, f fails otherwise, or the
+// process stops. The deliveries stay unacknowledged meanwhile and the
+// worker takes no others, so the consumer pauses with its prefetched
 // deliveries in hand instead of sending them round the broker: no message
 // spends its retries or the queue's delivery limit, or reaches a parking
 // lot, because the database was away. While any delivery is held the
-// consumer is not ready.
-func (w *worker) untilWritable(ctx context.Context, deliveries int, f func() error) error {
-	held := false
-	defer func() {
-		if held {
+// consumer is not ready. A COMMIT cut off in flight is run again too: the
+// inbox row makes the second run a duplicate.
+func (w *worker) tx(ctx context.Context, deliveries int, f func(context.Context, pgx.Tx) error) error {
+	hold := &database.Hold{Start: func(ctx context.Context, cause error) func(error) {
+		w.held.Add(int64(deliveries))
+		w.metrics.held.Add(ctx, int64(deliveries), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
+		w.log.WarnContext(ctx, "database unavailable: holding the deliveries until a write succeeds", slog.Int("deliveries", deliveries),
+			slog.String("reason_code", database.TransientCode(cause)), slog.String("error", cause.Error()))
+		return func(err error) {
 			w.held.Add(-int64(deliveries))
-		}
-	}()
-	for try := 1; ; try++ {
-		err := f()
-		if err == nil || !dbUnavailable(err) || ctx.Err() != nil {
-			if held && err == nil {
-				w.log.InfoContext(ctx, "database available again: the held deliveries went on", slog.Int("tries", try))
+			if err == nil {
+				w.log.InfoContext(ctx, "database available again: the held deliveries went on")
 			}
-			return err
 		}
-		if !held {
-			held = true
-			w.held.Add(int64(deliveries))
-			w.metrics.held.Add(ctx, int64(deliveries), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
-			w.log.WarnContext(ctx, "database unavailable: holding the deliveries until a write succeeds", slog.Int("deliveries", deliveries),
-				slog.String("reason_code", database.TransientCode(err)), slog.String("error", err.Error()))
-		}
-		if !background.Sleep(ctx, background.Backoff(try, 200*time.Millisecond, 5*time.Second)) {
-			return err // stopping: the deliveries stay unacknowledged
-		}
-	}
-}
-
-// inTx runs f in a transaction bounded by CONSUMER_TX_TIMEOUT, so that a
-// connection that stopped answering cannot hang a worker. Its errors say
-// whether they are the database's (dbError): a failed begin or commit
-// always is; an error of f is when the database gave it or the
-// transaction died under it (classifyTxError).
-func (w *worker) inTx(ctx context.Context, f func(context.Context, pgx.Tx) error) error {
-	start := time.Now()
-	txCtx, cancel := context.WithTimeout(ctx, w.cfg.TxTimeout)
-	defer cancel()
-	var fErr error
-	err := pgx.BeginFunc(txCtx, w.pool, func(tx pgx.Tx) error {
-		fErr = classifyTxError(txCtx, tx, f(txCtx, tx))
-		return fErr
-	})
-	w.metrics.txDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
-	if err != nil && fErr == nil { // begin, commit or rollback failed
-		return fromDatabase(err)
+	}}
+	var start time.Time // of the last run: what the duration metric records
+	err := database.Run(ctx, w.pool, database.Policy{Timeout: w.cfg.TxTimeout, RetryContention: 2, Hold: hold},
+		func(ctx context.Context, tx pgx.Tx) error {
+			start = time.Now()
+			return f(ctx, tx)
+		})
+	if !start.IsZero() {
+		w.metrics.txDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
 	}
 	return err
-}
-
-// retryTx runs f again, at once, when it lost a serialization failure or a
-// deadlock: the standard remedy, and no reason to send the message round
-// the retry queues.
-func retryTx(ctx context.Context, f func() error) error {
-	var err error
-	for try := 1; try <= 3; try++ {
-		if err = f(); err == nil || !retryableInPlace(err) || ctx.Err() != nil {
-			return err
-		}
-		background.Sleep(ctx, time.Duration(try)*10*time.Millisecond)
-	}
-	return err
-}
-
-func retryableInPlace(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
