@@ -15,8 +15,8 @@ import (
 	"embed"
 
 	"github.com/yourorg/orders/internal/database"
-	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	inbox "github.com/yourorg/orders/internal/messaging/inbox/migrations"
+	outbox "github.com/yourorg/orders/internal/messaging/outbox/migrations"
 )
 
 // FS holds the *.sql migrations, in goose's numbered order.
@@ -29,7 +29,10 @@ var FS embed.FS
 var Schema = database.Schema{Name: "orders", FS: FS, VersionTable: "goose_db_version"}
 
 // Schemas are the order service's database, in the order they apply: the
-// mechanisms' tables first, then the service's, which grant on them.
+// mechanisms' tables first (outbox.Schema and inbox.Schema, taken from
+// their migrations packages, so that this package, and internal/testenv
+// with it, imports neither mechanism), then the service's, which grant on
+// them.
 var Schemas = []database.Schema{outbox.Schema, inbox.Schema, Schema}
 
 // The roles of the processes (00008_roles.sql), one per process, each

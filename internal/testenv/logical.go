@@ -24,6 +24,9 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/migrations"
 )
 
 // LogicalServer is a PostgreSQL server of this test binary's own, with
@@ -61,9 +64,7 @@ type LogicalServer struct {
 	exited    chan struct{} // closed when cmd has exited
 	container testcontainers.Container
 
-	templateOnce sync.Once
-	template     string // the migrated template database, built by the first NewDatabase
-	templateErr  error
+	templates templates // the migrated template databases, each built by the first NewDatabase of its schemas
 }
 
 // The time limits of the fixture: a start takes two to four seconds here,
@@ -153,24 +154,27 @@ func StopLogicalPostgres() {
 	logical.srv, logical.err = nil, nil
 }
 
-// NewDatabase creates a database for t on this server, with the current
-// schema, and drops it when t ends, as testenv.NewDatabase does on the
-// shared server: a copy of a template migrated once per server, so that
-// each database costs a CREATE DATABASE ... TEMPLATE. The cleanup ends the
-// database's replication connections and drops its replication slots
-// first, which DROP DATABASE would otherwise refuse, so a test that
-// leaves a slot behind still leaves nothing.
-func (s *LogicalServer) NewDatabase(t testing.TB) *Database {
+// NewDatabase creates a database for t on this server, with schemas (none:
+// the order service's), and drops it when t ends, as testenv.NewDatabase
+// does on the shared server: a copy of a template migrated once per server
+// and schemas, so that each database costs a CREATE DATABASE ... TEMPLATE.
+// The cleanup ends the database's replication connections and drops its
+// replication slots first, which DROP DATABASE would otherwise refuse, so
+// a test that leaves a slot behind still leaves nothing.
+func (s *LogicalServer) NewDatabase(t testing.TB, schemas ...database.Schema) *Database {
 	t.Helper()
 	ctx := context.Background()
-	s.templateOnce.Do(func() { s.template, s.templateErr = s.buildTemplate(ctx) })
-	if s.templateErr != nil {
-		t.Fatalf("testenv: PostgreSQL with wal_level=logical: build the template database: %v", s.templateErr)
+	if len(schemas) == 0 {
+		schemas = migrations.Schemas
+	}
+	template := templateName(schemas)
+	if err := s.templates.once(template, func() error { return s.buildTemplate(ctx, template, schemas) }); err != nil {
+		t.Fatalf("testenv: PostgreSQL with wal_level=logical: build the template database: %v", err)
 	}
 
 	name := TestDatabaseName()
 	admin := s.connect(t, ctx)
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, s.template)); err != nil {
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template)); err != nil {
 		_ = admin.Close(ctx)
 		t.Fatalf("testenv: create database: %v", err)
 	}
@@ -223,21 +227,20 @@ func (s *LogicalServer) connect(t testing.TB, ctx context.Context) *pgx.Conn {
 	return conn
 }
 
-// buildTemplate migrates a template database as preparePostgres does on
+// buildTemplate migrates a template database as prepareTemplate does on
 // the shared server, without its advisory lock and leftovers: the server
 // is this binary's alone, and new.
-func (s *LogicalServer) buildTemplate(ctx context.Context) (string, error) {
+func (s *LogicalServer) buildTemplate(ctx context.Context, template string, schemas []database.Schema) error {
 	conn, err := pgx.Connect(ctx, s.AdminURL)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer conn.Close(ctx)
-	template := "orders_template_" + schemaVersion()
-	if err := buildTemplate(ctx, conn, s.AdminURL, template); err != nil {
+	if err := buildTemplate(ctx, conn, s.AdminURL, template, schemas); err != nil {
 		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+template+" WITH (FORCE)")
-		return "", err
+		return err
 	}
-	return template, nil
+	return nil
 }
 
 // dropDatabase drops database name and its replication slots. DROP

@@ -9,10 +9,11 @@
 // Docker and nothing else. Under `go test -short` (make test/unit) every
 // test that asks for a server here is skipped, saying so.
 //
-// A database is a copy of a template that holds the migrated schema: the
-// template is built once per schema version (under an advisory lock, since
-// test binaries run at the same time), and each NewDatabase is a cheap
-// CREATE DATABASE ... TEMPLATE.
+// A database is a copy of a template that holds the migrated schemas (the
+// order service's, or only those a test names, such as outbox.Schema): the
+// template is built once per version of those schemas (under an advisory
+// lock, since test binaries run at the same time), and each NewDatabase is
+// a cheap CREATE DATABASE ... TEMPLATE.
 package testenv
 
 import (
@@ -42,7 +43,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/migrations"
 )
 
@@ -86,38 +87,52 @@ func AsRole(rawURL, role string) string {
 }
 
 var server struct {
-	once     sync.Once
-	adminURL string // the server's maintenance database
-	template string // the migrated template database
-	err      error
+	once      sync.Once
+	adminURL  string // the server's maintenance database
+	err       error
+	templates templates
 }
 
-// NewDatabase creates a database for t with the current schema, and drops
-// it when t ends.
-func NewDatabase(t testing.TB) *Database {
+// startServer finds or starts the shared server, once per test binary.
+func startServer(t testing.TB) {
 	t.Helper()
 	needsServers(t, "PostgreSQL")
-	ctx := context.Background()
-	server.once.Do(func() { server.adminURL, server.template, server.err = preparePostgres(ctx) })
+	server.once.Do(func() { server.adminURL, server.err = postgresServer(context.Background()) })
 	if server.err != nil {
 		t.Fatalf("testenv: PostgreSQL: %v", server.err)
+	}
+}
+
+// NewDatabase creates a database for t with schemas applied in order, and
+// drops it when t ends. Without schemas it has the order service's
+// (migrations.Schemas); a mechanism's tests name their own (outbox.Schema).
+func NewDatabase(t testing.TB, schemas ...database.Schema) *Database {
+	t.Helper()
+	startServer(t)
+	ctx := context.Background()
+	if len(schemas) == 0 {
+		schemas = migrations.Schemas
+	}
+	template := templateName(schemas)
+	if err := server.templates.once(template, func() error { return prepareTemplate(ctx, template, schemas) }); err != nil {
+		t.Fatalf("testenv: PostgreSQL: build the template database: %v", err)
 	}
 
 	name := testDBPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + randomSuffix()
 	admin := connectAdmin(t, ctx)
 	for try := 1; ; try++ {
-		_, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, server.template))
+		_, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template))
 		if err == nil {
 			break
 		}
-		// Another checkout of the project, at another schema version, may
-		// have dropped this one's template as a leftover (older versions
-		// of this package did): build it again.
+		// Another test binary, of this checkout or another at another
+		// schema version, may have dropped the template as a leftover
+		// (older versions of this package did): build it again.
 		var pgErr *pgconn.PgError
 		if try == 3 || !errors.As(err, &pgErr) || (pgErr.Code != "3D000" && pgErr.Code != "55006") {
 			t.Fatalf("testenv: create database: %v", err)
 		}
-		if _, _, err := preparePostgres(ctx); err != nil {
+		if err := prepareTemplate(ctx, template, schemas); err != nil {
 			t.Fatalf("testenv: rebuild the template: %v", err)
 		}
 	}
@@ -144,11 +159,7 @@ func NewDatabase(t testing.TB) *Database {
 // in it, for tests of code that creates its own database.
 func ServerURL(t testing.TB, name string) string {
 	t.Helper()
-	needsServers(t, "PostgreSQL")
-	server.once.Do(func() { server.adminURL, server.template, server.err = preparePostgres(context.Background()) })
-	if server.err != nil {
-		t.Fatalf("testenv: PostgreSQL: %v", server.err)
-	}
+	startServer(t)
 	return withDatabase(server.adminURL, name)
 }
 
@@ -181,41 +192,65 @@ func connectAdmin(t testing.TB, ctx context.Context) *pgx.Conn {
 	return conn
 }
 
-// preparePostgres finds or starts the server and makes sure the template
-// of the current schema exists.
-func preparePostgres(ctx context.Context) (adminURL, template string, err error) {
-	adminURL, err = postgresServer(ctx)
-	if err != nil {
-		return "", "", err
+// templates are the template databases this test binary has made sure of,
+// each once, by name.
+type templates struct {
+	mu    sync.Mutex
+	built map[string]*templateResult
+}
+
+type templateResult struct {
+	once sync.Once
+	err  error
+}
+
+// once runs prepare the first time template is asked for, and returns its
+// error every time.
+func (ts *templates) once(template string, prepare func() error) error {
+	ts.mu.Lock()
+	if ts.built == nil {
+		ts.built = map[string]*templateResult{}
 	}
-	conn, err := pgx.Connect(ctx, adminURL)
+	r, ok := ts.built[template]
+	if !ok {
+		r = &templateResult{}
+		ts.built[template] = r
+	}
+	ts.mu.Unlock()
+	r.once.Do(func() { r.err = prepare() })
+	return r.err
+}
+
+// prepareTemplate makes sure the shared server has template, with schemas
+// applied, building it if missing.
+func prepareTemplate(ctx context.Context, template string, schemas []database.Schema) error {
+	conn, err := pgx.Connect(ctx, server.adminURL)
 	if err != nil {
-		return "", "", err
+		return err
 	}
 	defer conn.Close(ctx)
 
-	template = "orders_template_" + schemaVersion()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", templateLockID); err != nil {
-		return "", "", err
+		return err
 	}
 	defer func() { _, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", templateLockID) }()
 
 	dropLeftovers(ctx, conn, template)
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", template).Scan(&exists); err != nil {
-		return "", "", err
+		return err
 	}
 	if exists {
-		return adminURL, template, nil
+		return nil
 	}
-	if err := buildTemplate(ctx, conn, adminURL, template); err != nil {
+	if err := buildTemplate(ctx, conn, server.adminURL, template, schemas); err != nil {
 		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+template+" WITH (FORCE)")
-		return "", "", fmt.Errorf("build template database: %w", err)
+		return err
 	}
-	return adminURL, template, nil
+	return nil
 }
 
-func buildTemplate(ctx context.Context, conn *pgx.Conn, adminURL, template string) error {
+func buildTemplate(ctx context.Context, conn *pgx.Conn, adminURL, template string, schemas []database.Schema) error {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+template); err != nil {
 		return err
 	}
@@ -223,7 +258,7 @@ func buildTemplate(ctx context.Context, conn *pgx.Conn, adminURL, template strin
 	if err != nil {
 		return err
 	}
-	m, err := store.NewMigrator(pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := database.NewMigrator(pool, slog.New(slog.NewTextHandler(io.Discard, nil)), schemas...)
 	if err != nil {
 		pool.Close()
 		return err
@@ -282,11 +317,11 @@ func dropLeftovers(ctx context.Context, conn *pgx.Conn, keep string) {
 	}
 }
 
-// schemaVersion is a hash of the migrations, so that a changed migration
-// gets a new template.
-func schemaVersion() string {
+// templateName names the template of schemas by a hash of their
+// migrations, so that a changed migration gets a new template.
+func templateName(schemas []database.Schema) string {
 	h := sha256.New()
-	for _, s := range migrations.Schemas {
+	for _, s := range schemas {
 		h.Write([]byte(s.Name + "\x00" + s.VersionTable + "\x00"))
 		_ = fs.WalkDir(s.FS, ".", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
@@ -298,7 +333,7 @@ func schemaVersion() string {
 			return err
 		})
 	}
-	return hex.EncodeToString(h.Sum(nil))[:12]
+	return "orders_template_" + hex.EncodeToString(h.Sum(nil))[:12]
 }
 
 // postgresServer returns the URL of the server's maintenance database:

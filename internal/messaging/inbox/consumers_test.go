@@ -73,7 +73,7 @@ func (b *syncBuffer) String() string {
 
 func setupConsumer(t *testing.T) *consumerBundle {
 	t.Helper()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, outbox.Schema, inbox.Schema)
 	b := &consumerBundle{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t),
 		metrics: testenv.NewMetrics(), handler: &effectHandler{failures: map[string]int{}}}
 	b.ch = testenv.NewChannel(t, b.amqpURL)

@@ -1,11 +1,9 @@
 package inbox
 
-import (
-	"github.com/yourorg/orders/internal/database"
-	"github.com/yourorg/orders/internal/messaging/inbox/migrations"
-)
+import "github.com/yourorg/orders/internal/messaging/inbox/migrations"
 
 // Schema is the inbox's table (message_inbox), recorded in
-// inbox_schema_version. Apply it with database.Migrator before the
+// inbox_schema_version. Apply it with database.Migrator, after
+// outbox.Schema (follow-up messages are outbox rows) and before the
 // migrations of the service whose consumers use the inbox and grant on it.
-var Schema = database.Schema{Name: "inbox", FS: migrations.FS, VersionTable: "inbox_schema_version"}
+var Schema = migrations.Schema

@@ -115,7 +115,7 @@ func setupBenchIn(b *testing.B, mode string) *benchBundle {
 	b.Helper()
 	var rb *relayBundle
 	if mode == "poll-on-logical" {
-		db := testenv.LogicalPostgres(b).NewDatabase(b)
+		db := testenv.LogicalPostgres(b).NewDatabase(b, outbox.Schema)
 		rb = &relayBundle{t: b, mode: "poll", ctx: b.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(b)}
 		rb.ch = testenv.NewChannel(b, rb.amqpURL)
 		if err := messaging.DeclareExchange(rb.ch, testExchange); err != nil {

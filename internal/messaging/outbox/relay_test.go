@@ -56,9 +56,9 @@ func setupRelayIn(t testing.TB, mode string) *relayBundle {
 	t.Helper()
 	var db *testenv.Database
 	if mode == "wal" {
-		db = testenv.LogicalPostgres(t).NewDatabase(t)
+		db = testenv.LogicalPostgres(t).NewDatabase(t, outbox.Schema)
 	} else {
-		db = testenv.NewDatabase(t)
+		db = testenv.NewDatabase(t, outbox.Schema)
 	}
 	b := &relayBundle{t: t, mode: mode, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t), slot: "relay_" + db.Name}
 	if mode == "wal" {

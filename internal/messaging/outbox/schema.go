@@ -1,12 +1,9 @@
 package outbox
 
-import (
-	"github.com/yourorg/orders/internal/database"
-	"github.com/yourorg/orders/internal/messaging/outbox/migrations"
-)
+import "github.com/yourorg/orders/internal/messaging/outbox/migrations"
 
 // Schema is the outbox's tables (message_outbox, outbox_partition_lease)
 // and the log-tailing relay's publication, recorded in
 // outbox_schema_version. Apply it with database.Migrator before the
 // migrations of the service that writes to the outbox and grants on it.
-var Schema = database.Schema{Name: "outbox", FS: migrations.FS, VersionTable: "outbox_schema_version"}
+var Schema = migrations.Schema

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func (b *relayBundle) walOnly() {
 // an error at once that says what to change; so is MESSAGE_PARTITIONS.
 func TestWALStartFailsClearly(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, outbox.Schema)
 	var level string
 	if err := db.Pool.QueryRow(t.Context(), "SHOW wal_level").Scan(&level); err != nil || level == "logical" {
 		t.Skipf("the test server runs wal_level=%s (%v): this test needs one that cannot stream", level, err)
@@ -254,16 +255,37 @@ func TestWALLargeAndAbortedTransactions(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "every row to be PUBLISHED", b.allPublished(large))
 }
 
-// The relay's own role streams: the migrations gave orders_relay the
-// REPLICATION attribute, and the publication is there.
+// The relay streams as a role with only what it needs: the REPLICATION
+// attribute, and on the outbox's tables what the order service grants
+// orders_relay (migrations/roles_test.go holds it to that); the
+// publication is the outbox's migrations'.
 func TestWALRunsAsTheRelayRole(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	b.walOnly()
+	role := fmt.Sprint("outbox_test_relay_", time.Now().UnixNano())
+	if _, err := b.pool.Exec(b.ctx, "CREATE ROLE "+role+" LOGIN REPLICATION"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, sql := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := b.pool.Exec(context.Background(), sql); err != nil {
+				t.Errorf("%s: %v", sql, err)
+			}
+		}
+	})
+	for _, grant := range []string{
+		"GRANT SELECT, DELETE, UPDATE (status, attempt_count, next_attempt_at, claimed_by, claimed_until, published_at, last_error, updated_at) ON message_outbox",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_partition_lease",
+	} {
+		if _, err := b.pool.Exec(b.ctx, grant+" TO "+role); err != nil {
+			t.Fatal(err)
+		}
+	}
 	b.bindQueue("observer", "#")
-	b.dbURL = testenv.AsRole(b.dbURL, "orders_relay")
+	b.dbURL = testenv.AsRole(b.dbURL, role)
 	r := b.startRelay(testRelayConfig(), b.amqpURL, nil)
-	testenv.WaitFor(t, 10*time.Second, "the relay to stream as orders_relay", func() bool { return streaming(r) })
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream as "+role, func() bool { return streaming(r) })
 	b.enqueue(10, messaging.Cause{})
 	b.receive("observer", 10, 20*time.Second, 0)
 	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(10))
