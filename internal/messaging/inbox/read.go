@@ -75,16 +75,22 @@ func Aggregate(ctx context.Context, db database.DBTX, aggregateID string) ([]Row
 		}
 		return rowsOf(rows), nil
 	}
+	return orderRows(ctx, db, orderID)
+}
+
+// orderRows is Aggregate of an order through order_timeline_inbox, whose
+// rows come as JSON objects of its columns.
+func orderRows(ctx context.Context, db database.DBTX, orderID uuid.UUID) ([]Row, error) {
 	objects, err := queries.ReadOrderInbox(ctx, db, orderID)
 	if err != nil {
-		return nil, fmt.Errorf("inbox rows of order %s: %w", aggregateID, database.Translate(err))
+		return nil, fmt.Errorf("inbox rows of order %s: %w", orderID, database.Translate(err))
 	}
 	out := make([]Row, len(objects))
 	for i, o := range objects {
 		if err := json.Unmarshal(o, &out[i]); err != nil { // NULL columns stay ""
-			return nil, fmt.Errorf("inbox rows of order %s: %w", aggregateID, err)
+			return nil, fmt.Errorf("inbox rows of order %s: %w", orderID, err)
 		}
-		out[i].AggregateID = aggregateID
+		out[i].AggregateID = orderID.String()
 	}
 	slices.SortFunc(out, func(a, b Row) int {
 		return cmp.Or(a.FirstReceivedAt.Compare(b.FirstReceivedAt), strings.Compare(a.Consumer, b.Consumer), strings.Compare(a.MessageID, b.MessageID))

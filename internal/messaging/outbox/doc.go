@@ -43,6 +43,9 @@
 // Tests and drills inject failures through Config.Faults, called from one
 // line between the broker's confirm and the mark; production leaves it nil.
 //
+// The rest of the code reads message_outbox through read.go (Aggregate,
+// Failed, Stuck, Stats, Get), never with SQL of its own.
+//
 // docs/outbox-relay.md draws the relay; docs/state-machines.md the row's
 // life cycle; metrics.go lists the relay's instruments.
 package outbox

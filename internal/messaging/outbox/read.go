@@ -42,8 +42,8 @@ type Message struct {
 // Aggregate returns the messages of one aggregate, oldest first.
 //
 // A role that may not read the table (order-api's) reads an order's
-// messages through order_timeline_outbox, the one way in that
-// migrations/00008_roles.sql grants it.
+// messages (aggregate type "order") through order_timeline_outbox, the one
+// way in that migrations/00008_roles.sql grants it.
 func Aggregate(ctx context.Context, db database.DBTX, aggregateType, aggregateID string) ([]Message, error) {
 	may, err := queries.MayReadOutbox(ctx, db)
 	if err != nil {
@@ -55,11 +55,17 @@ func Aggregate(ctx context.Context, db database.DBTX, aggregateType, aggregateID
 		if err != nil {
 			return nil, fmt.Errorf("outbox rows of %s %s: %w", aggregateType, aggregateID, database.Translate(err))
 		}
-		return messages(rows, func(r dbsqlc.ReadOutboxOfAggregateRow) dbsqlc.ReadOutboxOfAggregateRow { return r }), nil
+		return messages(rows), nil
 	}
+	return orderMessages(ctx, db, orderID)
+}
+
+// orderMessages is Aggregate of an order through order_timeline_outbox,
+// whose rows come as JSON objects of its columns.
+func orderMessages(ctx context.Context, db database.DBTX, orderID uuid.UUID) ([]Message, error) {
 	objects, err := queries.ReadOrderOutbox(ctx, db, orderID)
 	if err != nil {
-		return nil, fmt.Errorf("outbox rows of order %s: %w", aggregateID, database.Translate(err))
+		return nil, fmt.Errorf("outbox rows of order %s: %w", orderID, database.Translate(err))
 	}
 	out := make([]Message, len(objects))
 	for i, o := range objects {
@@ -68,10 +74,10 @@ func Aggregate(ctx context.Context, db database.DBTX, aggregateType, aggregateID
 			Traceparent *string `json:"traceparent"`
 		}
 		if err := json.Unmarshal(o, &row); err != nil {
-			return nil, fmt.Errorf("outbox rows of order %s: %w", aggregateID, err)
+			return nil, fmt.Errorf("outbox rows of order %s: %w", orderID, err)
 		}
 		out[i] = row.Message
-		out[i].AggregateID, out[i].TraceID = aggregateID, traceID(database.Deref(row.Traceparent))
+		out[i].AggregateID, out[i].TraceID = orderID.String(), traceID(database.Deref(row.Traceparent))
 	}
 	slices.SortFunc(out, func(a, b Message) int {
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), slices.Compare(a.ID[:], b.ID[:]))
@@ -103,9 +109,7 @@ func Failed(ctx context.Context, db database.DBTX, messageType string, limit int
 	if err != nil {
 		return nil, fmt.Errorf("read FAILED outbox rows: %w", database.Translate(err))
 	}
-	return messages(rows, func(r dbsqlc.ReadFailedOutboxRow) dbsqlc.ReadOutboxOfAggregateRow {
-		return dbsqlc.ReadOutboxOfAggregateRow(r)
-	}), nil
+	return messages(rows), nil
 }
 
 // Stuck returns what needs an operator's look: up to limit FAILED
@@ -116,9 +120,7 @@ func Stuck(ctx context.Context, db database.DBTX, olderThan time.Duration, limit
 	if err != nil {
 		return nil, fmt.Errorf("read stuck outbox rows: %w", database.Translate(err))
 	}
-	return messages(rows, func(r dbsqlc.ReadStuckOutboxRow) dbsqlc.ReadOutboxOfAggregateRow {
-		return dbsqlc.ReadOutboxOfAggregateRow(r)
-	}), nil
+	return messages(rows), nil
 }
 
 // RetryFailed sends FAILED rows back to PENDING, due now and with their
@@ -134,18 +136,20 @@ func RetryFailed(ctx context.Context, db database.DBTX, ids []uuid.UUID, message
 	if err != nil {
 		return nil, fmt.Errorf("retry failed outbox rows: %w", database.Translate(err))
 	}
-	return messages(rows, func(r dbsqlc.RetryFailedOutboxRow) dbsqlc.ReadOutboxOfAggregateRow {
-		return dbsqlc.ReadOutboxOfAggregateRow(r)
-	}), nil
+	return messages(rows), nil
 }
 
-// messages converts the rows of a query of read.sql. Every such query
-// returns the columns of ReadOutboxOfAggregate, so sqlc's row types
-// convert to it (the as functions).
-func messages[R any](rows []R, as func(R) dbsqlc.ReadOutboxOfAggregateRow) []Message {
+// messageRow is sqlc's row type of each query of read.sql that returns
+// messages: each has the columns of ReadOutboxOfAggregate, in its order, so
+// it converts to that type (and the compiler says so).
+type messageRow interface {
+	dbsqlc.ReadOutboxOfAggregateRow | dbsqlc.ReadFailedOutboxRow | dbsqlc.ReadStuckOutboxRow | dbsqlc.RetryFailedOutboxRow
+}
+
+func messages[R messageRow](rows []R) []Message {
 	out := make([]Message, len(rows))
 	for i, row := range rows {
-		r := as(row)
+		r := dbsqlc.ReadOutboxOfAggregateRow(row)
 		out[i] = Message{
 			ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Status: r.Status, Attempts: int(r.AttemptCount),
 			Producer: r.Producer, CorrelationID: r.CorrelationID, CausationID: r.CausationID, TraceID: traceID(r.Traceparent),
