@@ -21,7 +21,7 @@ import (
 // role), the rows not PROCESSED, and the counts.
 func TestReadShowsRowsInEachState(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t) // the order service's schema: its roles, and order_timeline_inbox
 	ctx := t.Context()
 	order := uuid.NewString()
 	entry := func(consumer string) inbox.Entry {

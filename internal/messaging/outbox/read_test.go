@@ -24,7 +24,7 @@ import (
 // ones, the counts, and an operator's retry.
 func TestReadShowsRowsInEachState(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t) // the order service's schema: its roles, and order_timeline_outbox
 	ctx := t.Context()
 	order := uuid.New()
 	w := outbox.Writer{Producer: "test-producer", Exchange: testExchange, AggregateType: "order"}
