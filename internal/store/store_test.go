@@ -18,6 +18,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -86,32 +87,28 @@ func TestCreateOrderCommitsOrderAndOutboxRowTogether(t *testing.T) {
 		t.Fatalf("stored order = %+v", got)
 	}
 
-	var (
-		id                                uuid.UUID
-		typ, status, exchange, routingKey string
-		version, attempts                 int
-		payload, headers                  []byte
-	)
-	err = b.pool.QueryRow(b.ctx, `SELECT outbox_id, message_type, message_version, status, exchange_name, routing_key,
-		attempt_count, payload, headers FROM message_outbox WHERE aggregate_id = $1`, o.ID().String()).
-		Scan(&id, &typ, &version, &status, &exchange, &routingKey, &attempts, &payload, &headers)
+	messages, err := outbox.Aggregate(b.ctx, b.pool, domain.AggregateOrder, o.ID().String())
+	if err != nil || len(messages) != 1 {
+		t.Fatalf("outbox rows of the order: %+v, %v; want one", messages, err)
+	}
+	if backlog, err := outbox.Stats(b.ctx, b.pool); err != nil || len(backlog) != 1 || backlog[0].Rows != 1 {
+		t.Fatalf("outbox backlog: %+v, %v; want exactly one row", backlog, err)
+	}
+	m := messages[0]
+	row, err := outbox.Get(b.ctx, b.pool, m.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if count(t, b.pool, "message_outbox") != 1 {
-		t.Fatal("want exactly one outbox row")
-	}
-	if id.Version() != 7 || typ != domain.TypeOrderSubmitted || version != 1 || status != "PENDING" ||
-		exchange != domain.EventsExchange || routingKey != typ || attempts != 0 {
-		t.Fatalf("outbox row: id v%d %s v%d %s %s %s %d", id.Version(), typ, version, status, exchange, routingKey, attempts)
+	if m.ID.Version() != 7 || m.Type != domain.TypeOrderSubmitted || row.Version != 1 || m.Status != "PENDING" ||
+		row.Exchange != domain.EventsExchange || row.RoutingKey != m.Type || m.Attempts != 0 {
+		t.Fatalf("outbox row: id v%d %s v%d %s %s %s %d", m.ID.Version(), m.Type, row.Version, m.Status, row.Exchange, row.RoutingKey, m.Attempts)
 	}
 	var p domain.OrderSubmittedV1
-	if err := json.Unmarshal(payload, &p); err != nil || p.ID != o.ID() || p.TotalCents != 2599 || len(p.Items) != 2 {
-		t.Fatalf("payload %s: %v", payload, err)
+	if err := json.Unmarshal(row.Payload, &p); err != nil || p.ID != o.ID() || p.TotalCents != 2599 || len(p.Items) != 2 {
+		t.Fatalf("payload %s: %v", row.Payload, err)
 	}
-	var h map[string]string
-	if err := json.Unmarshal(headers, &h); err != nil || h["correlation_id"] != "corr-1" {
-		t.Fatalf("headers %s: %v", headers, err)
+	if row.Headers["correlation_id"] != "corr-1" || m.CorrelationID != "corr-1" {
+		t.Fatalf("headers %v", row.Headers)
 	}
 
 	history, err := store.History(b.ctx, b.pool, o.ID())
@@ -135,10 +132,13 @@ func TestFailureAfterOutboxInsertLeavesNothing(t *testing.T) {
 	if !errors.Is(err, domain.ErrConflict) {
 		t.Fatalf("err = %v, want the injected unique violation", err)
 	}
-	for _, table := range []string{"orders", "order_items", "order_state_transition", "message_outbox"} {
+	for _, table := range []string{"orders", "order_items", "order_state_transition"} {
 		if n := count(t, b.pool, table); n != 0 {
 			t.Errorf("%s has %d rows after the rollback", table, n)
 		}
+	}
+	if backlog, err := outbox.Stats(b.ctx, b.pool); err != nil || len(backlog) != 0 {
+		t.Errorf("outbox rows after the rollback: %+v, %v", backlog, err)
 	}
 	if _, err := store.GetOrder(b.ctx, b.pool, o.ID()); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("GetOrder after rollback: %v, want ErrNotFound", err)
