@@ -1,6 +1,6 @@
-// Package store is the PostgreSQL side of the order: the schema
-// migrations, the orders with their items and history, and the HTTP
-// idempotency keys. It stands on internal/database (the pool, DBTX, the
+// Package store is the PostgreSQL side of the order: migrating its
+// database (Migrator: the outbox's, the inbox's and the service's schemas),
+// the orders with their items and history, and the HTTP idempotency keys. It stands on internal/database (the pool, DBTX, the
 // classification of driver errors), as the outbox and the inbox do; they
 // keep their own tables and SQL (internal/messaging/outbox,
 // internal/messaging/inbox).
