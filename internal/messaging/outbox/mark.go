@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -25,8 +24,8 @@ func (r *Relay) mark(ctx context.Context, outcomes []outcome) error {
 	m, marked, err := r.record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
 		return Mark(ctx, r.pool, m, r.cfg.MaxAttempts)
 	})
-	if errors.Is(err, errStopped) {
-		return err
+	if ctx.Err() != nil {
+		return err // a crash (Config.Faults): nothing more is marked
 	}
 	if err != nil {
 		r.log.ErrorContext(ctx, "marking outcomes: giving up; the leases will bring the rows back", slog.String("error", err.Error()))
@@ -99,7 +98,8 @@ func (r *Relay) record(ctx context.Context, outcomes []outcome, write func(conte
 	}
 	if r.cfg.Faults != nil {
 		if err := r.cfg.Faults.BeforeMark(m.Published); err != nil {
-			return m, Marked{}, fmt.Errorf("%w: %w", errStopped, err)
+			r.crash(err)
+			return m, Marked{}, err
 		}
 	}
 

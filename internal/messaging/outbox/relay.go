@@ -39,15 +39,15 @@ type Relay struct {
 	// partitions are those this relay holds (Config.Partitions); nil: none.
 	partitions    atomic.Pointer[[]int32]
 	partitionRows atomic.Bool // the lease rows are made
+	// crashed ends when Config.Faults stands in for a crash: Run stops at
+	// once and returns its cause, and nothing more is marked.
+	crashed context.Context
+	crash   context.CancelCauseFunc
 	// sweepCutoff, set when the relay is the sweep of a log-tailing relay
 	// (wal.go), says up to when the rows are the sweep's to claim; false:
 	// claim nothing.
 	sweepCutoff func() (time.Time, bool)
 }
-
-// errStopped ends Run when Faults.BeforeMark fails: a test's stand-in for a
-// crash.
-var errStopped = errors.New("relay stopped before marking confirmed rows")
 
 // NewRelay returns a relay; Run starts it.
 func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
@@ -63,6 +63,7 @@ func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 		wake:   make(chan struct{}, 1),
 		tracer: messaging.Tracer(deps.TracerProvider, scope),
 	}
+	r.crashed, r.crash = context.WithCancelCause(context.Background())
 	if len(cfg.Readers) > 0 {
 		r.readers.Store(uncheckedReaders(cfg.Readers))
 	}
@@ -107,6 +108,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx) // ends the helpers below when Run returns
 	defer cancel()
+	defer context.AfterFunc(r.crashed, cancel)()
 	if !r.cfg.NotifyOff {
 		wg.Go(func() { r.listen(ctx) })
 	}
@@ -114,20 +116,12 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.InfoContext(ctx, "relay starting", slog.Int("batch_size", r.cfg.BatchSize),
 		slog.Int("max_in_flight", r.cfg.MaxInFlight), slog.Bool("notify", !r.cfg.NotifyOff))
-	var crashed error // Faults.BeforeMark stands in for a crash: it ends the relay
 	background.Reconnect{
 		What: "broker session", Base: 500 * time.Millisecond, MaxDelay: 30 * time.Second, Logger: r.log,
-		Session: func(ctx context.Context) error {
-			err := newSession(r).run(ctx)
-			if errors.Is(err, errStopped) {
-				crashed = err
-				cancel()
-			}
-			return err
-		},
+		Session: func(ctx context.Context) error { return newSession(r).run(ctx) },
 	}.Run(ctx)
-	if crashed != nil {
-		return crashed
+	if err := context.Cause(r.crashed); err != nil {
+		return err
 	}
 	r.log.InfoContext(ctx, "relay stopped")
 	return nil

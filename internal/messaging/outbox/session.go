@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -79,6 +78,7 @@ func (s *session) run(ctx context.Context) error {
 	defer stopTimer()
 	markCtx, cancelMarks := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelMarks()
+	defer context.AfterFunc(r.crashed, cancelMarks)()
 	stopMarkTimer := context.AfterFunc(drainCtx, func() { time.AfterFunc(r.cfg.DBTimeout, cancelMarks) })
 	defer stopMarkTimer()
 
@@ -98,9 +98,6 @@ func (s *session) run(ctx context.Context) error {
 	s.claimLoop(sessCtx, claimed)
 
 	err = <-confirmErr
-	if errors.Is(err, errStopped) {
-		return err
-	}
 	if ctx.Err() != nil {
 		return nil
 	}

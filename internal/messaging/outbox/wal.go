@@ -168,6 +168,7 @@ func (w *WALRelay) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer context.AfterFunc(w.sweep.crashed, cancel)() // a crash (Config.Faults) ends the stream too
 	var wg sync.WaitGroup
 	var sweepErr error
 	wg.Go(func() {
@@ -194,8 +195,6 @@ func (w *WALRelay) streamLoop(ctx context.Context) error {
 	for {
 		streamed, err := w.streamOnce(ctx)
 		switch {
-		case errors.Is(err, errStopped):
-			return err
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, errStandby):

@@ -148,13 +148,10 @@ func (w *WALRelay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	recvErr := s.receive(sessCtx, items)
 	close(items)
 	stop(recvErr)
-	werr := <-writeErr
+	<-writeErr
 	// Every step has stopped: the connection is this goroutine's again.
 	_ = s.reportPosition(context.Background(), true) // final: an error here changes nothing
-	switch {
-	case errors.Is(werr, errStopped):
-		return true, werr
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		return true, nil
 	}
 	return true, causeOr(context.Cause(sessCtx), errors.New("stream ended"))
@@ -596,9 +593,6 @@ func (w *WALRelay) writeBack(ctx context.Context, batch []walOutcome) error {
 	_, _, err := w.sweep.record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
 		return markStreamed(ctx, w.pool, m, w.cfg.MaxAttempts)
 	})
-	if errors.Is(err, errStopped) {
-		return err
-	}
 	if err != nil {
 		return fmt.Errorf("write back %d rows (they are streamed again): %w", len(outcomes), err)
 	}
