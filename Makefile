@@ -65,7 +65,7 @@ test/packages: ## every package's tests, the relay's with the polling relay (REL
 
 .PHONY: test/wal
 test/wal: ## the relay suite with the log-tailing relay (RELAY_MODE=wal), against a wal_level=logical PostgreSQL the tests start
-	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m ./internal/messaging/outbox/
+	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m ./internal/messaging/outbox/wal/
 
 .PHONY: test/unit
 test/unit: ## the tests that need no servers (go test -short: those needing PostgreSQL or RabbitMQ skip)
@@ -81,7 +81,7 @@ bench: ## the benchmarks of docs/benchmarks.md (relay against a raw publisher, l
 
 .PHONY: bench/relay
 bench/relay: ## the polling relay, the log-tailing relay and a raw amqp091 publisher on the same backlog: their ratios
-	$(GO) test -run '^$$' -bench 'BenchmarkRelayModes' -benchtime 1x -timeout 20m ./internal/messaging/outbox/
+	$(GO) test -run '^$$' -bench 'BenchmarkRelayModes' -benchtime 1x -timeout 20m ./internal/messaging/outbox/wal/
 
 .PHONY: bench/flow
 bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, DURATION each, with RELAYS relays and PARTITIONS: latency, CPU per 1,000 orders

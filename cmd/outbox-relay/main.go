@@ -22,6 +22,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/wal"
 )
 
 const service = "outbox-relay"
@@ -42,7 +43,7 @@ type Config struct {
 	// from the table) or wal (stream them from the write-ahead log through
 	// a logical replication slot). docs/outbox-relay.md compares the two.
 	Mode string `env:"RELAY_MODE" envDefault:"poll"`
-	// The wal mode's slot, heartbeat and sweep (outbox.WALConfig).
+	// The wal mode's slot, heartbeat and sweep (wal.Config).
 	WALSlot       string        `env:"RELAY_WAL_SLOT" envDefault:"orders_outbox_relay"`
 	WALHeartbeat  time.Duration `env:"RELAY_WAL_HEARTBEAT" envDefault:"10s"`
 	WALSweepAfter time.Duration `env:"RELAY_WAL_SWEEP_AFTER" envDefault:"30s"`
@@ -148,7 +149,7 @@ type relay interface {
 // newRelay builds the relay of RELAY_MODE.
 func (c *Config) newRelay(deps messaging.Deps) (relay, error) {
 	if c.Mode == "wal" {
-		return outbox.NewWALRelay(c.relayConfig(), outbox.WALConfig{
+		return wal.NewRelay(c.relayConfig(), wal.Config{
 			Slot: c.WALSlot, Heartbeat: c.WALHeartbeat, SweepAfter: c.WALSweepAfter,
 		}, deps)
 	}

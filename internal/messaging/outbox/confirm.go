@@ -8,11 +8,30 @@ import (
 	"go.opentelemetry.io/otel/codes"
 )
 
-// outcome is what became of one claimed row.
-type outcome struct {
-	row    Row
-	result string // a publish-attempt outcome, below
-	reason string // for failures: what goes into last_error
+// Outcome is what became of one row handed to the publisher
+// (Publisher.Await), or held back (Held).
+type Outcome struct {
+	Row    Row
+	Result string // a publish-attempt outcome, below
+	Reason string // for failures: what goes into last_error
+}
+
+// Held is the outcome of a row not published because a reader's queue of
+// its type is missing (Config.Readers): handed back, not an attempt.
+func Held(row Row) Outcome {
+	return Outcome{Row: row, Result: outcomeHeld, Reason: "held back: a reader's queue of its type is missing (order-consumer declare)"}
+}
+
+// Settled reports whether the broker answered the publish (confirmed,
+// returned or nacked it), or the row was held: whether its outcome can be
+// written. The others (no confirm in time, the connection lost, never
+// published) leave the row as it was.
+func (o Outcome) Settled() bool {
+	switch o.Result {
+	case outcomeConfirmed, outcomeUnroutable, outcomeNacked, outcomeHeld:
+		return true
+	}
+	return false
 }
 
 // Publish attempt outcomes (the "outcome" label of outbox.publish.attempts).
@@ -24,9 +43,7 @@ const (
 	outcomeConnectionLost = "connection_lost"
 	outcomeNotPublished   = "not_published"
 	outcomeShutdown       = "shutdown"
-	// outcomeHeld: the log stream did not publish the row, a reader queue
-	// of its type being missing, and handed it to the sweep. Not an attempt.
-	outcomeHeld = "held"
+	outcomeHeld           = "held" // not published: Held; not an attempt
 )
 
 // confirmLoop is steps 3 and 4: for each published batch, in order, it
@@ -41,19 +58,19 @@ func (s *session) confirmLoop(ctx, markCtx context.Context, published <-chan *ba
 	for b := range published {
 		all := b.sent
 		for _, row := range b.rows[len(b.sent):] {
-			all = append(all, sent{row: row}) // never published: handed back
+			all = append(all, Sent{Row: row}) // never published: handed back
 		}
-		outcomes := s.pub.await(ctx, all)
+		outcomes := s.pub.Await(ctx, all)
 		endBatchSpan(b, outcomes)
 		err := r.mark(markCtx, outcomes)
-		s.pub.window.Release(int64(len(b.rows)))
+		s.pub.Release(int64(len(b.rows)))
 		if err != nil {
 			return err
 		}
 		for _, o := range outcomes {
-			if o.result == outcomeTimeout && fatal == nil {
+			if o.Result == outcomeTimeout && fatal == nil {
 				fatal = errors.New("publisher confirm timed out")
-				s.pub.stop(fatal)
+				s.pub.Stop(fatal)
 			}
 		}
 	}
@@ -61,10 +78,10 @@ func (s *session) confirmLoop(ctx, markCtx context.Context, published <-chan *ba
 }
 
 // endBatchSpan ends the span of a batch with what the broker said.
-func endBatchSpan(b *batch, outcomes []outcome) {
+func endBatchSpan(b *batch, outcomes []Outcome) {
 	failed := 0
 	for _, o := range outcomes {
-		if o.result != outcomeConfirmed {
+		if o.Result != outcomeConfirmed {
 			failed++
 		}
 	}

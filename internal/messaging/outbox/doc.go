@@ -28,20 +28,23 @@
 // them on one confirm channel with mandatory set and the confirms
 // pipelined (publish.go builds each message's envelope), awaits the
 // confirms (publisher.go) and marks each row by what the broker said
-// (mark.go): PUBLISHED when confirmed; back to PENDING with a backoff on a return, a nack or no
-// confirm in time; FAILED after the last attempt. Every mark names the
+// (mark.go): PUBLISHED when confirmed; back to PENDING with a backoff on
+// a return, a nack or no confirm in time; FAILED after the last attempt. Every mark names the
 // attempt that claimed the row, so a relay whose lease ran out cannot
 // overwrite a newer claim, and a vanished relay's rows come back when its
 // lease ends. Run as many relays as you like.
 //
-// The log-tailing relay (wal.go, wal_stream.go; RELAY_MODE=wal) publishes
-// the same rows from PostgreSQL's write-ahead log instead of claiming them:
-// read walSession's doc first; its four steps are receive, publish,
-// confirm and write, and the slot's position moves only past what was
-// confirmed and written back.
+// The log-tailing relay (package wal, RELAY_MODE=wal) publishes the same
+// rows from PostgreSQL's write-ahead log instead of claiming them. Only
+// the source of rows is its own: it publishes on a Publisher
+// (Relay.Connect), writes the outcomes down with Relay.Record, and runs a
+// polling relay beside it as its sweep (Relay.ClaimOnlyBefore). A team
+// that only polls deletes that folder and its wiring in cmd/outbox-relay.
 //
 // Tests and drills inject failures through Config.Faults, called from one
-// line between the broker's confirm and the mark; production leaves it nil.
+// line of Relay.Record, before the marks; production leaves it nil. The
+// relays' shared test suite and fixtures are package outboxtest; the
+// statements' own tests are rows_test.go.
 //
 // The rest of the code reads message_outbox through read.go (Aggregate,
 // Failed, Stuck, Stats, Get), never with SQL of its own.

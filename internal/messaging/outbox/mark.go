@@ -13,15 +13,15 @@ import (
 	"github.com/yourorg/orders/internal/messaging"
 )
 
-// mark records the outcomes of a claimed batch (record) and writes them
+// mark records the outcomes of a claimed batch (Record) and writes them
 // with Mark: one round trip and one commit per batch, whatever the mix.
 // The statement is fenced by the claims' tokens and takes effect whole or
 // not at all, so its retries never repeat a change that took effect. If
 // the database stays away, the rows stay PUBLISHING and come back when
 // their lease ends: published again (a duplicate the inbox absorbs), never
 // lost.
-func (r *Relay) mark(ctx context.Context, outcomes []outcome) error {
-	m, marked, err := r.record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
+func (r *Relay) mark(ctx context.Context, outcomes []Outcome) error {
+	marked, err := r.Record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
 		return Mark(ctx, r.pool, m, r.cfg.MaxAttempts)
 	})
 	if ctx.Err() != nil {
@@ -30,16 +30,22 @@ func (r *Relay) mark(ctx context.Context, outcomes []outcome) error {
 	if err != nil {
 		r.log.ErrorContext(ctx, "marking outcomes: giving up; the leases will bring the rows back", slog.String("error", err.Error()))
 	}
-	if lost := int64(len(m.Published)) - marked.Published; lost > 0 {
+	confirmed := int64(0)
+	for _, o := range outcomes {
+		if o.Result == outcomeConfirmed {
+			confirmed++
+		}
+	}
+	if lost := confirmed - marked.Published; lost > 0 {
 		r.log.WarnContext(ctx, "confirmed rows not marked (lease expired, or the database away); they will be published again",
 			slog.Int64("rows", lost))
 	}
 	return nil
 }
 
-// record is the last step of every batch, whatever the rows' source: it
-// counts the outcomes, sorts them into marks and writes those with write
-// (withDBRetry):
+// Record is the last step of every batch, whatever the rows' source: it
+// counts the outcomes, sorts them into marks and writes those with write,
+// retried (withDBRetry) until ctx ends:
 //
 //   - confirmed: PUBLISHED;
 //   - returned (unroutable: no queue matched its routing key), the one
@@ -54,10 +60,10 @@ func (r *Relay) mark(ctx context.Context, outcomes []outcome) error {
 //     missing): back to PENDING with the attempt not counted.
 //
 // So broker trouble never spends a row's attempts: only a return does.
-func (r *Relay) record(ctx context.Context, outcomes []outcome, write func(context.Context, Marks) (Marked, error)) (Marks, Marked, error) {
+func (r *Relay) Record(ctx context.Context, outcomes []Outcome, write func(context.Context, Marks) (Marked, error)) (Marked, error) {
 	var m Marks
 	nackWait := r.cfg.BackoffBase
-	if slices.ContainsFunc(outcomes, func(o outcome) bool { return o.result == outcomeNacked }) {
+	if slices.ContainsFunc(outcomes, func(o Outcome) bool { return o.Result == outcomeNacked }) {
 		nackWait = background.Backoff(int(r.refusals.Add(1)), r.cfg.BackoffBase, r.cfg.BackoffMax)
 	} else {
 		r.refusals.Store(0)
@@ -65,24 +71,24 @@ func (r *Relay) record(ctx context.Context, outcomes []outcome, write func(conte
 	type group struct{ typ, result string }
 	counts := map[group]int64{} // the counters are added once per type and outcome, not once per row
 	for _, o := range outcomes {
-		if o.result != outcomeHeld { // not an attempt
-			counts[group{o.row.Type, o.result}]++
+		if o.Result != outcomeHeld { // not an attempt
+			counts[group{o.Row.Type, o.Result}]++
 		}
-		switch o.result {
+		switch o.Result {
 		case outcomeConfirmed:
-			m.Published = append(m.Published, o.row.Claim())
+			m.Published = append(m.Published, o.Row.Claim())
 		case outcomeShutdown, outcomeNotPublished:
-			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim()})
+			m.Released = append(m.Released, PublishFailure{Claim: o.Row.Claim()})
 		case outcomeHeld:
-			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason})
+			m.Released = append(m.Released, PublishFailure{Claim: o.Row.Claim(), Reason: o.Reason})
 		case outcomeTimeout, outcomeConnectionLost:
-			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: r.cfg.BackoffBase})
+			m.Released = append(m.Released, PublishFailure{Claim: o.Row.Claim(), Reason: o.Reason, RetryIn: r.cfg.BackoffBase})
 		case outcomeNacked:
-			m.Released = append(m.Released, PublishFailure{Claim: o.row.Claim(), Reason: o.reason, RetryIn: nackWait})
+			m.Released = append(m.Released, PublishFailure{Claim: o.Row.Claim(), Reason: o.Reason, RetryIn: nackWait})
 		default: // unroutable
 			m.Refused = append(m.Refused, PublishFailure{
-				Claim: o.row.Claim(), Reason: o.reason,
-				RetryIn: background.Backoff(o.row.Attempt, r.cfg.BackoffBase, r.cfg.BackoffMax),
+				Claim: o.Row.Claim(), Reason: o.Reason,
+				RetryIn: background.Backoff(o.Row.Attempt, r.cfg.BackoffBase, r.cfg.BackoffMax),
 			})
 		}
 	}
@@ -99,7 +105,7 @@ func (r *Relay) record(ctx context.Context, outcomes []outcome, write func(conte
 	if r.cfg.Faults != nil {
 		if err := r.cfg.Faults.BeforeMark(m.Published); err != nil {
 			r.crash(err)
-			return m, Marked{}, err
+			return Marked{}, err
 		}
 	}
 
@@ -109,9 +115,9 @@ func (r *Relay) record(ctx context.Context, outcomes []outcome, write func(conte
 		return err
 	})
 	for _, o := range outcomes {
-		if o.result == outcomeConfirmed {
-			r.metrics.publishDelay.Record(ctx, time.Since(o.row.CreatedAt).Seconds())
-			r.metrics.attemptsPerMessage.Record(ctx, int64(o.row.Attempt))
+		if o.Result == outcomeConfirmed {
+			r.metrics.publishDelay.Record(ctx, time.Since(o.Row.CreatedAt).Seconds())
+			r.metrics.attemptsPerMessage.Record(ctx, int64(o.Row.Attempt))
 		}
 	}
 	r.logFailures(ctx, outcomes)
@@ -120,29 +126,40 @@ func (r *Relay) record(ctx context.Context, outcomes []outcome, write func(conte
 		r.log.ErrorContext(ctx, "outbox row FAILED: attempts exhausted", slog.String("message_id", id.String()),
 			slog.Int("max_attempts", r.cfg.MaxAttempts))
 	}
-	return m, marked, err
+	return marked, err
+}
+
+// Unsettled counts the publish attempt of a row the broker did not answer
+// (no confirm in time, the connection lost), for a relay that writes no
+// outcome for it: the log-tailing relay publishes it again.
+func (r *Relay) Unsettled(o Outcome) {
+	if o.Result == outcomeNotPublished || o.Result == outcomeShutdown {
+		return // the session was ending anyway
+	}
+	r.metrics.attempts.Add(context.Background(), 1, metric.WithAttributes(messaging.AttrMessageType.String(o.Row.Type),
+		messaging.AttrOutcome.String(o.Result)))
 }
 
 // logFailures names each message the broker refused (returned or nacked),
 // and sums up in one line the rows a lost connection or a missing confirm
 // sent back.
-func (r *Relay) logFailures(ctx context.Context, outcomes []outcome) {
+func (r *Relay) logFailures(ctx context.Context, outcomes []Outcome) {
 	lost := map[string]int{}
-	var example outcome
+	var example Outcome
 	for _, o := range outcomes {
-		switch o.result {
+		switch o.Result {
 		case outcomeUnroutable, outcomeNacked:
-			r.log.WarnContext(ctx, "publish refused; will retry", slog.String("message_id", o.row.ID.String()),
-				slog.String("message_type", o.row.Type), slog.String("aggregate_id", o.row.AggregateID),
-				slog.Int("attempt", o.row.Attempt), slog.String("reason", o.reason))
+			r.log.WarnContext(ctx, "publish refused; will retry", slog.String("message_id", o.Row.ID.String()),
+				slog.String("message_type", o.Row.Type), slog.String("aggregate_id", o.Row.AggregateID),
+				slog.Int("attempt", o.Row.Attempt), slog.String("reason", o.Reason))
 		case outcomeTimeout, outcomeConnectionLost:
-			lost[o.result]++
+			lost[o.Result]++
 			example = o
 		}
 	}
 	for result, n := range lost {
 		r.log.WarnContext(ctx, "publishes unconfirmed; will retry", slog.String("outcome", result), slog.Int("rows", n),
-			slog.String("first_message_id", example.row.ID.String()), slog.String("reason", example.reason))
+			slog.String("first_message_id", example.Row.ID.String()), slog.String("reason", example.Reason))
 	}
 }
 

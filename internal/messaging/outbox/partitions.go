@@ -71,7 +71,7 @@ func (r *Relay) scope() claimScope {
 	if p := r.partitions.Load(); p != nil {
 		s.mine = *p
 	}
-	if r.sweepCutoff != nil { // the sweep of a log-tailing relay (wal.go)
+	if r.sweepCutoff != nil { // ClaimOnlyBefore
 		s.sweep = true
 		s.before, s.sweepReady = r.sweepCutoff()
 	}
@@ -79,8 +79,8 @@ func (r *Relay) scope() claimScope {
 }
 
 // claimsNothing reports whether the relay may claim nothing now: it holds
-// no partition while the outbox is partitioned, or it is the sweep of a
-// log-tailing relay that is not streaming.
+// no partition while the outbox is partitioned, or its cutoff
+// (ClaimOnlyBefore) says claim nothing.
 func (s claimScope) claimsNothing() bool {
 	return (s.partitions > 0 && len(s.mine) == 0) || (s.sweep && !s.sweepReady)
 }

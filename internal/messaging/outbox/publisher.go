@@ -17,12 +17,13 @@ import (
 	"github.com/yourorg/orders/internal/messaging"
 )
 
-// publisher is the broker side of a relay's session, whatever the rows'
+// Publisher is the broker side of a relay's session, whatever the rows'
 // source: one channel in confirm mode, the book of its returns, the window
 // of messages published and not yet confirmed, and whether the broker
-// blocks publishers. It publishes rows (publish), waits for their
-// confirms and says what became of each (await).
-type publisher struct {
+// blocks publishers. It publishes rows (Publish), waits for their confirms
+// and says what became of each (Await); Relay.Record writes that down.
+// Relay.Connect makes one.
+type Publisher struct {
 	relay   *Relay
 	ch      *amqp.Channel
 	returns *returnBook         // the broker's basic.returns, kept until their confirm is read
@@ -31,19 +32,22 @@ type publisher struct {
 	stop    context.CancelCauseFunc
 }
 
-// sent is a row handed to the broker, or not (confirm nil).
-type sent struct {
-	row         Row
-	confirm     *amqp.DeferredConfirmation
+// Sent is a row handed to the broker (Publisher.Publish), or not.
+type Sent struct {
+	Row         Row
+	confirm     *amqp.DeferredConfirmation // nil: not published
 	span        trace.Span
 	publishedAt time.Time
 }
 
-// connect opens a broker connection and its confirm channel, named name in
-// RabbitMQ's connection list. The context it returns ends when the channel
-// closes or p.stop is called; the caller closes conn and calls p.stop when
-// the session ends.
-func (r *Relay) connect(ctx context.Context, name string) (*amqp.Connection, *publisher, context.Context, error) {
+// Published reports whether the row went out (its confirm is awaited).
+func (s Sent) Published() bool { return s.confirm != nil }
+
+// Connect opens a broker connection and its confirm channel, named name in
+// RabbitMQ's connection list, and returns its Publisher. The context it
+// returns ends when the channel closes or Stop is called; the caller
+// closes conn and calls Stop when its session ends.
+func (r *Relay) Connect(ctx context.Context, name string) (*amqp.Connection, *Publisher, context.Context, error) {
 	conn, ch, err := messaging.Open(ctx, r.url, name)
 	if err != nil {
 		return nil, nil, nil, err
@@ -52,7 +56,7 @@ func (r *Relay) connect(ctx context.Context, name string) (*amqp.Connection, *pu
 		_ = conn.CloseDeadline(time.Now().Add(time.Second))
 		return nil, nil, nil, fmt.Errorf("confirm mode: %w", err)
 	}
-	p := &publisher{relay: r, ch: ch, returns: newReturnBook(ch), window: semaphore.NewWeighted(int64(r.cfg.MaxInFlight))}
+	p := &Publisher{relay: r, ch: ch, returns: newReturnBook(ch), window: semaphore.NewWeighted(int64(r.cfg.MaxInFlight))}
 	sessCtx, stop := context.WithCancelCause(ctx)
 	p.stop = stop
 	go p.watchChannel(ch.NotifyClose(make(chan *amqp.Error, 1)))
@@ -60,8 +64,27 @@ func (r *Relay) connect(ctx context.Context, name string) (*amqp.Connection, *pu
 	return conn, p, sessCtx, nil
 }
 
+// Stop ends the session, with cause (nil: a normal end).
+func (p *Publisher) Stop(cause error) { p.stop(cause) }
+
+// Release frees room for n messages in the window (WaitToPublish took it).
+func (p *Publisher) Release(n int64) { p.window.Release(n) }
+
+// Forget gives up on a sent row without awaiting its confirm (it will be
+// published again): it frees its room in the window and ends its span.
+func (p *Publisher) Forget(s Sent) {
+	if s.confirm != nil {
+		p.window.Release(1)
+		p.relay.inFlight.Add(-1)
+	}
+	if s.span != nil {
+		s.span.SetStatus(codes.Error, "not confirmed: published again")
+		s.span.End()
+	}
+}
+
 // watchChannel ends the session when the broker closes the channel.
-func (p *publisher) watchChannel(closed <-chan *amqp.Error) {
+func (p *Publisher) watchChannel(closed <-chan *amqp.Error) {
 	if amqpErr, ok := <-closed; ok {
 		p.stop(fmt.Errorf("channel closed: %w", amqpErr))
 	}
@@ -69,7 +92,7 @@ func (p *publisher) watchChannel(closed <-chan *amqp.Error) {
 
 // watchBlocked pauses publishing while the broker blocks publishers (a
 // memory or disk alarm).
-func (p *publisher) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
+func (p *Publisher) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
 	r := p.relay
 	for b := range blocked {
 		p.blocked.Store(b.Active)
@@ -82,11 +105,11 @@ func (p *publisher) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocki
 	}
 }
 
-// waitToPublish waits for the broker to accept publishes and for room for
+// WaitToPublish waits for the broker to accept publishes and for room for
 // n more messages in the window; false when ctx ends first. While the
 // broker blocks publishers, nothing is taken: the rows would only wait for
 // confirms that cannot come.
-func (p *publisher) waitToPublish(ctx context.Context, n int64) bool {
+func (p *Publisher) WaitToPublish(ctx context.Context, n int64) bool {
 	for p.blocked.Load() {
 		if !background.Sleep(ctx, min(p.relay.cfg.PollInterval, 200*time.Millisecond)) {
 			return false
@@ -95,27 +118,27 @@ func (p *publisher) waitToPublish(ctx context.Context, n int64) bool {
 	return p.window.Acquire(ctx, n) == nil
 }
 
-// publish publishes row, mandatory, with its confirm deferred, in a span
+// Publish publishes row, mandatory, with its confirm deferred, in a span
 // that is a child of parent (the context that wrote the row). On failure
 // the channel cannot be trusted: the caller ends the session.
-func (p *publisher) publish(ctx, parent context.Context, row Row) (sent, error) {
+func (p *Publisher) Publish(ctx, parent context.Context, row Row) (Sent, error) {
 	r := p.relay
 	msg := Publishing(row)
-	s := sent{row: row, span: publishSpan(r.tracer, parent, &msg, row.Exchange, row.RoutingKey), publishedAt: time.Now()}
+	s := Sent{Row: row, span: publishSpan(r.tracer, parent, &msg, row.Exchange, row.RoutingKey), publishedAt: time.Now()}
 	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, row.Exchange, row.RoutingKey, true, false, msg)
 	if err != nil {
 		s.span.End()
-		return sent{row: row}, fmt.Errorf("publish: %w", err)
+		return Sent{Row: row}, fmt.Errorf("publish: %w", err)
 	}
 	s.confirm = dc
 	r.inFlight.Add(1)
 	return s, nil
 }
 
-// await waits for the confirms of batch, each until ConfirmTimeout after
+// Await waits for the confirms of batch, each until ConfirmTimeout after
 // its publish or until ctx ends (the shutdown deadline), says what became
 // of each row, and ends the publish spans with it.
-func (p *publisher) await(ctx context.Context, batch []sent) []outcome {
+func (p *Publisher) Await(ctx context.Context, batch []Sent) []Outcome {
 	timedOut, stopping := false, false
 	for _, s := range batch {
 		if s.confirm == nil || timedOut || stopping {
@@ -133,16 +156,16 @@ func (p *publisher) await(ctx context.Context, batch []sent) []outcome {
 	}
 	// Every return sent before these confirms is in the book now.
 	p.returns.sync()
-	outcomes := make([]outcome, len(batch))
+	outcomes := make([]Outcome, len(batch))
 	for i, s := range batch {
 		outcomes[i] = p.classify(s, stopping)
 		if s.confirm != nil {
 			p.relay.inFlight.Add(-1)
 		}
 		if s.span != nil {
-			s.span.SetAttributes(messaging.AttrOutcome.String(outcomes[i].result))
-			if outcomes[i].result != outcomeConfirmed {
-				s.span.SetStatus(codes.Error, outcomes[i].reason)
+			s.span.SetAttributes(messaging.AttrOutcome.String(outcomes[i].Result))
+			if outcomes[i].Result != outcomeConfirmed {
+				s.span.SetStatus(codes.Error, outcomes[i].Reason)
 			}
 			s.span.End()
 		}
@@ -153,31 +176,31 @@ func (p *publisher) await(ctx context.Context, batch []sent) []outcome {
 // classify says what became of a sent row, once its confirm is done or
 // awaited in vain: the broker confirmed, returned or nacked it, or the
 // publish was cut short.
-func (p *publisher) classify(s sent, stopping bool) outcome {
-	r, row := p.relay, s.row
-	o := outcome{row: row}
+func (p *Publisher) classify(s Sent, stopping bool) Outcome {
+	r, row := p.relay, s.Row
+	o := Outcome{Row: row}
 	if s.confirm == nil {
-		o.result, o.reason = outcomeNotPublished, "not published: the session ended first"
+		o.Result, o.Reason = outcomeNotPublished, "not published: the session ended first"
 		return o
 	}
 	ret, wasReturned := p.returns.take(row.ID.String())
 	switch {
 	case !isDone(s.confirm) && stopping:
-		o.result, o.reason = outcomeShutdown, "no confirm before shutdown"
+		o.Result, o.Reason = outcomeShutdown, "no confirm before shutdown"
 	case !isDone(s.confirm):
-		o.result = outcomeTimeout
-		o.reason = fmt.Sprintf("no publisher confirm within %s (RELAY_CONFIRM_TIMEOUT; the broker may have the message: a duplicate is possible)", r.cfg.ConfirmTimeout)
+		o.Result = outcomeTimeout
+		o.Reason = fmt.Sprintf("no publisher confirm within %s (RELAY_CONFIRM_TIMEOUT; the broker may have the message: a duplicate is possible)", r.cfg.ConfirmTimeout)
 	case wasReturned:
-		o.result = outcomeUnroutable
-		o.reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
+		o.Result = outcomeUnroutable
+		o.Reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
 			ret.ReplyCode, ret.ReplyText, row.Exchange, row.RoutingKey)
 	case s.confirm.Acked():
-		o.result = outcomeConfirmed
+		o.Result = outcomeConfirmed
 		r.metrics.confirmLatency.Record(context.Background(), time.Since(s.publishedAt).Seconds())
 	case p.ch.IsClosed():
-		o.result, o.reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
+		o.Result, o.Reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
 	default:
-		o.result, o.reason = outcomeNacked, "nacked by RabbitMQ"
+		o.Result, o.Reason = outcomeNacked, "nacked by RabbitMQ"
 	}
 	return o
 }

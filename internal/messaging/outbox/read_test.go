@@ -14,6 +14,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -27,14 +28,14 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 	db := testenv.NewDatabase(t) // the order service's schema: its roles, and order_timeline_outbox
 	ctx := t.Context()
 	order := uuid.New()
-	w := outbox.Writer{Producer: "test-producer", Exchange: testExchange, AggregateType: "order"}
+	w := outbox.Writer{Producer: "test-producer", Exchange: outboxtest.Exchange, AggregateType: "order"}
 	cause := messaging.Cause{CorrelationID: "corr-1", MessageID: "m-0"}
 	ids, err := w.Write(ctx, db.Pool, cause,
-		testMessage{Type: typeSubmitted, ID: order}, testMessage{Type: typeCancelled, ID: order}, testMessage{Type: typeRejected, ID: order})
+		outboxtest.Message{Type: outboxtest.TypeSubmitted, ID: order}, outboxtest.Message{Type: outboxtest.TypeCancelled, ID: order}, outboxtest.Message{Type: outboxtest.TypeRejected, ID: order})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := w.Write(ctx, db.Pool, cause, testMessage{Type: typeFulfilled, ID: uuid.New()})
+	other, err := w.Write(ctx, db.Pool, cause, outboxtest.Message{Type: outboxtest.TypeFulfilled, ID: uuid.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +82,8 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 	if err != nil || len(failed) != 1 || failed[0].ID != other[0] || failed[0].LastError != "NO_ROUTE" || failed[0].Attempts != 1 {
 		t.Fatalf("Failed: %+v, %v", failed, err)
 	}
-	if failed, err := outbox.Failed(ctx, db.Pool, typeSubmitted, 10); err != nil || len(failed) != 0 {
-		t.Fatalf("Failed of %s: %+v, %v", typeSubmitted, failed, err)
+	if failed, err := outbox.Failed(ctx, db.Pool, outboxtest.TypeSubmitted, 10); err != nil || len(failed) != 0 {
+		t.Fatalf("Failed of %s: %+v, %v", outboxtest.TypeSubmitted, failed, err)
 	}
 
 	stuck, err := outbox.Stuck(ctx, db.Pool, 0, 10)
@@ -111,13 +112,13 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 			t.Errorf("PENDING %s: oldest age %s", s.MessageType, s.OldestAge)
 		}
 	}
-	if want := map[string]int64{"FAILED " + typeFulfilled: 1, "PUBLISHING " + typeCancelled: 1, "PENDING " + typeRejected: 1}; !maps.Equal(counts, want) {
+	if want := map[string]int64{"FAILED " + outboxtest.TypeFulfilled: 1, "PUBLISHING " + outboxtest.TypeCancelled: 1, "PENDING " + outboxtest.TypeRejected: 1}; !maps.Equal(counts, want) {
 		t.Errorf("Stats: %v, want %v", counts, want)
 	}
 
 	row, err := outbox.Get(ctx, db.Pool, ids[0])
-	if err != nil || row.ID != ids[0] || row.AggregateID != order.String() || row.Type != typeSubmitted || row.Version != 1 ||
-		row.Exchange != testExchange || row.RoutingKey != typeSubmitted || !strings.Contains(string(row.Payload), order.String()) ||
+	if err != nil || row.ID != ids[0] || row.AggregateID != order.String() || row.Type != outboxtest.TypeSubmitted || row.Version != 1 ||
+		row.Exchange != outboxtest.Exchange || row.RoutingKey != outboxtest.TypeSubmitted || !strings.Contains(string(row.Payload), order.String()) ||
 		row.Headers["correlation_id"] != "corr-1" || row.Attempt != 1 || row.Partition != -1 {
 		t.Errorf("Get: %+v, %v", row, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,9 +44,8 @@ type Relay struct {
 	// once and returns its cause, and nothing more is marked.
 	crashed context.Context
 	crash   context.CancelCauseFunc
-	// sweepCutoff, set when the relay is the sweep of a log-tailing relay
-	// (wal.go), says up to when the rows are the sweep's to claim; false:
-	// claim nothing.
+	// sweepCutoff, set by ClaimOnlyBefore, says up to when the rows are
+	// this relay's to claim; false: claim nothing.
 	sweepCutoff func() (time.Time, bool)
 }
 
@@ -77,6 +77,21 @@ func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 
 // ID is the relay's claimer id.
 func (r *Relay) ID() string { return r.cfg.ID }
+
+// Config is the relay's configuration, defaults applied.
+func (r *Relay) Config() Config { return r.cfg }
+
+// Holds reports whether the relay holds messages of messageType back: a
+// queue of one of its readers is missing (Config.Readers).
+func (r *Relay) Holds(messageType string) bool {
+	return slices.Contains(r.readers.Load().held(), messageType)
+}
+
+// ClaimOnlyBefore restricts the relay to rows written before the time
+// cutoff returns, and rows whose last publish failed; while cutoff returns
+// false, it claims nothing. The log-tailing relay (package wal) runs its
+// sweep so, the newer rows being its stream's. Call it before Run.
+func (r *Relay) ClaimOnlyBefore(cutoff func() (time.Time, bool)) { r.sweepCutoff = cutoff }
 
 // Ready reports whether the relay can publish: it holds an open confirm
 // channel, every reader's queue is there (Config.Readers), and the

@@ -228,30 +228,3 @@ func DeletePublished(ctx context.Context, db database.DBTX, retention time.Durat
 	}
 	return n, nil
 }
-
-// markStreamed writes the marks of rows the log-tailing relay published
-// (wal.go) in one statement (MarkStreamed): it claims nothing, so they are
-// matched by id alone, and only while still PENDING. Refused rows have the
-// attempt counted; released ones (nacked, or held) do not.
-func markStreamed(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Marked, error) {
-	p := dbsqlc.MarkStreamedParams{PublishedIds: []uuid.UUID{}, MaxAttempts: int32(maxAttempts)}
-	for _, c := range m.Published {
-		p.PublishedIds = append(p.PublishedIds, c.ID)
-	}
-	for _, f := range m.Refused {
-		p.RefusedIds = append(p.RefusedIds, f.ID)
-		p.RefusedErrors = append(p.RefusedErrors, f.Reason)
-		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, f.RetryIn.Seconds())
-	}
-	for _, f := range m.Released {
-		p.ReleasedIds = append(p.ReleasedIds, f.ID)
-		p.ReleasedErrors = append(p.ReleasedErrors, f.Reason)
-		p.ReleasedRetryInSeconds = append(p.ReleasedRetryInSeconds, f.RetryIn.Seconds())
-	}
-	row, err := queries.MarkStreamed(ctx, db, p)
-	if err != nil {
-		return Marked{}, fmt.Errorf("write back %d streamed outbox rows: %w",
-			len(m.Published)+len(m.Refused)+len(m.Released), database.Translate(err))
-	}
-	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
-}

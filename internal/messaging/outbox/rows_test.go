@@ -8,24 +8,25 @@ import (
 
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
 )
 
-func enqueue(t *testing.T, b *relayBundle, n int) []uuid.UUID {
+func enqueue(t *testing.T, b *outboxtest.Bundle, n int) []uuid.UUID {
 	t.Helper()
 	msgs := make([]messaging.Message, n)
 	for i := range msgs {
-		msgs[i] = testMessage{Type: typeCancelled, ID: uuid.New()}
+		msgs[i] = outboxtest.Message{Type: outboxtest.TypeCancelled, ID: uuid.New()}
 	}
-	ids, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, msgs...)
+	ids, err := outboxtest.Writer.Write(b.Ctx, b.Pool, messaging.Cause{}, msgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ids
 }
 
-func rowStatus(t *testing.T, b *relayBundle, id uuid.UUID) (status string, attempts int) {
+func rowStatus(t *testing.T, b *outboxtest.Bundle, id uuid.UUID) (status string, attempts int) {
 	t.Helper()
-	if err := b.pool.QueryRow(b.ctx, "SELECT status, attempt_count FROM message_outbox WHERE outbox_id = $1", id).Scan(&status, &attempts); err != nil {
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT status, attempt_count FROM message_outbox WHERE outbox_id = $1", id).Scan(&status, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	return status, attempts
@@ -36,14 +37,13 @@ func rowStatus(t *testing.T, b *relayBundle, id uuid.UUID) (status string, attem
 func TestClaimAndMarkAreFencedByTheClaim(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.pollOnly("the claim and mark statements")
 	ids := enqueue(t, b, 3)
 
-	first, err := outbox.ClaimRows(b.ctx, b.pool, "relay-a", 2, time.Minute)
+	first, err := outbox.ClaimRows(b.Ctx, b.Pool, "relay-a", 2, time.Minute)
 	if err != nil || len(first) != 2 || first[0].ID != ids[0] || first[1].ID != ids[1] || first[0].Attempt != 1 {
 		t.Fatalf("first claim: %+v, %v", first, err)
 	}
-	second, err := outbox.ClaimRows(b.ctx, b.pool, "relay-b", 10, time.Minute)
+	second, err := outbox.ClaimRows(b.Ctx, b.Pool, "relay-b", 10, time.Minute)
 	if err != nil || len(second) != 1 || second[0].ID != ids[2] {
 		t.Fatalf("second claim overlaps: %+v, %v", second, err)
 	}
@@ -51,32 +51,32 @@ func TestClaimAndMarkAreFencedByTheClaim(t *testing.T) {
 	// relay-a's lease on ids[0] ends; the row is recovered, with the attempt
 	// given back (a relay's death is not the message's fault), and claimed
 	// again.
-	if _, err := b.pool.Exec(b.ctx, "UPDATE message_outbox SET claimed_until = now() - interval '1s' WHERE outbox_id = $1", ids[0]); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, "UPDATE message_outbox SET claimed_until = now() - interval '1s' WHERE outbox_id = $1", ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if recovered, err := outbox.RecoverExpiredClaims(b.ctx, b.pool); err != nil || len(recovered) != 1 || recovered[0] != ids[0] {
+	if recovered, err := outbox.RecoverExpiredClaims(b.Ctx, b.Pool); err != nil || len(recovered) != 1 || recovered[0] != ids[0] {
 		t.Fatalf("recovered %v, %v", recovered, err)
 	}
 	if status, attempts := rowStatus(t, b, ids[0]); status != "PENDING" || attempts != 0 {
 		t.Fatalf("recovered row: %s attempt %d, want PENDING with no attempt spent", status, attempts)
 	}
 	// The same relay claims it again: a claim of its own, with a token of its own.
-	again, err := outbox.ClaimRows(b.ctx, b.pool, "relay-a", 10, time.Minute)
+	again, err := outbox.ClaimRows(b.Ctx, b.Pool, "relay-a", 10, time.Minute)
 	if err != nil || len(again) != 1 || again[0].ID != ids[0] || again[0].Attempt != 1 || again[0].ClaimToken == first[0].ClaimToken {
 		t.Fatalf("reclaim: %+v, %v", again, err)
 	}
 	// relay-a's old claim, late, marks the row: nothing happens.
-	if n, err := outbox.MarkPublished(b.ctx, b.pool, []outbox.Claim{first[0].Claim()}); err != nil || n != 0 {
+	if n, err := outbox.MarkPublished(b.Ctx, b.Pool, []outbox.Claim{first[0].Claim()}); err != nil || n != 0 {
 		t.Fatalf("stale mark touched %d rows, %v", n, err)
 	}
-	if _, err := outbox.MarkFailed(b.ctx, b.pool, []outbox.PublishFailure{{Claim: first[0].Claim(), Reason: "late"}}, 10); err != nil {
+	if _, err := outbox.MarkFailed(b.Ctx, b.Pool, []outbox.PublishFailure{{Claim: first[0].Claim(), Reason: "late"}}, 10); err != nil {
 		t.Fatal(err)
 	}
 	if status, attempts := rowStatus(t, b, ids[0]); status != "PUBLISHING" || attempts != 1 {
 		t.Fatalf("row after stale marks: %s attempt %d", status, attempts)
 	}
 	// The current claim marks it.
-	if n, err := outbox.MarkPublished(b.ctx, b.pool, []outbox.Claim{again[0].Claim()}); err != nil || n != 1 {
+	if n, err := outbox.MarkPublished(b.Ctx, b.Pool, []outbox.Claim{again[0].Claim()}); err != nil || n != 1 {
 		t.Fatalf("mark: %d, %v", n, err)
 	}
 }
@@ -84,17 +84,16 @@ func TestClaimAndMarkAreFencedByTheClaim(t *testing.T) {
 func TestMarkFailedBacksOffThenFails(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.pollOnly("the claim and mark statements")
 	id := enqueue(t, b, 1)[0]
 	for attempt := 1; attempt <= 3; attempt++ {
-		if _, err := b.pool.Exec(b.ctx, "UPDATE message_outbox SET next_attempt_at = now()"); err != nil {
+		if _, err := b.Pool.Exec(b.Ctx, "UPDATE message_outbox SET next_attempt_at = now()"); err != nil {
 			t.Fatal(err)
 		}
-		rows, err := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute)
+		rows, err := outbox.ClaimRows(b.Ctx, b.Pool, "r", 1, time.Minute)
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("attempt %d: claim %v, %v", attempt, rows, err)
 		}
-		failed, err := outbox.MarkFailed(b.ctx, b.pool, []outbox.PublishFailure{{Claim: rows[0].Claim(), Reason: "unroutable", RetryIn: time.Hour}}, 3)
+		failed, err := outbox.MarkFailed(b.Ctx, b.Pool, []outbox.PublishFailure{{Claim: rows[0].Claim(), Reason: "unroutable", RetryIn: time.Hour}}, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +106,7 @@ func TestMarkFailedBacksOffThenFails(t *testing.T) {
 		}
 		if attempt < 3 {
 			// Not due before its backoff ends.
-			if rows, _ := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute); len(rows) != 0 {
+			if rows, _ := outbox.ClaimRows(b.Ctx, b.Pool, "r", 1, time.Minute); len(rows) != 0 {
 				t.Fatal("claimed during its backoff")
 			}
 		}
@@ -117,18 +116,17 @@ func TestMarkFailedBacksOffThenFails(t *testing.T) {
 func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.pollOnly("the claim and mark statements")
 	id := enqueue(t, b, 1)[0]
-	rows, err := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute)
+	rows, err := outbox.ClaimRows(b.Ctx, b.Pool, "r", 1, time.Minute)
 	if err != nil || len(rows) != 1 {
 		t.Fatal(err)
 	}
 	release := []outbox.PublishFailure{{Claim: rows[0].Claim(), Reason: "connection to RabbitMQ lost before the confirm"}}
-	if n, err := outbox.ReleaseClaims(b.ctx, b.pool, release); err != nil || n != 1 {
+	if n, err := outbox.ReleaseClaims(b.Ctx, b.Pool, release); err != nil || n != 1 {
 		t.Fatalf("release: %d, %v", n, err)
 	}
 	var lastError string
-	if err := b.pool.QueryRow(b.ctx, "SELECT last_error FROM message_outbox WHERE outbox_id = $1", id).Scan(&lastError); err != nil || lastError != release[0].Reason {
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT last_error FROM message_outbox WHERE outbox_id = $1", id).Scan(&lastError); err != nil || lastError != release[0].Reason {
 		t.Fatalf("last_error %q (%v), want the reason", lastError, err)
 	}
 	if status, attempts := rowStatus(t, b, id); status != "PENDING" || attempts != 0 {
@@ -138,11 +136,11 @@ func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 	// The row is claimed again: attempt 1 again, as the first claim was. A
 	// retry of the first release (its answer lost, say) must not hand back
 	// the new claim: the token fences it, where the attempt alone could not.
-	again, err := outbox.ClaimRows(b.ctx, b.pool, "r", 1, time.Minute)
+	again, err := outbox.ClaimRows(b.Ctx, b.Pool, "r", 1, time.Minute)
 	if err != nil || len(again) != 1 || again[0].Attempt != rows[0].Attempt {
 		t.Fatalf("reclaim: %+v, %v", again, err)
 	}
-	if n, err := outbox.ReleaseClaims(b.ctx, b.pool, release); err != nil || n != 0 {
+	if n, err := outbox.ReleaseClaims(b.Ctx, b.Pool, release); err != nil || n != 0 {
 		t.Fatalf("a retried release touched %d rows of a newer claim (%v)", n, err)
 	}
 	if status, attempts := rowStatus(t, b, id); status != "PUBLISHING" || attempts != 1 {
@@ -153,9 +151,8 @@ func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 func TestDeletePublishedOutboxKeepsTheWindow(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.pollOnly("the claim and mark statements")
 	ids := enqueue(t, b, 5)
-	rows, err := outbox.ClaimRows(b.ctx, b.pool, "r", 5, time.Minute)
+	rows, err := outbox.ClaimRows(b.Ctx, b.Pool, "r", 5, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,20 +160,20 @@ func TestDeletePublishedOutboxKeepsTheWindow(t *testing.T) {
 	for i, r := range rows {
 		claims[i] = r.Claim()
 	}
-	if _, err := outbox.MarkPublished(b.ctx, b.pool, claims[:4]); err != nil {
+	if _, err := outbox.MarkPublished(b.Ctx, b.Pool, claims[:4]); err != nil {
 		t.Fatal(err)
 	}
 	// Two were published long ago.
-	if _, err := b.pool.Exec(b.ctx, "UPDATE message_outbox SET published_at = now() - interval '8 days' WHERE outbox_id = ANY($1)", ids[:2]); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, "UPDATE message_outbox SET published_at = now() - interval '8 days' WHERE outbox_id = ANY($1)", ids[:2]); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := outbox.DeletePublished(b.ctx, b.pool, 7*24*time.Hour, 1000); err != nil || n != 2 {
+	if n, err := outbox.DeletePublished(b.Ctx, b.Pool, 7*24*time.Hour, 1000); err != nil || n != 2 {
 		t.Fatalf("deleted %d, %v", n, err)
 	}
-	if got := b.statusCounts(); got["PUBLISHED"]+got["PUBLISHING"] != 3 || len(got) != 2 {
+	if got := b.StatusCounts(); got["PUBLISHED"]+got["PUBLISHING"] != 3 || len(got) != 2 {
 		t.Fatalf("%v rows left, want the 2 recent PUBLISHED and the PUBLISHING one", got)
 	}
-	stats, err := outbox.Stats(b.ctx, b.pool)
+	stats, err := outbox.Stats(b.Ctx, b.Pool)
 	if err != nil || len(stats) != 1 || stats[0].Status != "PUBLISHING" || stats[0].Rows != 1 {
 		t.Fatalf("stats: %+v, %v", stats, err)
 	}

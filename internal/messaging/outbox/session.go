@@ -19,14 +19,14 @@ import (
 // awaits confirms and marks (run).
 type session struct {
 	relay *Relay
-	pub   *publisher
+	pub   *Publisher
 }
 
 // batch is one claim: its rows, each sent or not, in order, and the span
 // of the batch (linked to every row's trace).
 type batch struct {
 	rows      []Row
-	sent      []sent // one per published row, in order
+	sent      []Sent // one per published row, in order
 	batchSpan trace.Span
 }
 
@@ -48,7 +48,7 @@ func newSession(r *Relay) *session { return &session{relay: r} }
 // marking what the broker confirms and handing back the rest.
 func (s *session) run(ctx context.Context) error {
 	r := s.relay
-	conn, pub, sessCtx, err := r.connect(ctx, "outbox-relay "+r.cfg.ID)
+	conn, pub, sessCtx, err := r.Connect(ctx, "outbox-relay "+r.cfg.ID)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *session) run(ctx context.Context) error {
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
 	// sessCtx ends the claim and publish steps: on shutdown, when the
 	// channel dies, or when the confirm step gives up on the channel.
-	defer pub.stop(nil)
+	defer pub.Stop(nil)
 	s.pub = pub
 
 	// Before anything is published, and at every poll: are all the
@@ -90,7 +90,7 @@ func (s *session) run(ctx context.Context) error {
 		defer close(confirmDone)
 		err := s.confirmLoop(drainCtx, markCtx, published)
 		if err != nil {
-			pub.stop(err)
+			pub.Stop(err)
 		}
 		confirmErr <- err
 	}()
@@ -137,7 +137,7 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 	for {
 		// While the broker blocks publishers, claim nothing: the rows would
 		// spend attempts waiting for confirms that cannot come.
-		if !s.pub.waitToPublish(ctx, size) {
+		if !s.pub.WaitToPublish(ctx, size) {
 			return
 		}
 		scope := r.scope()
@@ -154,7 +154,7 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			cancel()
 		}
 		if err != nil {
-			s.pub.window.Release(size)
+			s.pub.Release(size)
 			if ctx.Err() != nil {
 				return
 			}
@@ -165,7 +165,7 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			continue
 		}
 		dbFailures = 0
-		s.pub.window.Release(size - int64(len(rows)))
+		s.pub.Release(size - int64(len(rows)))
 		if len(rows) == 0 {
 			select { // nothing due: wait for a NOTIFY or the poll tick
 			case <-r.wake:
@@ -187,7 +187,7 @@ func (s *session) publishLoop(ctx context.Context, claimed <-chan []Row, publish
 	defer close(published)
 	r := s.relay
 	for rows := range claimed {
-		b := &batch{rows: rows, sent: make([]sent, 0, len(rows))}
+		b := &batch{rows: rows, sent: make([]Sent, 0, len(rows))}
 		parents := make([]context.Context, len(rows))
 		links := make([]trace.Link, len(rows))
 		for i, row := range rows {
@@ -201,12 +201,12 @@ func (s *session) publishLoop(ctx context.Context, claimed <-chan []Row, publish
 			if ctx.Err() != nil {
 				break
 			}
-			sent, err := s.pub.publish(ctx, parents[i], row)
+			sent, err := s.pub.Publish(ctx, parents[i], row)
 			if err != nil {
 				if ctx.Err() == nil {
 					r.log.WarnContext(ctx, "publish failed; ending the session", slog.String("error", err.Error()))
 				}
-				s.pub.stop(err)
+				s.pub.Stop(err)
 				break
 			}
 			b.sent = append(b.sent, sent)

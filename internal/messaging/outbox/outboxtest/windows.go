@@ -1,4 +1,4 @@
-package outbox_test
+package outboxtest
 
 import (
 	"fmt"
@@ -25,25 +25,25 @@ import (
 // ack of that message then looks like a clean publish: without the return
 // book, some of these rows would end PUBLISHED although the broker dropped
 // them. With it, not one is.
-func TestReturnsAreNeverLostWhileMarksWait(t *testing.T) {
+func testReturnsAreNeverLostWhileMarksWait(t *testing.T, mode Mode) {
 	t.Parallel()
-	b := setupRelay(t)
+	b := Setup(t, mode)
 	const n = 3000 // order.fulfilled: no queue is bound to it in this vhost
 	for range n / 500 {
 		msgs := make([]messaging.Message, 500)
 		for i := range msgs {
-			msgs[i] = testMessage{Type: typeFulfilled, ID: testenv.NewID()}
+			msgs[i] = Message{Type: TypeFulfilled, ID: testenv.NewID()}
 		}
-		if _, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, msgs...); err != nil {
+		if _, err := Writer.Write(b.Ctx, b.Pool, messaging.Cause{}, msgs...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg := testRelayConfig()
+	cfg := Config()
 	cfg.BatchSize, cfg.MaxInFlight = 500, n
 	cfg.ConfirmTimeout, cfg.Lease = 30*time.Second, 60*time.Second
 	cfg.BackoffBase, cfg.BackoffMax = time.Hour, time.Hour // one attempt each in this test
 	held := false
-	b.startRelay(cfg, b.amqpURL, outbox.BeforeMark(func([]outbox.Claim) error {
+	b.StartRelay(cfg, b.AMQPURL, BeforeMark(func([]outbox.Claim) error {
 		if !held {
 			held = true
 			time.Sleep(12 * time.Second) // marks wait; the broker keeps returning
@@ -52,14 +52,14 @@ func TestReturnsAreNeverLostWhileMarksWait(t *testing.T) {
 	}))
 	testenv.WaitFor(t, 60*time.Second, "every row to be marked", func() bool {
 		var marked int
-		_ = b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE status = 'PUBLISHED' OR last_error IS NOT NULL").Scan(&marked)
-		return marked == n && b.statusCounts()["PUBLISHING"] == 0
+		_ = b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM message_outbox WHERE status = 'PUBLISHED' OR last_error IS NOT NULL").Scan(&marked)
+		return marked == n && b.StatusCounts()["PUBLISHING"] == 0
 	})
-	if c := b.statusCounts(); c["PUBLISHED"] != 0 {
+	if c := b.StatusCounts(); c["PUBLISHED"] != 0 {
 		t.Fatalf("%d unroutable rows marked PUBLISHED (their returns were lost); counts %v", c["PUBLISHED"], c)
 	}
 	var unroutable int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE last_error LIKE 'unroutable%'").Scan(&unroutable); err != nil || unroutable != n {
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM message_outbox WHERE last_error LIKE 'unroutable%'").Scan(&unroutable); err != nil || unroutable != n {
 		t.Fatalf("%d rows say unroutable (%v), want %d", unroutable, err, n)
 	}
 }
@@ -69,40 +69,40 @@ func TestReturnsAreNeverLostWhileMarksWait(t *testing.T) {
 // (here: no confirm ever comes, the broker connection stalled) is still
 // PENDING with no attempt counted, and is published once the broker is
 // back.
-func TestBrokerTroubleNeverSpendsAttempts(t *testing.T) {
+func testBrokerTroubleNeverSpendsAttempts(t *testing.T, mode Mode) {
 	t.Parallel()
-	b := setupRelay(t)
-	b.bindQueue("observer", typeCancelled)
-	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
-	cfg := testRelayConfig()
+	b := Setup(t, mode)
+	b.BindQueue("observer", TypeCancelled)
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.AMQPURL))
+	cfg := Config()
 	cfg.MaxAttempts = 2
 	cfg.ConfirmTimeout = 300 * time.Millisecond
-	relay := b.startRelay(cfg, proxy.Rewrite(b.amqpURL), nil)
-	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	relay := b.StartRelay(cfg, proxy.Rewrite(b.AMQPURL), nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.Ctx) == nil })
 
 	proxy.Stall()
-	id := b.enqueue(1, messaging.Cause{})[0]
+	id := b.Enqueue(1, messaging.Cause{})[0]
 	// Several publish attempts time out meanwhile (each session ends on a
 	// missing confirm and reconnects through the stalled proxy).
 	testenv.WaitFor(t, 20*time.Second, "publishes to time out", func() bool {
-		if relayMode == "wal" { // the log stream writes nothing back: it streams the row again
-			return b.counterWith("outbox.publish.attempts", "outcome", "timeout") >= 1
+		if mode.Name == "wal" { // the log stream writes nothing back: it streams the row again
+			return b.CounterWith("outbox.publish.attempts", "outcome", "timeout") >= 1
 		}
 		var lastError string
-		_ = b.pool.QueryRow(b.ctx, "SELECT coalesce(last_error, '') FROM message_outbox WHERE outbox_id = $1", id).Scan(&lastError)
+		_ = b.Pool.QueryRow(b.Ctx, "SELECT coalesce(last_error, '') FROM message_outbox WHERE outbox_id = $1", id).Scan(&lastError)
 		return strings.Contains(lastError, "no publisher confirm")
 	})
 	time.Sleep(2 * time.Second)
 	var status string
 	var attempts int
-	if err := b.pool.QueryRow(b.ctx, "SELECT status, attempt_count FROM message_outbox WHERE outbox_id = $1", id).Scan(&status, &attempts); err != nil {
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT status, attempt_count FROM message_outbox WHERE outbox_id = $1", id).Scan(&status, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	if status == "FAILED" || attempts > 1 {
 		t.Fatalf("after broker trouble: %s with %d attempts counted; broker trouble must not spend them", status, attempts)
 	}
 	proxy.Heal()
-	got := b.receive("observer", 1, 30*time.Second, 0)
+	got := b.Receive("observer", 1, 30*time.Second, 0)
 	if got[0].MessageId != id.String() {
 		t.Fatalf("received %s, want %s", got[0].MessageId, id)
 	}
@@ -113,45 +113,45 @@ func TestBrokerTroubleNeverSpendsAttempts(t *testing.T) {
 // with no attempt spent, however often it is nacked, with the reason in
 // last_error, while the next rows flow; once the broker takes it, it is
 // published.
-func TestBrokerNackSpendsNoAttempt(t *testing.T) {
+func testBrokerNackSpendsNoAttempt(t *testing.T, mode Mode) {
 	t.Parallel()
-	b := setupRelay(t)
-	b.fullQueue("full", typeRejected)
-	b.bindQueue("observer", typeCancelled)
-	rejected, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, testMessage{Type: typeRejected, ID: testenv.NewID()})
+	b := Setup(t, mode)
+	b.FullQueue("full", TypeRejected)
+	b.BindQueue("observer", TypeCancelled)
+	rejected, err := Writer.Write(b.Ctx, b.Pool, messaging.Cause{}, Message{Type: TypeRejected, ID: testenv.NewID()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := b.enqueue(5, messaging.Cause{})
-	cfg := testRelayConfig()
+	ok := b.Enqueue(5, messaging.Cause{})
+	cfg := Config()
 	cfg.MaxAttempts = 2
-	b.startRelay(cfg, b.amqpURL, nil)
-	if got := b.receive("observer", len(ok), 20*time.Second, 0); len(got) != len(ok) {
+	b.StartRelay(cfg, b.AMQPURL, nil)
+	if got := b.Receive("observer", len(ok), 20*time.Second, 0); len(got) != len(ok) {
 		t.Fatalf("received %d of %d", len(got), len(ok))
 	}
 	row := func() (status, lastError string, attempts int) {
-		_ = b.pool.QueryRow(b.ctx, "SELECT status, coalesce(last_error, ''), attempt_count FROM message_outbox WHERE outbox_id = $1", rejected[0]).
+		_ = b.Pool.QueryRow(b.Ctx, "SELECT status, coalesce(last_error, ''), attempt_count FROM message_outbox WHERE outbox_id = $1", rejected[0]).
 			Scan(&status, &lastError, &attempts)
 		return
 	}
 	testenv.WaitFor(t, 20*time.Second, "more nacks than the row has attempts", func() bool {
-		return b.counterWith("outbox.publish.attempts", "outcome", "nacked") > int64(cfg.MaxAttempts)
+		return b.CounterWith("outbox.publish.attempts", "outcome", "nacked") > int64(cfg.MaxAttempts)
 	})
 	if status, lastError, attempts := row(); status == "FAILED" || attempts > 1 || lastError != "nacked by RabbitMQ" {
 		t.Fatalf("after %d nacks: %s, %d attempts, last_error %q; want it back in line with no attempt spent",
-			b.counterWith("outbox.publish.attempts", "outcome", "nacked"), status, attempts, lastError)
+			b.CounterWith("outbox.publish.attempts", "outcome", "nacked"), status, attempts, lastError)
 	}
-	if got := b.counter("outbox.failed"); got != 0 {
+	if got := b.Counter("outbox.failed"); got != 0 {
 		t.Fatalf("outbox.failed = %d", got)
 	}
 	// The broker can take it now: it is published. The new queue first:
 	// between the delete and the bind the message would be unroutable,
 	// an attempt spent, and with MaxAttempts 2 the row FAILED.
-	b.bindQueue("roomy", typeRejected)
-	if _, err := b.ch.QueueDelete("full", false, false, false); err != nil {
+	b.BindQueue("roomy", TypeRejected)
+	if _, err := b.Ch.QueueDelete("full", false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.receive("roomy", 1, 30*time.Second, 0); got[0].MessageId != rejected[0].String() {
+	if got := b.Receive("roomy", 1, 30*time.Second, 0); got[0].MessageId != rejected[0].String() {
 		t.Fatalf("received %s", got[0].MessageId)
 	}
 }
@@ -160,13 +160,13 @@ func TestBrokerNackSpendsNoAttempt(t *testing.T) {
 // past RELAY_LEASE): another relay takes the rows over and publishes them;
 // the late relay's marks then change nothing, and every row ends
 // PUBLISHED once, under the newer claim.
-func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
+func testLiveRelayThatOutlivesItsLease(t *testing.T, mode Mode) {
 	t.Parallel()
-	b := setupRelay(t)
-	b.pollOnly("leases")
-	b.bindQueue("observer", typeCancelled)
-	ids := b.enqueue(20, messaging.Cause{})
-	slowCfg := testRelayConfig()
+	b := Setup(t, mode)
+	b.PollOnly("leases")
+	b.BindQueue("observer", TypeCancelled)
+	ids := b.Enqueue(20, messaging.Cause{})
+	slowCfg := Config()
 	slowCfg.Lease, slowCfg.ConfirmTimeout = 2*time.Second, time.Second
 	// Its window holds exactly the rows it claims first, and they stay in
 	// flight while its marks wait: it claims nothing more. Otherwise it
@@ -176,33 +176,33 @@ func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
-	slow := b.startRelay(slowCfg, b.amqpURL, outbox.BeforeMark(func([]outbox.Claim) error {
+	slow := b.StartRelay(slowCfg, b.AMQPURL, BeforeMark(func([]outbox.Claim) error {
 		<-release // alive, but its marks wait past the lease
 		return nil
 	}))
 	t.Cleanup(unblock) // cleanups run last first: this one before the relay's stop
-	first := b.receive("observer", len(ids), 60*time.Second, 0)
+	first := b.Receive("observer", len(ids), 60*time.Second, 0)
 	if len(first) != len(ids) {
 		t.Fatalf("received %d", len(first))
 	}
 	// A second relay recovers the expired claims and publishes again.
-	b.startRelay(testRelayConfig(), b.amqpURL, nil)
-	again := b.receive("observer", len(ids), 60*time.Second, 0)
-	testenv.WaitFor(t, 60*time.Second, "every row PUBLISHED by the second relay", b.allPublished(len(ids)))
+	b.StartRelay(Config(), b.AMQPURL, nil)
+	again := b.Receive("observer", len(ids), 60*time.Second, 0)
+	testenv.WaitFor(t, 60*time.Second, "every row PUBLISHED by the second relay", b.AllPublished(len(ids)))
 	// Every row was recovered from the slow relay's expired lease, and its
 	// attempt given back: a relay's trouble spends none of a row's.
-	if got := b.counter("outbox.lease.recovered"); got != int64(len(ids)) {
+	if got := b.Counter("outbox.lease.recovered"); got != int64(len(ids)) {
 		t.Fatalf("%d rows recovered after the lease, want %d", got, len(ids))
 	}
 	var attempts int
-	if err := b.pool.QueryRow(b.ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
 		t.Fatalf("max attempt_count %d (%v), want 1", attempts, err)
 	}
 	unblock() // the late relay's marks now run: fenced out
-	if err := slow.stop(); err != nil {
+	if err := slow.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if c := b.statusCounts(); c["PUBLISHED"] != len(ids) {
+	if c := b.StatusCounts(); c["PUBLISHED"] != len(ids) {
 		t.Fatalf("counts after the late marks: %v", c)
 	}
 	if fmt.Sprint(messageIDSet(first)) != fmt.Sprint(messageIDSet(again)) {
@@ -215,39 +215,39 @@ func TestLiveRelayThatOutlivesItsLease(t *testing.T) {
 // so that the shared broker raises no alarm of its own. While blocked, the
 // relay claims nothing: rows committed meanwhile stay PENDING with no
 // attempt spent. Once unblocked, they are published.
-func TestBlockedBrokerPausesClaiming(t *testing.T) {
+func testBlockedBrokerPausesClaiming(t *testing.T, mode Mode) {
 	t.Parallel()
-	b := setupRelay(t)
+	b := Setup(t, mode)
 	logs := &lockedBuffer{}
-	b.logger = slog.New(slog.NewTextHandler(logs, nil))
-	b.bindQueue("observer", typeCancelled)
-	proxy := testenv.NewAMQPProxy(t, testenv.HostPort(b.amqpURL))
-	relay := b.startRelay(testRelayConfig(), proxy.Rewrite(b.amqpURL), nil)
-	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.ctx) == nil })
+	b.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	b.BindQueue("observer", TypeCancelled)
+	proxy := testenv.NewAMQPProxy(t, testenv.HostPort(b.AMQPURL))
+	relay := b.StartRelay(Config(), proxy.Rewrite(b.AMQPURL), nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to connect", func() bool { return relay.Ready(b.Ctx) == nil })
 
 	proxy.Block("low on memory (injected by the test)")
 	testenv.WaitFor(t, 10*time.Second, "the relay to see connection.blocked", func() bool {
 		return strings.Contains(logs.String(), "RabbitMQ blocked publishing")
 	})
-	ids := b.enqueue(20, messaging.Cause{})
+	ids := b.Enqueue(20, messaging.Cause{})
 	// Many poll intervals (100 ms) and a NOTIFY pass: a relay that claimed
 	// while blocked would have claimed by now.
 	time.Sleep(3 * time.Second)
 	var claimed int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM message_outbox WHERE status <> 'PENDING' OR attempt_count > 0").Scan(&claimed); err != nil {
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM message_outbox WHERE status <> 'PENDING' OR attempt_count > 0").Scan(&claimed); err != nil {
 		t.Fatal(err)
 	}
 	if claimed != 0 {
-		t.Fatalf("%d of %d rows claimed while the broker blocked publishing; counts %v", claimed, len(ids), b.statusCounts())
+		t.Fatalf("%d of %d rows claimed while the broker blocked publishing; counts %v", claimed, len(ids), b.StatusCounts())
 	}
 
 	proxy.Unblock()
-	if got := b.receive("observer", len(ids), 30*time.Second, 0); len(got) != len(ids) {
+	if got := b.Receive("observer", len(ids), 30*time.Second, 0); len(got) != len(ids) {
 		t.Fatalf("received %d of %d after the unblock", len(got), len(ids))
 	}
-	testenv.WaitFor(t, 20*time.Second, "every row PUBLISHED after the unblock", b.allPublished(len(ids)))
+	testenv.WaitFor(t, 20*time.Second, "every row PUBLISHED after the unblock", b.AllPublished(len(ids)))
 	var attempts int
-	if err := b.pool.QueryRow(b.ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
 		t.Fatalf("max attempt_count %d (%v), want 1: the block spent attempts", attempts, err)
 	}
 }
@@ -270,16 +270,16 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// fullQueue declares a queue bound to key that holds nothing and rejects
+// FullQueue declares a queue bound to key that holds nothing and rejects
 // what overflows: every publish routed only to it is nacked.
-func (b *relayBundle) fullQueue(name, key string) {
-	b.t.Helper()
-	if _, err := b.ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+func (b *Bundle) FullQueue(name, key string) {
+	b.T.Helper()
+	if _, err := b.Ch.QueueDeclare(name, true, false, false, false, amqp.Table{
 		"x-queue-type": "classic", "x-max-length": int64(0), "x-overflow": "reject-publish",
 	}); err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
-	if err := b.ch.QueueBind(name, key, testExchange, false, nil); err != nil {
-		b.t.Fatal(err)
+	if err := b.Ch.QueueBind(name, key, Exchange, false, nil); err != nil {
+		b.T.Fatal(err)
 	}
 }

@@ -1,19 +1,19 @@
-package outbox_test
+package outboxtest
 
 import "github.com/google/uuid"
 
 // The messages of these tests. The outbox publishes whatever a Writer
 // wrote; these stand for the messages of any service.
 const (
-	testExchange  = "test.events"
-	typeSubmitted = "test.submitted"
-	typeCancelled = "test.cancelled"
-	typeFulfilled = "test.fulfilled"
-	typeRejected  = "test.rejected"
+	Exchange      = "test.events"
+	TypeSubmitted = "test.submitted"
+	TypeCancelled = "test.cancelled"
+	TypeFulfilled = "test.fulfilled"
+	TypeRejected  = "test.rejected"
 )
 
 // testMessage is a message of any of the types above.
-type testMessage struct {
+type Message struct {
 	Type  string    `json:"-"`
 	ID    uuid.UUID `json:"id"`
 	Lines []line    `json:"lines,omitempty"`
@@ -25,6 +25,6 @@ type line struct {
 	UnitPriceCents int64  `json:"unit_price_cents"`
 }
 
-func (m testMessage) MessageType() string { return m.Type }
-func (m testMessage) MessageVersion() int { return 1 }
-func (m testMessage) AggregateID() string { return m.ID.String() }
+func (m Message) MessageType() string { return m.Type }
+func (m Message) MessageVersion() int { return 1 }
+func (m Message) AggregateID() string { return m.ID.String() }

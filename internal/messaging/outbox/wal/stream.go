@@ -1,4 +1,4 @@
-package outbox
+package wal
 
 import (
 	"context"
@@ -19,15 +19,16 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/wal/dbsqlc"
 )
 
-// walSession is one replication connection's worth of streaming: the
+// session is one replication connection's worth of streaming: the
 // slot's changes from its confirmed position on, published on one confirm
 // channel. Every message goes through four steps, in log order, each in a
 // goroutine of its own, joined by channels (streamOnce):
@@ -42,10 +43,10 @@ import (
 // short of that (a confirm that never came, a lost channel, a crash) ends
 // the session unreported, and the next one streams it again from the slot:
 // a duplicate the inbox absorbs, never a loss.
-type walSession struct {
-	relay *WALRelay
+type session struct {
+	relay *Relay
 	repl  *pgconn.PgConn
-	pub   *publisher
+	pub   *outbox.Publisher
 	// snapshot is the last snapshot the publish step looked at
 	// (waitVisible); only that step reads or writes it.
 	snapshot pgSnapshot
@@ -58,32 +59,32 @@ type walSession struct {
 	done     atomic.Uint64 // pglogrepl.LSN
 }
 
-// walItem is one step of the log, in order: a row to publish, or the end of
+// item is one step of the log, in order: a row to publish, or the end of
 // a transaction.
-type walItem struct {
-	sent        // the row, and its publish (confirm nil: not published)
-	xid  uint32 // the row's transaction
-	end  *walTxEnd
-	held bool // not published: a reader queue of its type is missing
+type item struct {
+	outbox.Sent        // the row, and its publish
+	xid         uint32 // the row's transaction
+	end         *txEnd
+	held        bool // not published: a reader queue of its type is missing
 }
 
-// walTxEnd is a committed transaction's end: its end LSN, the position to
+// txEnd is a committed transaction's end: its end LSN, the position to
 // report once its rows are written back, and its commit time.
-type walTxEnd struct {
+type txEnd struct {
 	lsn        pglogrepl.LSN
 	commitTime time.Time
 }
 
-// walOutcome is an item with what became of it.
-type walOutcome struct {
-	outcome
-	end *walTxEnd
+// outcome is an item with what became of it.
+type outcome struct {
+	outbox.Outcome
+	end *txEnd
 }
 
 // streamOnce runs one session: it returns when ctx ends, the slot is
 // another relay's (errStandby), or the stream or the channel fails. It
 // says whether it streamed at all.
-func (w *WALRelay) streamOnce(ctx context.Context) (streamed bool, err error) {
+func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	repl, err := w.connectReplication(ctx)
 	if err != nil {
 		return false, err
@@ -105,14 +106,14 @@ func (w *WALRelay) streamOnce(ctx context.Context) (streamed bool, err error) {
 		return false, fmt.Errorf("start replication from slot %s: %w", w.wal.Slot, err)
 	}
 
-	conn, pub, sessCtx, err := w.sweep.connect(ctx, "outbox-relay "+w.cfg.ID+" (wal)")
+	conn, pub, sessCtx, err := w.sweep.Connect(ctx, "outbox-relay "+w.cfg.ID+" (wal)")
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
-	stop := pub.stop
+	stop := pub.Stop
 	defer stop(nil)
-	s := &walSession{relay: w, repl: repl, pub: pub}
+	s := &session{relay: w, repl: repl, pub: pub}
 
 	w.standby.Store(false)
 	w.down.Store(nil)
@@ -132,9 +133,9 @@ func (w *WALRelay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	stopTimer := context.AfterFunc(sessCtx, func() { time.AfterFunc(w.cfg.ShutdownTimeout, cancelDrain) })
 	defer stopTimer()
 
-	items := make(chan walItem, 256)                   // 1 -> 2
-	published := make(chan walItem, w.cfg.MaxInFlight) // 2 -> 3
-	outcomes := make(chan walOutcome, w.cfg.MaxInFlight)
+	items := make(chan item, 256)                   // 1 -> 2
+	published := make(chan item, w.cfg.MaxInFlight) // 2 -> 3
+	outcomes := make(chan outcome, w.cfg.MaxInFlight)
 	writeErr := make(chan error, 1)
 	go s.publishLoop(sessCtx, items, published)
 	go s.confirmLoop(drainCtx, published, outcomes)
@@ -167,7 +168,7 @@ func causeOr(err, fallback error) error {
 
 // connectReplication opens a replication connection (replication=database)
 // with the pool's settings: the same server, database and role.
-func (w *WALRelay) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+func (w *Relay) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg := w.pool.Config().ConnConfig.Config.Copy()
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = cfg.RuntimeParams["application_name"] + " wal"
@@ -186,7 +187,7 @@ func (w *WALRelay) connectReplication(ctx context.Context) (*pgconn.PgConn, erro
 // each transaction's end to the publish step, and reports the position at
 // every StatusInterval (and whenever the server asks), until ctx ends or
 // the stream fails.
-func (s *walSession) receive(ctx context.Context, items chan<- walItem) error {
+func (s *session) receive(ctx context.Context, items chan<- item) error {
 	w := s.relay
 	relations := map[uint32]*pglogrepl.RelationMessage{}
 	types := pgtype.NewMap()
@@ -241,7 +242,7 @@ func (s *walSession) receive(ctx context.Context, items chan<- walItem) error {
 				if err != nil {
 					return fmt.Errorf("decode the log at %s: %w", xld.WALStart, err)
 				}
-				var it *walItem
+				var it *item
 				switch m := m.(type) {
 				case *pglogrepl.RelationMessage:
 					relations[m.RelationID] = m
@@ -252,11 +253,11 @@ func (s *walSession) receive(ctx context.Context, items chan<- walItem) error {
 					if err != nil {
 						return fmt.Errorf("decode an outbox row at %s: %w", xld.WALStart, err)
 					}
-					it = &walItem{sent: sent{row: row}, xid: xid}
+					it = &item{Sent: outbox.Sent{Row: row}, xid: xid}
 				case *pglogrepl.CommitMessage:
 					inTx = false
 					s.received.Add(1)
-					it = &walItem{end: &walTxEnd{lsn: m.TransactionEndLSN, commitTime: m.CommitTime}}
+					it = &item{end: &txEnd{lsn: m.TransactionEndLSN, commitTime: m.CommitTime}}
 				}
 				if it != nil && !s.pass(ctx, items, *it, &next) {
 					return nil
@@ -270,7 +271,7 @@ func (s *walSession) receive(ctx context.Context, items chan<- walItem) error {
 // publish step that waits (a full window, a missing reader queue) must not
 // leave the server without a status until wal_sender_timeout ends the
 // stream.
-func (s *walSession) pass(ctx context.Context, items chan<- walItem, it walItem, next *time.Time) bool {
+func (s *session) pass(ctx context.Context, items chan<- item, it item, next *time.Time) bool {
 	for {
 		select {
 		case items <- it:
@@ -279,7 +280,7 @@ func (s *walSession) pass(ctx context.Context, items chan<- walItem, it walItem,
 			return false
 		case <-time.After(time.Until(*next)):
 			if err := s.reportPosition(ctx, false); err != nil {
-				s.pub.stop(err)
+				s.pub.Stop(err)
 				return false
 			}
 			*next = time.Now().Add(s.relay.wal.StatusInterval)
@@ -288,7 +289,7 @@ func (s *walSession) pass(ctx context.Context, items chan<- walItem, it walItem,
 }
 
 // advance moves the position to report up to lsn (never back).
-func (s *walSession) advance(lsn pglogrepl.LSN) {
+func (s *session) advance(lsn pglogrepl.LSN) {
 	for {
 		cur := s.done.Load()
 		if uint64(lsn) <= cur || s.done.CompareAndSwap(cur, uint64(lsn)) {
@@ -300,7 +301,7 @@ func (s *walSession) advance(lsn pglogrepl.LSN) {
 // reportPosition tells the server that everything up to the position is
 // done: the slot may release the WAL before it, and a restart resumes
 // after it.
-func (s *walSession) reportPosition(ctx context.Context, final bool) error {
+func (s *session) reportPosition(ctx context.Context, final bool) error {
 	lsn := pglogrepl.LSN(s.done.Load())
 	if lsn == 0 {
 		return nil
@@ -316,14 +317,14 @@ func (s *walSession) reportPosition(ctx context.Context, final bool) error {
 
 // decodeRow builds the Row of an outbox INSERT from the columns pgoutput
 // sends (text format), by name.
-func decodeRow(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, types *pgtype.Map) (Row, error) {
+func decodeRow(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, types *pgtype.Map) (outbox.Row, error) {
 	if rel == nil || tuple == nil {
-		return Row{}, errors.New("an insert of a relation the stream has not described")
+		return outbox.Row{}, errors.New("an insert of a relation the stream has not described")
 	}
 	if rel.RelationName != "message_outbox" {
-		return Row{}, fmt.Errorf("an insert into %s.%s: the publication should hold message_outbox only", rel.Namespace, rel.RelationName)
+		return outbox.Row{}, fmt.Errorf("an insert into %s.%s: the publication should hold message_outbox only", rel.Namespace, rel.RelationName)
 	}
-	row := Row{Attempt: 1, Partition: -1, Headers: map[string]string{}}
+	row := outbox.Row{Attempt: 1, Partition: -1, Headers: map[string]string{}}
 	for i, col := range tuple.Columns {
 		if i >= len(rel.Columns) || col.DataType != pglogrepl.TupleDataTypeText {
 			continue
@@ -353,11 +354,11 @@ func decodeRow(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, types
 			err = types.Scan(rel.Columns[i].DataType, pgtype.TextFormatCode, col.Data, &row.CreatedAt)
 		}
 		if err != nil {
-			return Row{}, fmt.Errorf("column %s: %w", rel.Columns[i].Name, err)
+			return outbox.Row{}, fmt.Errorf("column %s: %w", rel.Columns[i].Name, err)
 		}
 	}
 	if row.ID == uuid.Nil {
-		return Row{}, errors.New("no outbox_id")
+		return outbox.Row{}, errors.New("no outbox_id")
 	}
 	return row, nil
 }
@@ -369,19 +370,19 @@ func decodeRow(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, types
 // every reader's queue is there, while the stream goes on with the other
 // types. Once ctx has ended it publishes nothing more: what is left is
 // passed on unpublished.
-func (s *walSession) publishLoop(ctx context.Context, items <-chan walItem, published chan<- walItem) {
+func (s *session) publishLoop(ctx context.Context, items <-chan item, published chan<- item) {
 	defer close(published)
 	w := s.relay
 	for it := range items {
-		it.held = it.end == nil && slices.Contains(w.sweep.readers.Load().held(), it.row.Type)
-		if it.end == nil && !it.held && ctx.Err() == nil && s.waitVisible(ctx, it.xid) && s.pub.waitToPublish(ctx, 1) {
-			parent := messaging.Extract(context.Background(), propagation.MapCarrier(it.row.Headers))
-			sent, err := s.pub.publish(ctx, parent, it.row)
+		it.held = it.end == nil && w.sweep.Holds(it.Row.Type)
+		if it.end == nil && !it.held && ctx.Err() == nil && s.waitVisible(ctx, it.xid) && s.pub.WaitToPublish(ctx, 1) {
+			parent := messaging.Extract(context.Background(), propagation.MapCarrier(it.Row.Headers))
+			sent, err := s.pub.Publish(ctx, parent, it.Row)
 			if err != nil {
-				s.pub.window.Release(1)
-				s.pub.stop(err)
+				s.pub.Release(1)
+				s.pub.Stop(err)
 			}
-			it.sent = sent
+			it.Sent = sent
 		}
 		published <- it
 	}
@@ -397,7 +398,7 @@ func (s *walSession) publishLoop(ctx context.Context, items <-chan walItem, publ
 // cannot meet this, since it reads rows through a snapshot. The check
 // costs one small query (pg_current_snapshot, no table) when xid is newer
 // than the last snapshot looked at, and nothing otherwise.
-func (s *walSession) waitVisible(ctx context.Context, xid uint32) bool {
+func (s *session) waitVisible(ctx context.Context, xid uint32) bool {
 	for try := 0; ; try++ {
 		if s.snapshot.sees(xid) {
 			return true
@@ -407,7 +408,7 @@ func (s *walSession) waitVisible(ctx context.Context, xid uint32) bool {
 		}
 		snap, err := currentSnapshot(ctx, s.relay.pool)
 		if err != nil {
-			s.pub.stop(fmt.Errorf("read a snapshot: %w", err))
+			s.pub.Stop(fmt.Errorf("read a snapshot: %w", err))
 			return false
 		}
 		s.snapshot = snap
@@ -480,7 +481,7 @@ func parseSnapshot(text string) (pgSnapshot, error) {
 // channel failed, the confirm timed out) cannot be written back or passed:
 // the session ends there, and what follows is dropped, to be streamed
 // again.
-func (s *walSession) confirmLoop(ctx context.Context, published <-chan walItem, outcomes chan<- walOutcome) {
+func (s *session) confirmLoop(ctx context.Context, published <-chan item, outcomes chan<- outcome) {
 	defer close(outcomes)
 	broken := false
 	for it := range published {
@@ -490,10 +491,10 @@ func (s *walSession) confirmLoop(ctx context.Context, published <-chan walItem, 
 			continue
 		}
 		for _, o := range s.awaitConfirms(ctx, chunk) {
-			if !broken && o.end == nil && !o.settled() {
+			if !broken && o.end == nil && !o.Settled() {
 				broken = true
-				s.pub.stop(errors.New(o.reason))
-				s.relay.unsettled(o.outcome)
+				s.pub.Stop(errors.New(o.Reason))
+				s.relay.unsettled(o.Outcome)
 			}
 			if !broken {
 				outcomes <- o
@@ -502,49 +503,35 @@ func (s *walSession) confirmLoop(ctx context.Context, published <-chan walItem, 
 	}
 }
 
-// settled: the broker answered (confirmed, returned or nacked), or the
-// row was held.
-func (o walOutcome) settled() bool {
-	return o.result == outcomeConfirmed || o.result == outcomeUnroutable || o.result == outcomeNacked || o.result == outcomeHeld
-}
-
-// forget ends the spans and frees the window of items that will be
-// streamed again.
-func (s *walSession) forget(chunk []walItem) {
+// forget frees the window of items that will be streamed again, and ends
+// their spans.
+func (s *session) forget(chunk []item) {
 	for _, it := range chunk {
-		if it.confirm != nil {
-			s.pub.window.Release(1)
-			s.relay.sweep.inFlight.Add(-1)
-		}
-		if it.span != nil {
-			it.span.SetStatus(codes.Error, "not confirmed: streamed again")
-			it.span.End()
-		}
+		s.pub.Forget(it.Sent)
 	}
 }
 
 // awaitConfirms waits for the confirms of chunk (publisher.await) and
 // says what became of each row; a transaction's end passes through.
-func (s *walSession) awaitConfirms(ctx context.Context, chunk []walItem) []walOutcome {
-	var rows []sent
+func (s *session) awaitConfirms(ctx context.Context, chunk []item) []outcome {
+	var rows []outbox.Sent
 	for _, it := range chunk {
 		if it.end == nil && !it.held {
-			rows = append(rows, it.sent)
+			rows = append(rows, it.Sent)
 		}
 	}
-	outcomes := s.pub.await(ctx, rows)
-	out := make([]walOutcome, len(chunk))
+	outcomes := s.pub.Await(ctx, rows)
+	out := make([]outcome, len(chunk))
 	for i, it := range chunk {
 		switch {
 		case it.end != nil:
 			out[i].end = it.end
 		case it.held:
-			out[i].outcome = outcome{row: it.row, result: outcomeHeld,
-				reason: "held back: a reader's queue of its type is missing (order-consumer declare)"}
+			out[i].Outcome = outbox.Held(it.Row)
 		default:
-			out[i].outcome, outcomes = outcomes[0], outcomes[1:]
-			if it.confirm != nil {
-				s.pub.window.Release(1)
+			out[i].Outcome, outcomes = outcomes[0], outcomes[1:]
+			if it.Published() {
+				s.pub.Release(1)
 			}
 		}
 	}
@@ -555,14 +542,14 @@ func (s *walSession) awaitConfirms(ctx context.Context, chunk []walItem) []walOu
 // once (up to BatchSize rows) in one statement, then moves the position to
 // report to the end of the newest transaction written. A write that fails
 // after its retries ends the session: the slot streams it again.
-func (s *walSession) writeLoop(ctx context.Context, outcomes <-chan walOutcome) error {
+func (s *session) writeLoop(ctx context.Context, outcomes <-chan outcome) error {
 	w := s.relay
 	for o := range outcomes {
 		batch := withWaiting(o, outcomes, w.cfg.BatchSize)
 		if err := w.writeBack(ctx, batch); err != nil {
 			// End the session first: the steps before this one stop only
 			// when it ends, and the confirm step closes outcomes only then.
-			s.pub.stop(err)
+			s.pub.Stop(err)
 			for range outcomes { // let the confirm step finish
 			}
 			return err
@@ -579,18 +566,18 @@ func (s *walSession) writeLoop(ctx context.Context, outcomes <-chan walOutcome) 
 }
 
 // writeBack records a batch's outcomes as the polling relay does
-// (Relay.record) and writes them in one statement (markStreamed).
-func (w *WALRelay) writeBack(ctx context.Context, batch []walOutcome) error {
-	var outcomes []outcome
+// (outbox.Relay.Record) and writes them in one statement (markStreamed).
+func (w *Relay) writeBack(ctx context.Context, batch []outcome) error {
+	var outcomes []outbox.Outcome
 	for _, o := range batch {
 		if o.end == nil {
-			outcomes = append(outcomes, o.outcome)
+			outcomes = append(outcomes, o.Outcome)
 		}
 	}
 	if len(outcomes) == 0 {
 		return nil
 	}
-	_, _, err := w.sweep.record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
+	_, err := w.sweep.Record(ctx, outcomes, func(ctx context.Context, m outbox.Marks) (outbox.Marked, error) {
 		return markStreamed(ctx, w.pool, m, w.cfg.MaxAttempts)
 	})
 	if err != nil {
@@ -602,22 +589,17 @@ func (w *WALRelay) writeBack(ctx context.Context, batch []walOutcome) error {
 // unsettled counts and logs the row whose publish the broker did not
 // answer (no confirm in time, the connection lost): the session ends
 // there, and the slot streams the row, and all after it, again.
-func (w *WALRelay) unsettled(o outcome) {
-	if o.result == outcomeNotPublished || o.result == outcomeShutdown {
-		return // the session was ending anyway
-	}
-	ctx := context.Background()
-	w.sweep.metrics.attempts.Add(ctx, 1, metric.WithAttributes(messaging.AttrMessageType.String(o.row.Type),
-		messaging.AttrOutcome.String(o.result)))
-	w.log.WarnContext(ctx, "publish unconfirmed; streaming it again from the slot", slog.String("message_id", o.row.ID.String()),
-		slog.String("outcome", o.result), slog.String("reason", o.reason))
+func (w *Relay) unsettled(o outbox.Outcome) {
+	w.sweep.Unsettled(o)
+	w.log.Warn("publish unconfirmed; streaming it again from the slot", slog.String("message_id", o.Row.ID.String()),
+		slog.String("outcome", o.Result), slog.String("reason", o.Reason))
 }
 
 // heartbeat writes a logical message into the log every Heartbeat while
 // the session lasts: a transaction of its own that the stream sees and
 // finishes like any other, so that the slot's position, and the sweep's
 // cutoff, move on while the outbox is quiet.
-func (w *WALRelay) heartbeat(ctx context.Context) {
+func (w *Relay) heartbeat(ctx context.Context) {
 	tick := time.NewTicker(w.wal.Heartbeat)
 	defer tick.Stop()
 	for {
@@ -652,3 +634,32 @@ func withWaiting[T any](first T, ch <-chan T, n int) []T {
 	}
 	return got
 }
+
+// markStreamed writes the marks of rows the stream published in one
+// statement (MarkStreamed): the stream claims nothing, so they are matched
+// by id alone, and only while still PENDING. Refused rows have the attempt
+// counted; released ones (nacked, or held) do not.
+func markStreamed(ctx context.Context, db database.DBTX, m outbox.Marks, maxAttempts int) (outbox.Marked, error) {
+	p := dbsqlc.MarkStreamedParams{PublishedIds: []uuid.UUID{}, MaxAttempts: int32(maxAttempts)}
+	for _, c := range m.Published {
+		p.PublishedIds = append(p.PublishedIds, c.ID)
+	}
+	for _, f := range m.Refused {
+		p.RefusedIds = append(p.RefusedIds, f.ID)
+		p.RefusedErrors = append(p.RefusedErrors, f.Reason)
+		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, f.RetryIn.Seconds())
+	}
+	for _, f := range m.Released {
+		p.ReleasedIds = append(p.ReleasedIds, f.ID)
+		p.ReleasedErrors = append(p.ReleasedErrors, f.Reason)
+		p.ReleasedRetryInSeconds = append(p.ReleasedRetryInSeconds, f.RetryIn.Seconds())
+	}
+	row, err := queries.MarkStreamed(ctx, db, p)
+	if err != nil {
+		return outbox.Marked{}, fmt.Errorf("write back %d streamed outbox rows: %w",
+			len(m.Published)+len(m.Refused)+len(m.Released), database.Translate(err))
+	}
+	return outbox.Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
+}
+
+var queries = dbsqlc.New()

@@ -1,4 +1,4 @@
-package outbox_test
+package outboxtest
 
 import (
 	"slices"
@@ -17,43 +17,43 @@ import (
 // The messages of one aggregate go out one at a time, in the order they
 // were written: a message the broker refuses holds the later ones of its
 // aggregate back until it is published, while other aggregates flow.
-func TestMessagesOfOneAggregateGoOutInOrder(t *testing.T) {
+func testMessagesOfOneAggregateGoOutInOrder(t *testing.T, mode Mode) {
 	t.Parallel()
-	b := setupRelay(t)
-	b.pollOnly("holding an aggregate's later messages behind a refused one")
-	b.fullQueue("full", typeRejected) // the first message of the aggregate is nacked while it is there
-	b.bindQueue("observer", typeCancelled)
+	b := Setup(t, mode)
+	b.PollOnly("holding an aggregate's later messages behind a refused one")
+	b.FullQueue("full", TypeRejected) // the first message of the aggregate is nacked while it is there
+	b.BindQueue("observer", TypeCancelled)
 	aggregate := uuid.New()
 	var want []string
-	for i, typ := range []string{typeRejected, typeCancelled, typeCancelled, typeCancelled} {
-		ids, err := writer.Write(b.ctx, b.pool, messaging.Cause{}, testMessage{Type: typ, ID: aggregate})
+	for i, typ := range []string{TypeRejected, TypeCancelled, TypeCancelled, TypeCancelled} {
+		ids, err := Writer.Write(b.Ctx, b.Pool, messaging.Cause{}, Message{Type: typ, ID: aggregate})
 		if err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, ids[0].String())
 		_ = i
 	}
-	other := b.enqueue(3, messaging.Cause{}) // other aggregates: not held
-	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	other := b.Enqueue(3, messaging.Cause{}) // other aggregates: not held
+	b.StartRelay(Config(), b.AMQPURL, nil)
 
-	if got := b.receive("observer", len(other), 15*time.Second, 0); !sameSet(messageIDs(got), uuidStrings(other)) {
+	if got := b.Receive("observer", len(other), 15*time.Second, 0); !sameSet(messageIDs(got), uuidStrings(other)) {
 		t.Fatalf("the other aggregates: received %v, want %v", messageIDs(got), other)
 	}
 	testenv.WaitFor(t, 15*time.Second, "the first message to be nacked twice", func() bool {
-		return b.counterWith("outbox.publish.attempts", "outcome", "nacked") >= 2
+		return b.CounterWith("outbox.publish.attempts", "outcome", "nacked") >= 2
 	})
-	if n := b.ready("observer"); n != 0 {
+	if n := b.QueueReady("observer"); n != 0 {
 		t.Fatalf("%d later messages of the aggregate overtook the one the broker refused", n)
 	}
 
 	// The broker takes the first one now: all four arrive, in order.
-	if _, err := b.ch.QueueDelete("full", false, false, false); err != nil {
+	if _, err := b.Ch.QueueDelete("full", false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ch.QueueBind("observer", typeRejected, testExchange, false, nil); err != nil {
+	if err := b.Ch.QueueBind("observer", TypeRejected, Exchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := arrivalOrder(b.receive("observer", len(want), 30*time.Second, 0)); !slices.Equal(got, want) {
+	if got := arrivalOrder(b.Receive("observer", len(want), 30*time.Second, 0)); !slices.Equal(got, want) {
 		t.Fatalf("received %v, want %v in that order", got, want)
 	}
 }
@@ -62,24 +62,24 @@ func TestMessagesOfOneAggregateGoOutInOrder(t *testing.T) {
 // for rows: each holds a fair share, claims only their rows, and puts the
 // partition on each message. A stopping relay gives its partitions back,
 // and one that vanishes loses them when its leases end.
-func TestRelaysSharePartitions(t *testing.T) {
+func testRelaysSharePartitions(t *testing.T, mode Mode) {
 	t.Parallel()
-	b := setupRelay(t)
-	b.pollOnly("partition leases")
-	b.bindQueue("observer", "#")
-	cfg := testRelayConfig()
+	b := Setup(t, mode)
+	b.PollOnly("partition leases")
+	b.BindQueue("observer", "#")
+	cfg := Config()
 	cfg.Partitions = 8
 	// A relay that vanished holds partition 7 until its lease ends.
-	if _, err := b.pool.Exec(b.ctx, `INSERT INTO outbox_partition_lease (partition_no, relay_id, lease_until) VALUES (7, 'ghost', now() + interval '3 seconds')`); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, `INSERT INTO outbox_partition_lease (partition_no, relay_id, lease_until) VALUES (7, 'ghost', now() + interval '3 seconds')`); err != nil {
 		t.Fatal(err)
 	}
 	cfg.ID = "relay-a"
-	a := b.startRelay(cfg, b.amqpURL, nil)
+	a := b.StartRelay(cfg, b.AMQPURL, nil)
 	cfg.ID = "relay-b"
-	b.startRelay(cfg, b.amqpURL, nil)
+	b.StartRelay(cfg, b.AMQPURL, nil)
 	held := func(relay string) []int {
 		var ps []int
-		rows, err := b.pool.Query(b.ctx, `SELECT partition_no FROM outbox_partition_lease WHERE relay_id = $1 AND lease_until > now() ORDER BY 1`, relay)
+		rows, err := b.Pool.Query(b.Ctx, `SELECT partition_no FROM outbox_partition_lease WHERE relay_id = $1 AND lease_until > now() ORDER BY 1`, relay)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,8 +97,8 @@ func TestRelaysSharePartitions(t *testing.T) {
 		return len(held("relay-a")) == 4 && len(held("relay-b")) == 4
 	})
 
-	ids := b.enqueue(200, messaging.Cause{})
-	got := b.receiveEach("observer", ids, 30*time.Second)
+	ids := b.Enqueue(200, messaging.Cause{})
+	got := b.ReceiveEach("observer", ids, 30*time.Second)
 	byRelay := map[string]int{}
 	for _, d := range got {
 		p, ok := d.Headers[outbox.HeaderPartition].(int32)
@@ -115,19 +115,19 @@ func TestRelaysSharePartitions(t *testing.T) {
 		t.Fatalf("published by partition owner: %v; want both relays to share the work", byRelay)
 	}
 
-	if err := a.stop(); err != nil { // it gives its partitions back
+	if err := a.Stop(); err != nil { // it gives its partitions back
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "relay-b to hold every partition", func() bool { return len(held("relay-b")) == 8 })
-	more := b.enqueue(50, messaging.Cause{})
-	b.receiveEach("observer", more, 30*time.Second)
+	more := b.Enqueue(50, messaging.Cause{})
+	b.ReceiveEach("observer", more, 30*time.Second)
 }
 
 // receiveEach reads queue until it has seen every one of ids (a duplicate,
 // which a late confirm or a lease that ran out under load may cause, is
 // allowed), and returns what it read.
-func (b *relayBundle) receiveEach(queue string, ids []uuid.UUID, timeout time.Duration) []amqp.Delivery {
-	b.t.Helper()
+func (b *Bundle) ReceiveEach(queue string, ids []uuid.UUID, timeout time.Duration) []amqp.Delivery {
+	b.T.Helper()
 	want := map[string]bool{}
 	for _, id := range ids {
 		want[id.String()] = true
@@ -135,9 +135,9 @@ func (b *relayBundle) receiveEach(queue string, ids []uuid.UUID, timeout time.Du
 	var got []amqp.Delivery
 	deadline := time.Now().Add(timeout)
 	for len(want) > 0 && time.Now().Before(deadline) {
-		d, ok, err := b.ch.Get(queue, true)
+		d, ok, err := b.Ch.Get(queue, true)
 		if err != nil {
-			b.t.Fatal(err)
+			b.T.Fatal(err)
 		}
 		if !ok {
 			time.Sleep(20 * time.Millisecond)
@@ -147,7 +147,7 @@ func (b *relayBundle) receiveEach(queue string, ids []uuid.UUID, timeout time.Du
 		delete(want, d.MessageId)
 	}
 	if len(want) > 0 {
-		b.t.Fatalf("%s: %d of %d messages never arrived", queue, len(want), len(ids))
+		b.T.Fatalf("%s: %d of %d messages never arrived", queue, len(want), len(ids))
 	}
 	return got
 }
@@ -172,48 +172,48 @@ func sameSet(a, b []string) bool {
 // began first but waited for the lock commits second: its message must go
 // out second. An outbox row is stamped when it is inserted, not when its
 // transaction began (migrations/00003_insert_time.sql), so commit order is publish order.
-func TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted(t *testing.T) {
+func testAnAggregatesMessagesGoOutInTheOrderTheyCommitted(t *testing.T, mode Mode) {
 	t.Parallel()
-	b := setupRelay(t)
-	b.bindQueue("observer", "#")
+	b := Setup(t, mode)
+	b.BindQueue("observer", "#")
 	aggregate := uuid.New()
-	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE test_aggregate (id uuid PRIMARY KEY, version int NOT NULL);
+	if _, err := b.Pool.Exec(b.Ctx, `CREATE TABLE test_aggregate (id uuid PRIMARY KEY, version int NOT NULL);
 		INSERT INTO test_aggregate VALUES ('`+aggregate.String()+`', 0)`); err != nil {
 		t.Fatal(err)
 	}
 	write := func(tx pgx.Tx, typ string) string {
-		if _, err := tx.Exec(b.ctx, `UPDATE test_aggregate SET version = version + 1 WHERE id = $1`, aggregate); err != nil {
+		if _, err := tx.Exec(b.Ctx, `UPDATE test_aggregate SET version = version + 1 WHERE id = $1`, aggregate); err != nil {
 			t.Fatal(err)
 		}
-		ids, err := writer.Write(b.ctx, tx, messaging.Cause{}, testMessage{Type: typ, ID: aggregate})
+		ids, err := Writer.Write(b.Ctx, tx, messaging.Cause{}, Message{Type: typ, ID: aggregate})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ids[0].String()
 	}
-	late, err := b.pool.Begin(b.ctx) // begins first...
+	late, err := b.Pool.Begin(b.Ctx) // begins first...
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = late.Rollback(b.ctx) }()
-	if _, err := late.Exec(b.ctx, "SELECT now()"); err != nil { // ...and takes its snapshot and start time now
+	defer func() { _ = late.Rollback(b.Ctx) }()
+	if _, err := late.Exec(b.Ctx, "SELECT now()"); err != nil { // ...and takes its snapshot and start time now
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	early, err := b.pool.Begin(b.ctx)
+	early, err := b.Pool.Begin(b.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := write(early, typeSubmitted) // locks the aggregate, writes, commits
-	if err := early.Commit(b.ctx); err != nil {
+	first := write(early, TypeSubmitted) // locks the aggregate, writes, commits
+	if err := early.Commit(b.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	second := write(late, typeCancelled) // the lock is free now
-	if err := late.Commit(b.ctx); err != nil {
+	second := write(late, TypeCancelled) // the lock is free now
+	if err := late.Commit(b.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.startRelay(testRelayConfig(), b.amqpURL, nil)
-	if got := arrivalOrder(b.receive("observer", 2, 15*time.Second, 0)); !slices.Equal(got, []string{first, second}) {
+	b.StartRelay(Config(), b.AMQPURL, nil)
+	if got := arrivalOrder(b.Receive("observer", 2, 15*time.Second, 0)); !slices.Equal(got, []string{first, second}) {
 		t.Fatalf("published %v, want %v: the order they committed in", got, []string{first, second})
 	}
 }

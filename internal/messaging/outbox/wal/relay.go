@@ -1,4 +1,4 @@
-package outbox
+package wal
 
 import (
 	"cmp"
@@ -19,37 +19,12 @@ import (
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
-// The log-tailing relay (RELAY_MODE=wal). Instead of claiming rows, it
-// reads the outbox's INSERTs from PostgreSQL's write-ahead log through a
-// logical replication slot of its own (pgoutput, publication
-// orders_outbox), publishes each message under confirms and mandatory, and
-// tells the slot a transaction is done (its end LSN "flushed") only once
-// every message of it, and of every transaction before it, is confirmed and
-// written back. So a message costs the database its INSERT, one row update
-// written back in batches, and nothing else.
-//
-// It stores nothing it trusts over the slot. The write-back (PUBLISHED, or
-// PENDING with the broker's refusal in last_error) is for the operators'
-// views and for the sweep; the slot alone says where the stream resumes,
-// and it always resumes from the slot's own confirmed position (start LSN
-// 0/0), never from one the relay remembers.
-//
-// Beside the stream runs a sweep: the polling relay (relay.go) restricted
-// to rows the stream has handed over (their last publish failed: a return
-// or a nack, retried with the usual attempts, backoff and FAILED) or
-// missed (written SweepAfter before the newest transaction the stream has
-// finished, and still PENDING: rows from before the slot existed, or from
-// while it was lost). The sweep runs only while this relay streams.
-//
-// One relay streams a slot at a time; a second one finds the slot active,
-// stands by, and takes over when the first one's connection goes.
-// docs/outbox-relay.md compares the two designs.
-
-// WALConfig configures the log-tailing relay. Zero fields take the
+// Config configures the log-tailing relay. Zero fields take the
 // defaults noted on each.
-type WALConfig struct {
+type Config struct {
 	// Slot is the logical replication slot the relay streams. The relay
 	// creates it on its first start. Default "orders_outbox_relay".
 	Slot string
@@ -71,7 +46,7 @@ type WALConfig struct {
 	StatusInterval time.Duration
 }
 
-func (c *WALConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	c.Slot = cmp.Or(c.Slot, "orders_outbox_relay")
 	c.Publication = cmp.Or(c.Publication, "orders_outbox")
 	c.Heartbeat = cmp.Or(c.Heartbeat, 10*time.Second)
@@ -79,62 +54,61 @@ func (c *WALConfig) setDefaults() {
 	c.StatusInterval = cmp.Or(c.StatusInterval, time.Second)
 }
 
-// WALRelay publishes the outbox from the write-ahead log.
-type WALRelay struct {
-	cfg   Config
-	wal   WALConfig
-	sweep *Relay // the polling relay, restricted to what the stream hands over or missed
+// Relay publishes the outbox from the write-ahead log.
+type Relay struct {
+	cfg   outbox.Config
+	wal   Config
+	sweep *outbox.Relay // the polling relay, restricted to what the stream hands over or missed
 	pool  *pgxpool.Pool
-	url   string
 	log   *slog.Logger
 
-	streaming atomic.Bool              // this relay streams the slot
-	standby   atomic.Bool              // another relay streams it; this one waits
-	down      atomic.Pointer[string]   // why the stream is down, while it is
-	lastEnd   atomic.Pointer[walTxEnd] // the newest transaction written back
-	metrics   *walMetrics
+	streaming atomic.Bool            // this relay streams the slot
+	standby   atomic.Bool            // another relay streams it; this one waits
+	down      atomic.Pointer[string] // why the stream is down, while it is
+	lastEnd   atomic.Pointer[txEnd]  // the newest transaction written back
+	metrics   *metrics
 }
 
 // errStandby ends a stream session that found the slot streamed by another
 // relay.
 var errStandby = errors.New("the slot is streamed by another relay")
 
-// NewWALRelay returns a log-tailing relay; Run starts it. cfg is the
+// NewRelay returns a log-tailing relay; Run starts it. cfg is the
 // polling relay's configuration, which the sweep and the publishing share
 // (attempts, backoff, confirm timeout, in-flight window, readers).
-func NewWALRelay(cfg Config, wal WALConfig, deps messaging.Deps) (*WALRelay, error) {
+func NewRelay(cfg outbox.Config, wal Config, deps messaging.Deps) (*Relay, error) {
 	if cfg.Partitions > 0 {
 		return nil, errors.New("relay config: MESSAGE_PARTITIONS needs RELAY_MODE=poll: the log stream publishes in commit order and does not hold an order's later messages behind a refused one, which partitioned consumers count on")
 	}
 	wal.setDefaults()
 	sweepCfg := cfg
 	sweepCfg.NotifyOff = true // the stream sees every commit; the sweep only needs its poll
-	sweep, err := NewRelay(sweepCfg, deps)
+	sweep, err := outbox.NewRelay(sweepCfg, deps)
 	if err != nil {
 		return nil, err
 	}
-	w := &WALRelay{
-		cfg: sweep.cfg, wal: wal, sweep: sweep, pool: deps.Pool, url: deps.AMQPURL,
-		log: sweep.log.With(slog.String("relay_mode", "wal"), slog.String("slot", wal.Slot)),
+	w := &Relay{
+		cfg: sweep.Config(), wal: wal, sweep: sweep, pool: deps.Pool,
+		log: deps.Logger.With(slog.String("relay_id", sweep.ID()), slog.String("relay_mode", "wal"), slog.String("slot", wal.Slot)),
 	}
-	sweep.sweepCutoff = w.sweepCutoff
-	if w.metrics, err = newWALMetrics(deps.MeterProvider.Meter(scope), w); err != nil {
+	sweep.ClaimOnlyBefore(w.sweepCutoff)
+	if w.metrics, err = newMetrics(deps.MeterProvider.Meter(scope), w); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
 
 // ID is the relay's id.
-func (w *WALRelay) ID() string { return w.cfg.ID }
+func (w *Relay) ID() string { return w.sweep.ID() }
 
 // Streaming reports whether this relay streams the slot now (not a
 // standby).
-func (w *WALRelay) Streaming() bool { return w.streaming.Load() }
+func (w *Relay) Streaming() bool { return w.streaming.Load() }
 
 // Ready reports whether the relay can publish: the sweep's broker
 // connection, readers and database (Relay.Ready), and the log stream
 // running or standing by.
-func (w *WALRelay) Ready(ctx context.Context) error {
+func (w *Relay) Ready(ctx context.Context) error {
 	if err := w.sweep.Ready(ctx); err != nil {
 		return err
 	}
@@ -150,7 +124,7 @@ func (w *WALRelay) Ready(ctx context.Context) error {
 // sweepCutoff says which rows the sweep may take: while this relay
 // streams, PENDING rows written SweepAfter before the newest transaction
 // it has finished (and rows whose last publish failed).
-func (w *WALRelay) sweepCutoff() (time.Time, bool) {
+func (w *Relay) sweepCutoff() (time.Time, bool) {
 	end := w.lastEnd.Load()
 	if !w.streaming.Load() || end == nil {
 		return time.Time{}, false
@@ -160,15 +134,14 @@ func (w *WALRelay) sweepCutoff() (time.Time, bool) {
 
 // Run checks that the server can stream the outbox, then publishes until
 // ctx ends: the log stream (one session per replication connection,
-// wal_stream.go) and the sweep. A server that cannot do logical replication
+// stream.go) and the sweep. A server that cannot do logical replication
 // is an error at once, saying what to change.
-func (w *WALRelay) Run(ctx context.Context) error {
+func (w *Relay) Run(ctx context.Context) error {
 	if err := w.checkServer(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(w.sweep.crashed, cancel)() // a crash (Config.Faults) ends the stream too
 	var wg sync.WaitGroup
 	var sweepErr error
 	wg.Go(func() {
@@ -190,7 +163,7 @@ func (w *WALRelay) Run(ctx context.Context) error {
 
 // streamLoop runs stream sessions until ctx ends: again after a failure,
 // with backoff; every PollInterval while another relay holds the slot.
-func (w *WALRelay) streamLoop(ctx context.Context) error {
+func (w *Relay) streamLoop(ctx context.Context) error {
 	failures := 0
 	for {
 		streamed, err := w.streamOnce(ctx)
@@ -221,7 +194,7 @@ func (w *WALRelay) streamLoop(ctx context.Context) error {
 // checkServer fails at once, saying what to change, when the server cannot
 // stream the outbox: wal_level below logical, the publication missing, or
 // the relay's role without the REPLICATION attribute.
-func (w *WALRelay) checkServer(ctx context.Context) error {
+func (w *Relay) checkServer(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
 	defer cancel()
 	var level, role string
@@ -249,7 +222,7 @@ func (w *WALRelay) checkServer(ctx context.Context) error {
 // ensureSlot creates the slot when it does not exist, and says whether it
 // did. A slot created now starts at the current end of the log: the rows
 // written before it are the sweep's.
-func (w *WALRelay) ensureSlot(ctx context.Context, repl *pgconn.PgConn) (bool, error) {
+func (w *Relay) ensureSlot(ctx context.Context, repl *pgconn.PgConn) (bool, error) {
 	var db string
 	err := w.pool.QueryRow(ctx, "SELECT coalesce(database, '') FROM pg_replication_slots WHERE slot_name = $1", w.wal.Slot).Scan(&db)
 	switch {
@@ -277,11 +250,11 @@ func (w *WALRelay) ensureSlot(ctx context.Context, repl *pgconn.PgConn) (bool, e
 	return true, nil
 }
 
-// walMetrics are the log stream's gauges; the counters and histograms are
-// the polling relay's (metrics.go), shared with the sweep.
-type walMetrics struct{}
+// metrics are the log stream's gauges; the counters and histograms are
+// the polling relay's (outbox/metrics.go), shared with the sweep.
+type metrics struct{}
 
-func newWALMetrics(meter metric.Meter, w *WALRelay) (*walMetrics, error) {
+func newMetrics(meter metric.Meter, w *Relay) (*metrics, error) {
 	streaming, err := meter.Int64ObservableGauge("relay.wal.streaming",
 		metric.WithDescription("1 while this relay streams the replication slot (RELAY_MODE=wal); 0 while it stands by or the stream is down."))
 	if err != nil {
@@ -315,5 +288,16 @@ func newWALMetrics(meter metric.Meter, w *WALRelay) (*walMetrics, error) {
 		o.ObserveInt64(retained, retainedBytes)
 		return nil
 	}, streaming, lag, retained)
-	return &walMetrics{}, err
+	return &metrics{}, err
+}
+
+// scope is the instrumentation scope of the log stream's metrics: the
+// outbox's, as the relay's own instruments.
+const scope = "github.com/yourorg/orders/internal/messaging/outbox"
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,9 +1,9 @@
-package outbox_test
+package wal_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,21 +13,15 @@ import (
 
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
+	"github.com/yourorg/orders/internal/messaging/outbox/wal"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
 // The tests of the log-tailing relay's own traps. The relay suite runs
-// against it too (OUTBOX_TEST_RELAY_MODE=wal); these run in that mode
-// only, except the first.
-
-// walOnly skips a test of the log-tailing relay when the suite runs the
-// polling one.
-func (b *relayBundle) walOnly() {
-	b.t.Helper()
-	if b.mode != "wal" {
-		b.t.Skip("the log-tailing relay's: run with OUTBOX_TEST_RELAY_MODE=wal (make test/wal)")
-	}
-}
+// against it too (TestRelay). They need a PostgreSQL with
+// wal_level=logical, which the test binary starts: they run with
+// OUTBOX_TEST_RELAY_MODE=wal (make test/wal) only, except the first.
 
 // A server that cannot stream (the shared one runs wal_level=replica) is
 // an error at once that says what to change; so is MESSAGE_PARTITIONS.
@@ -39,7 +33,7 @@ func TestWALStartFailsClearly(t *testing.T) {
 		t.Skipf("the test server runs wal_level=%s (%v): this test needs one that cannot stream", level, err)
 	}
 	deps := messaging.Deps{Pool: db.Pool, AMQPURL: testenv.NewVhost(t), Logger: testenv.Logger(), MeterProvider: testenv.NewMetrics().Provider}
-	r, err := outbox.NewWALRelay(testRelayConfig(), outbox.WALConfig{Slot: "never_created"}, deps)
+	r, err := wal.NewRelay(outboxtest.Config(), wal.Config{Slot: "never_created"}, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,21 +44,21 @@ func TestWALStartFailsClearly(t *testing.T) {
 		t.Fatalf("Run on a wal_level=%s server returned %v; want an error naming wal_level=logical and RELAY_MODE=poll", level, err)
 	}
 
-	cfg := testRelayConfig()
+	cfg := outboxtest.Config()
 	cfg.Partitions = 8
-	if _, err := outbox.NewWALRelay(cfg, outbox.WALConfig{}, deps); err == nil || !strings.Contains(err.Error(), "RELAY_MODE=poll") {
-		t.Fatalf("NewWALRelay with 8 partitions returned %v; want an error naming RELAY_MODE=poll", err)
+	if _, err := wal.NewRelay(cfg, wal.Config{}, deps); err == nil || !strings.Contains(err.Error(), "RELAY_MODE=poll") {
+		t.Fatalf("NewRelay with 8 partitions returned %v; want an error naming RELAY_MODE=poll", err)
 	}
 }
 
 // slotPosition is the slot's confirmed position.
-func (b *relayBundle) slotPosition() uint64 {
-	b.t.Helper()
+func slotPosition(b *outboxtest.Bundle) uint64 {
+	b.T.Helper()
 	var lsn uint64
-	err := b.pool.QueryRow(b.ctx, `SELECT coalesce(pg_wal_lsn_diff(confirmed_flush_lsn, '0/0'), 0)::bigint
-		FROM pg_replication_slots WHERE slot_name = $1`, b.slot).Scan(&lsn)
+	err := b.Pool.QueryRow(b.Ctx, `SELECT coalesce(pg_wal_lsn_diff(confirmed_flush_lsn, '0/0'), 0)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, b.Slot).Scan(&lsn)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
 	return lsn
 }
@@ -75,17 +69,16 @@ func (b *relayBundle) slotPosition() uint64 {
 func TestWALResumesFromTheSlot(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.walOnly()
-	b.bindQueue("observer", "#")
-	first := b.startRelay(testRelayConfig(), b.amqpURL, nil)
-	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return first.Ready(b.ctx) == nil })
-	b.enqueue(50, messaging.Cause{})
-	b.receive("observer", 50, 20*time.Second, 0)
-	testenv.WaitFor(t, 10*time.Second, "the rows to be PUBLISHED", b.allPublished(50))
-	if err := first.stop(); err != nil {
+	b.BindQueue("observer", "#")
+	first := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return first.Ready(b.Ctx) == nil })
+	b.Enqueue(50, messaging.Cause{})
+	b.Receive("observer", 50, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "the rows to be PUBLISHED", b.AllPublished(50))
+	if err := first.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	before := b.slotPosition()
+	before := slotPosition(b)
 	if before == 0 {
 		t.Fatal("the slot has no confirmed position after a clean stop")
 	}
@@ -94,12 +87,12 @@ func TestWALResumesFromTheSlot(t *testing.T) {
 	// published some of its rows twice (a confirm that came after
 	// ConfirmTimeout on a busy machine ends a session, and the slot streams
 	// the rest again), and those copies wait in "observer".
-	b.bindQueue("second", "#")
-	later := b.enqueue(30, messaging.Cause{})
-	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	b.BindQueue("second", "#")
+	later := b.Enqueue(30, messaging.Cause{})
+	b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 	// The slot streams in log order, so a row of the first relay's streamed
 	// again would arrive before the last of the 30.
-	got := b.receiveEach("second", later, 20*time.Second)
+	got := b.ReceiveEach("second", later, 20*time.Second)
 	want := map[string]bool{}
 	for _, id := range later {
 		want[id.String()] = true
@@ -114,8 +107,8 @@ func TestWALResumesFromTheSlot(t *testing.T) {
 		t.Fatalf("the second relay published %d of the first relay's messages again (and %d copies of the 30 written while none ran): "+
 			"it did not resume from the slot's position", again, len(got)-again)
 	}
-	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(80))
-	testenv.WaitFor(t, 10*time.Second, "the slot to move on", func() bool { return b.slotPosition() > before })
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(80))
+	testenv.WaitFor(t, 10*time.Second, "the slot to move on", func() bool { return slotPosition(b) > before })
 }
 
 // Only one relay streams the slot; the other stands by, ready, and takes
@@ -123,29 +116,28 @@ func TestWALResumesFromTheSlot(t *testing.T) {
 func TestWALStandbyTakesOver(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.walOnly()
-	b.bindQueue("observer", "#")
-	a := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	b.BindQueue("observer", "#")
+	a := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 	testenv.WaitFor(t, 10*time.Second, "the first relay to stream", func() bool { return streaming(a) })
-	c := b.startRelay(testRelayConfig(), b.amqpURL, nil)
-	testenv.WaitFor(t, 10*time.Second, "the second relay to stand by, ready", func() bool { return c.Ready(b.ctx) == nil })
+	c := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the second relay to stand by, ready", func() bool { return c.Ready(b.Ctx) == nil })
 	if streaming(c) {
 		t.Fatal("two relays stream one slot")
 	}
-	b.enqueue(20, messaging.Cause{})
-	b.receive("observer", 20, 20*time.Second, 0)
+	b.Enqueue(20, messaging.Cause{})
+	b.Receive("observer", 20, 20*time.Second, 0)
 
-	if err := a.stop(); err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 15*time.Second, "the standby to take over", func() bool { return streaming(c) })
-	b.enqueue(20, messaging.Cause{})
-	b.receive("observer", 20, 20*time.Second, 0)
-	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(40))
+	b.Enqueue(20, messaging.Cause{})
+	b.Receive("observer", 20, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(40))
 }
 
-func streaming(r *runningRelay) bool {
-	w, ok := r.relayUnderTest.(*outbox.WALRelay)
+func streaming(r *outboxtest.RunningRelay) bool {
+	w, ok := r.Relay.(*wal.Relay)
 	return ok && w.Streaming()
 }
 
@@ -155,20 +147,19 @@ func streaming(r *runningRelay) bool {
 func TestWALSlotLostFallsBackToTheRows(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.walOnly()
-	b.bindQueue("observer", "#")
-	first := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	b.BindQueue("observer", "#")
+	first := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return streaming(first) })
-	if err := first.stop(); err != nil {
+	if err := first.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	missed := b.enqueue(25, messaging.Cause{})
-	dropSlot(t, b.pool, b.slot)
+	missed := b.Enqueue(25, messaging.Cause{})
+	dropSlot(t, b.Pool, b.Slot)
 
-	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 	time.Sleep(500 * time.Millisecond)
-	streamed := b.enqueue(25, messaging.Cause{})
-	got := b.receive("observer", 50, 30*time.Second, 500*time.Millisecond)
+	streamed := b.Enqueue(25, messaging.Cause{})
+	got := b.Receive("observer", 50, 30*time.Second, 500*time.Millisecond)
 	seen := map[string]bool{}
 	for _, d := range got {
 		seen[d.MessageId] = true
@@ -178,7 +169,7 @@ func TestWALSlotLostFallsBackToTheRows(t *testing.T) {
 			t.Fatalf("message %s never published", id)
 		}
 	}
-	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(50))
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(50))
 }
 
 // With the outbox quiet and the rest of the database busy, the heartbeat
@@ -186,22 +177,21 @@ func TestWALSlotLostFallsBackToTheRows(t *testing.T) {
 func TestWALHeartbeatMovesAQuietSlot(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.walOnly()
-	r := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	r := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return streaming(r) })
-	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE busy (n int, pad text);
+	if _, err := b.Pool.Exec(b.Ctx, `CREATE TABLE busy (n int, pad text);
 		INSERT INTO busy SELECT g, repeat('x', 200) FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
 	var written uint64
-	if err := b.pool.QueryRow(b.ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&written); err != nil {
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&written); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the slot to move past the other table's WAL", func() bool { return b.slotPosition() >= written })
+	testenv.WaitFor(t, 10*time.Second, "the slot to move past the other table's WAL", func() bool { return slotPosition(b) >= written })
 	// The gauge measures from the server's current WAL position, which the
 	// other tests on this server move too: wait for a moment it is small.
 	testenv.WaitFor(t, 15*time.Second, "relay.wal.slot.lag under 1 MiB once the slot moved on", func() bool {
-		return b.metrics.Gauge(t, "relay.wal.slot.lag") <= 1<<20
+		return b.Metrics.Gauge(t, "relay.wal.slot.lag") <= 1<<20
 	})
 }
 
@@ -211,35 +201,34 @@ func TestWALHeartbeatMovesAQuietSlot(t *testing.T) {
 func TestWALLargeAndAbortedTransactions(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.walOnly()
-	b.bindQueue("observer", "#")
-	b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	b.BindQueue("observer", "#")
+	b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 
 	// A transaction whose session is killed before it commits.
-	conn, err := pgx.Connect(b.ctx, b.dbURL)
+	conn, err := pgx.Connect(b.Ctx, b.DBURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	tx, err := conn.Begin(b.ctx)
+	tx, err := conn.Begin(b.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := writer.Write(b.ctx, tx, messaging.Cause{}, testMessage{Type: typeCancelled, ID: uuid.Must(uuid.NewV7())}); err != nil {
+	if _, err := outboxtest.Writer.Write(b.Ctx, tx, messaging.Cause{}, outboxtest.Message{Type: outboxtest.TypeCancelled, ID: uuid.Must(uuid.NewV7())}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pool.Exec(b.ctx, "SELECT pg_terminate_backend($1)", conn.PgConn().PID()); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, "SELECT pg_terminate_backend($1)", conn.PgConn().PID()); err != nil {
 		t.Fatal(err)
 	}
 
 	const large = 3000
 	msgs := make([]messaging.Message, large)
 	for i := range msgs {
-		msgs[i] = testMessage{Type: typeCancelled, ID: uuid.Must(uuid.NewV7())}
+		msgs[i] = outboxtest.Message{Type: outboxtest.TypeCancelled, ID: uuid.Must(uuid.NewV7())}
 	}
-	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(b.Ctx, b.Pool, func(tx pgx.Tx) error {
 		for i := 0; i < large; i += 100 { // many statements: one transaction
-			if _, err := writer.Write(b.ctx, tx, messaging.Cause{}, msgs[i:i+100]...); err != nil {
+			if _, err := outboxtest.Writer.Write(b.Ctx, tx, messaging.Cause{}, msgs[i:i+100]...); err != nil {
 				return err
 			}
 		}
@@ -248,11 +237,11 @@ func TestWALLargeAndAbortedTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := b.receive("observer", large, 60*time.Second, time.Second)
+	got := b.Receive("observer", large, 60*time.Second, time.Second)
 	if len(got) != large {
 		t.Fatalf("received %d messages, want the large transaction's %d and not the aborted one", len(got), large)
 	}
-	testenv.WaitFor(t, 20*time.Second, "every row to be PUBLISHED", b.allPublished(large))
+	testenv.WaitFor(t, 20*time.Second, "every row to be PUBLISHED", b.AllPublished(large))
 }
 
 // The relay streams as a role with only what it needs: the REPLICATION
@@ -262,14 +251,13 @@ func TestWALLargeAndAbortedTransactions(t *testing.T) {
 func TestWALRunsAsTheRelayRole(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.walOnly()
 	role := fmt.Sprint("outbox_test_relay_", time.Now().UnixNano())
-	if _, err := b.pool.Exec(b.ctx, "CREATE ROLE "+role+" LOGIN REPLICATION"); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, "CREATE ROLE "+role+" LOGIN REPLICATION"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, sql := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
-			if _, err := b.pool.Exec(context.Background(), sql); err != nil {
+			if _, err := b.Pool.Exec(context.Background(), sql); err != nil {
 				t.Errorf("%s: %v", sql, err)
 			}
 		}
@@ -278,17 +266,17 @@ func TestWALRunsAsTheRelayRole(t *testing.T) {
 		"GRANT SELECT, DELETE, UPDATE (status, attempt_count, next_attempt_at, claimed_by, claimed_until, published_at, last_error, updated_at) ON message_outbox",
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_partition_lease",
 	} {
-		if _, err := b.pool.Exec(b.ctx, grant+" TO "+role); err != nil {
+		if _, err := b.Pool.Exec(b.Ctx, grant+" TO "+role); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b.bindQueue("observer", "#")
-	b.dbURL = testenv.AsRole(b.dbURL, role)
-	r := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	b.BindQueue("observer", "#")
+	b.DBURL = testenv.AsRole(b.DBURL, role)
+	r := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 	testenv.WaitFor(t, 10*time.Second, "the relay to stream as "+role, func() bool { return streaming(r) })
-	b.enqueue(10, messaging.Cause{})
-	b.receive("observer", 10, 20*time.Second, 0)
-	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.allPublished(10))
+	b.Enqueue(10, messaging.Cause{})
+	b.Receive("observer", 10, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(10))
 }
 
 // A write-back that keeps failing (here a trigger refuses to mark rows
@@ -299,9 +287,8 @@ func TestWALRunsAsTheRelayRole(t *testing.T) {
 func TestWALFailedWriteBackEndsTheSession(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.walOnly()
-	b.bindQueue("observer", "#")
-	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE refuse_marks (on_ boolean NOT NULL);
+	b.BindQueue("observer", "#")
+	if _, err := b.Pool.Exec(b.Ctx, `CREATE TABLE refuse_marks (on_ boolean NOT NULL);
 		INSERT INTO refuse_marks VALUES (false);
 		CREATE FUNCTION refuse_marks() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -313,27 +300,27 @@ func TestWALFailedWriteBackEndsTheSession(t *testing.T) {
 		CREATE TRIGGER refuse_marks BEFORE UPDATE ON message_outbox FOR EACH ROW EXECUTE FUNCTION refuse_marks()`); err != nil {
 		t.Fatal(err)
 	}
-	r := b.startRelay(testRelayConfig(), b.amqpURL, nil)
+	r := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return streaming(r) })
 	// One batch through first: from here on the sweep leaves the newest
 	// rows to the stream, so only the stream can mark the next ones.
-	b.enqueue(5, messaging.Cause{})
-	b.receive("observer", 5, 20*time.Second, 0)
-	testenv.WaitFor(t, 10*time.Second, "the first rows to be PUBLISHED", b.allPublished(5))
+	b.Enqueue(5, messaging.Cause{})
+	b.Receive("observer", 5, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "the first rows to be PUBLISHED", b.AllPublished(5))
 
-	if _, err := b.pool.Exec(b.ctx, "UPDATE refuse_marks SET on_ = true"); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, "UPDATE refuse_marks SET on_ = true"); err != nil {
 		t.Fatal(err)
 	}
-	later := b.enqueue(10, messaging.Cause{})
-	b.receiveEach("observer", later, 20*time.Second)
+	later := b.Enqueue(10, messaging.Cause{})
+	b.ReceiveEach("observer", later, 20*time.Second)
 	// The write-back retries five times (some 3 s), then ends the session.
 	testenv.WaitFor(t, 30*time.Second, "the session to end", func() bool { return !streaming(r) })
-	if c := b.statusCounts(); c["PENDING"] != 10 {
+	if c := b.StatusCounts(); c["PENDING"] != 10 {
 		t.Fatalf("status counts %v while the marks are refused, want the 10 PENDING", c)
 	}
 
-	if _, err := b.pool.Exec(b.ctx, "UPDATE refuse_marks SET on_ = false"); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, "UPDATE refuse_marks SET on_ = false"); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 60*time.Second, "the rows streamed again to be PUBLISHED", b.allPublished(15))
+	testenv.WaitFor(t, 60*time.Second, "the rows streamed again to be PUBLISHED", b.AllPublished(15))
 }

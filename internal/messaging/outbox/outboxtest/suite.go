@@ -1,0 +1,42 @@
+package outboxtest
+
+import "testing"
+
+// suite is the contract every relay meets, whatever its rows' source: run
+// against the polling relay by package outbox's tests and against the
+// log-tailing relay by package wal's. A test of what only the polling
+// relay does skips itself in another mode (Bundle.PollOnly).
+var suite = []struct {
+	name string
+	test func(t *testing.T, mode Mode)
+}{
+	{"TestRelayPublishesTheEnvelope", testRelayPublishesTheEnvelope},
+	{"TestThreeRelaysShareTheBacklog", testThreeRelaysShareTheBacklog},
+	{"TestCrashBetweenConfirmAndMarkRepublishesSameMessageID", testCrashBetweenConfirmAndMarkRepublishesSameMessageID},
+	{"TestUnroutableMessageEndsFailedWhileOthersFlow", testUnroutableMessageEndsFailedWhileOthersFlow},
+	{"TestBrokerDownNothingMarkedEverythingPublishedAfter", testBrokerDownNothingMarkedEverythingPublishedAfter},
+	{"TestConnectionLostMidBacklog", testConnectionLostMidBacklog},
+	{"TestConfirmTimeoutRetries", testConfirmTimeoutRetries},
+	{"TestShutdownHandsBackUnconfirmedRows", testShutdownHandsBackUnconfirmedRows},
+	{"TestVanishedRelaysRowsComeBackAfterTheLease", testVanishedRelaysRowsComeBackAfterTheLease},
+	{"TestCommitOrderAndRollbacks", testCommitOrderAndRollbacks},
+	{"TestNotifyWakesTheRelay", testNotifyWakesTheRelay},
+	{"TestDatabaseConnectionsKilled", testDatabaseConnectionsKilled},
+	{"TestReturnsAreNeverLostWhileMarksWait", testReturnsAreNeverLostWhileMarksWait},
+	{"TestBrokerTroubleNeverSpendsAttempts", testBrokerTroubleNeverSpendsAttempts},
+	{"TestBrokerNackSpendsNoAttempt", testBrokerNackSpendsNoAttempt},
+	{"TestLiveRelayThatOutlivesItsLease", testLiveRelayThatOutlivesItsLease},
+	{"TestBlockedBrokerPausesClaiming", testBlockedBrokerPausesClaiming},
+	{"TestMessagesOfOneAggregateGoOutInOrder", testMessagesOfOneAggregateGoOutInOrder},
+	{"TestRelaysSharePartitions", testRelaysSharePartitions},
+	{"TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted", testAnAggregatesMessagesGoOutInTheOrderTheyCommitted},
+	{"TestRelayHoldsATypeUntilEveryReaderHasItsQueue", testRelayHoldsATypeUntilEveryReaderHasItsQueue},
+}
+
+// Run runs the suite against the relays of mode, each test in a subtest
+// of its own, named as docs/ name it.
+func Run(t *testing.T, mode Mode) {
+	for _, tc := range suite {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, mode) })
+	}
+}

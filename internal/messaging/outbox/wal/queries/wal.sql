@@ -1,0 +1,43 @@
+-- name: MarkStreamed :one
+-- The log-tailing relay's write-back (stream.go): what became of the rows it
+-- published from the write-ahead log, in one statement, so that orderctl,
+-- the timeline page and the gauges say what poll mode would. The log
+-- stream claims nothing, so a row it published is still PENDING; the
+-- statement touches only such rows. A row the sweep has claimed meanwhile
+-- (PUBLISHING), or that is PUBLISHED or FAILED already, is left alone.
+--   - published: confirmed: PUBLISHED, the attempt counted;
+--   - refused: returned as unroutable: the attempt counted, due again after
+--     its backoff, FAILED once max_attempts is spent;
+--   - released: nacked by the broker: the attempt not counted, due after
+--     retry_in.
+-- A refused or released row gets its last_error, which hands it to the
+-- sweep (ClaimOutbox with created_before): the stream never comes back to a
+-- row.
+WITH published AS (
+    UPDATE message_outbox m
+    SET status = 'PUBLISHED', published_at = now(), attempt_count = m.attempt_count + 1,
+        last_error = NULL, updated_at = now()
+    WHERE m.outbox_id = ANY (@published_ids::uuid[]) AND m.status = 'PENDING'
+    RETURNING m.outbox_id
+), refused AS (
+    UPDATE message_outbox m
+    SET attempt_count = m.attempt_count + 1,
+        status = CASE WHEN m.attempt_count + 1 >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
+        next_attempt_at = now() + make_interval(secs => c.retry_in),
+        last_error = c.error, updated_at = now()
+    FROM (SELECT unnest(@refused_ids::uuid[]) AS outbox_id, unnest(@refused_errors::text[]) AS error,
+                 unnest(@refused_retry_in_seconds::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    RETURNING m.outbox_id, m.status
+), released AS (
+    UPDATE message_outbox m
+    SET next_attempt_at = now() + make_interval(secs => c.retry_in), last_error = c.error, updated_at = now()
+    FROM (SELECT unnest(@released_ids::uuid[]) AS outbox_id, unnest(@released_errors::text[]) AS error,
+                 unnest(@released_retry_in_seconds::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    RETURNING m.outbox_id
+)
+SELECT (SELECT count(*) FROM published)::bigint AS published,
+       (SELECT count(*) FROM refused)::bigint AS refused,
+       (SELECT count(*) FROM released)::bigint AS released,
+       coalesce((SELECT array_agg(outbox_id) FROM refused WHERE status = 'FAILED'), '{}')::uuid[] AS failed_ids;
