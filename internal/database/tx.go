@@ -42,7 +42,9 @@ type Policy struct {
 	// (pg_xact_status) on another connection, says it aborted. Committed:
 	// Run returns nil. Still in progress after 5 s, or no id to ask by:
 	// ErrCommitUnknown. Never is a COMMIT of unknown outcome run again
-	// blindly. The id travels in the COMMIT's own round trip.
+	// blindly. The id costs no round trip of its own: it is asked for with
+	// the COMMIT, and the server sends it before it runs the COMMIT, so
+	// only a cut in the moment between the two leaves no id to ask by.
 	ConfirmCommit bool
 	// RetryContention is how many times a transaction that lost a
 	// serialization failure (40001) or a deadlock (40P01) runs again, at
