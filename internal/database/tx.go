@@ -190,7 +190,7 @@ func (p Policy) try(ctx context.Context, db Pool, fresh bool, fn func(context.Co
 	if !p.ConfirmCommit || p.Options.AccessMode == pgx.ReadOnly {
 		return "", lost(Fault(tx.Commit(ctx)))
 	}
-	xid, known, err := commit(ctx, conn.Conn().PgConn())
+	xid, known, err := commit(ctx, conn.Conn())
 	switch {
 	case err == nil:
 		return "", nil
@@ -225,9 +225,14 @@ func faultOf(ctx context.Context, conn *pgxpool.Conn, err error) error {
 // the server answered the question with an error and so never ran the
 // COMMIT; known is false when the COMMIT may have run and the id did not
 // come.
-func commit(ctx context.Context, conn *pgconn.PgConn) (xid string, known bool, err error) {
-	p := conn.StartPipeline(ctx)
-	p.SendQueryParams("SELECT pg_current_xact_id_if_assigned()::text", nil, nil, nil, nil)
+func commit(ctx context.Context, conn *pgx.Conn) (xid string, known bool, err error) {
+	// Prepared once per connection: each COMMIT only binds and runs it.
+	sd, err := conn.Prepare(ctx, "database_run_xid", "SELECT pg_current_xact_id_if_assigned()::text")
+	if err != nil {
+		return "", true, err // the COMMIT was not sent
+	}
+	p := conn.PgConn().StartPipeline(ctx)
+	p.SendQueryStatement(sd, nil, nil, nil)
 	p.SendFlushRequest()
 	p.SendQueryParams("COMMIT", nil, nil, nil, nil)
 	if err := p.Sync(); err != nil {
