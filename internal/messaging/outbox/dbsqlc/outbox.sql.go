@@ -27,7 +27,7 @@ WHERE outbox_id = ANY (ARRAY(
       AND ($4::timestamptz IS NULL
            OR o.created_at < $4::timestamptz OR o.last_error IS NOT NULL)
       AND ($5::integer = 0
-           OR mod(hashtext(o.aggregate_id)::bigint + 2147483648, greatest($5::integer, 1))::integer = ANY ($6::integer[]))
+           OR outbox_partition(o.aggregate_id, $5::integer) = ANY ($6::integer[]))
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
@@ -40,7 +40,7 @@ WHERE outbox_id = ANY (ARRAY(
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
           routing_key, payload, headers, attempt_count, claimed_by, created_at,
           (CASE WHEN $5::integer = 0 THEN -1
-                ELSE mod(hashtext(aggregate_id)::bigint + 2147483648, greatest($5::integer, 1)) END)::integer AS partition
+                ELSE outbox_partition(aggregate_id, $5::integer) END)::integer AS partition
 `
 
 type ClaimOutboxParams struct {
@@ -84,7 +84,7 @@ type ClaimOutboxRow struct {
 // whose last publish failed, are claimed: the newer ones are the log
 // stream's. With partitions > 0, only rows
 // of the relay's partitions (mine) are claimed; a row's partition is
-// mod(hashtext(aggregate_id) + 2^31, partitions), and is returned with it.
+// outbox_partition(aggregate_id, partitions), and is returned with it.
 // The ids go through an array so that the rows are fetched by primary key.
 // The earlier-row check probes message_outbox_aggregate_idx once per
 // candidate (about 0.05 ms each, measured on a 20,000-row backlog).

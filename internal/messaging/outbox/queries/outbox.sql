@@ -33,7 +33,7 @@ SELECT unnest(@outbox_ids::uuid[]),
 -- whose last publish failed, are claimed: the newer ones are the log
 -- stream's. With partitions > 0, only rows
 -- of the relay's partitions (mine) are claimed; a row's partition is
--- mod(hashtext(aggregate_id) + 2^31, partitions), and is returned with it.
+-- outbox_partition(aggregate_id, partitions), and is returned with it.
 -- The ids go through an array so that the rows are fetched by primary key.
 -- The earlier-row check probes message_outbox_aggregate_idx once per
 -- candidate (about 0.05 ms each, measured on a 20,000-row backlog).
@@ -51,7 +51,7 @@ WHERE outbox_id = ANY (ARRAY(
       AND (sqlc.narg(created_before)::timestamptz IS NULL
            OR o.created_at < sqlc.narg(created_before)::timestamptz OR o.last_error IS NOT NULL)
       AND (@partitions::integer = 0
-           OR mod(hashtext(o.aggregate_id)::bigint + 2147483648, greatest(@partitions::integer, 1))::integer = ANY (@mine::integer[]))
+           OR outbox_partition(o.aggregate_id, @partitions::integer) = ANY (@mine::integer[]))
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
@@ -64,7 +64,7 @@ WHERE outbox_id = ANY (ARRAY(
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
           routing_key, payload, headers, attempt_count, claimed_by, created_at,
           (CASE WHEN @partitions::integer = 0 THEN -1
-                ELSE mod(hashtext(aggregate_id)::bigint + 2147483648, greatest(@partitions::integer, 1)) END)::integer AS partition;
+                ELSE outbox_partition(aggregate_id, @partitions::integer) END)::integer AS partition;
 
 -- name: LeasePartitions :many
 -- A relay's turn at sharing the partitions, at every poll: it renews the
