@@ -459,7 +459,7 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	if err := m.DownTo(t.Context(), 7); err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestUpgradeFromOneSequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer before.Close()
+	defer func() { _ = before.Close() }()
 	if err := before.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestUpgradeFromOneSequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	for range 2 { // the second finds nothing to do
 		if err := m.Up(ctx); err != nil {
 			t.Fatal(err)
