@@ -27,6 +27,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
@@ -214,12 +215,9 @@ func TestOutboxRetry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		claimed, err := outbox.ClaimRows(t.Context(), db.Pool, "test", 1, time.Minute)
-		if err != nil || len(claimed) != 1 || claimed[0].ID != ids[0] {
-			t.Fatalf("claimed %+v, %v", claimed, err)
-		}
-		if _, err := outbox.MarkFailed(t.Context(), db.Pool, []outbox.PublishFailure{{Claim: claimed[0].Claim(), Reason: "unroutable: 312 NO_ROUTE"}}, 1); err != nil {
-			t.Fatal(err)
+		refused, err := outboxtest.FailDue(t.Context(), db.Pool, "test", "unroutable: 312 NO_ROUTE")
+		if err != nil || len(refused) != 1 || refused[0] != ids[0] {
+			t.Fatalf("refused %v, %v", refused, err)
 		}
 		return ids[0]
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/internal/timeline"
@@ -105,12 +106,8 @@ func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	}
 
 	// outbox-relay: claims and publishes it.
-	rows, err := outbox.ClaimRows(ctx, pool, "relay-1", 10, time.Minute)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim: %v, %d rows", err, len(rows))
-	}
-	if n, err := outbox.MarkPublished(ctx, pool, []outbox.Claim{rows[0].Claim()}); err != nil || n != 1 {
-		t.Fatalf("mark published: %v, %d", err, n)
+	if ids, err := outboxtest.PublishDue(ctx, pool, "relay-1"); err != nil || len(ids) != 1 {
+		t.Fatalf("publish: %v, %d rows", err, len(ids))
 	}
 
 	// fulfillment applies it: inbox row, transition, follow-up message.

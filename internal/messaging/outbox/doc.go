@@ -43,8 +43,9 @@
 //
 // Tests and drills inject failures through Config.Faults, called from one
 // line of Relay.Record, before the marks; production leaves it nil. The
-// relays' shared test suite and fixtures are package outboxtest; the
-// statements' own tests are rows_test.go.
+// relays' shared test suite and the fixtures of other packages' tests are
+// package outboxtest; the statements' test seams (ClaimRows, Mark, ...)
+// are in export_test.go.
 //
 // The rest of the code reads message_outbox through read.go (Aggregate,
 // Failed, Stuck, Stats, Get), never with SQL of its own.

@@ -14,7 +14,7 @@ import (
 )
 
 // mark records the outcomes of a claimed batch (Record) and writes them
-// with Mark: one round trip and one commit per batch, whatever the mix.
+// with markRows: one round trip and one commit per batch, whatever the mix.
 // The statement is fenced by the claims' tokens and takes effect whole or
 // not at all, so its retries never repeat a change that took effect. If
 // the database stays away, the rows stay PUBLISHING and come back when
@@ -22,7 +22,7 @@ import (
 // lost.
 func (r *Relay) mark(ctx context.Context, outcomes []Outcome) error {
 	marked, err := r.Record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
-		return Mark(ctx, r.pool, m, r.cfg.MaxAttempts)
+		return markRows(ctx, r.pool, m, r.cfg.MaxAttempts)
 	})
 	if ctx.Err() != nil {
 		return err // a crash (Config.Faults): nothing more is marked

@@ -184,7 +184,7 @@ func (r *Relay) maintain(ctx context.Context) {
 func (r *Relay) recoverExpired(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
-	ids, err := RecoverExpiredClaims(ctx, r.pool)
+	ids, err := recoverExpiredClaims(ctx, r.pool)
 	if err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "recovering expired claims failed", slog.String("error", err.Error()))
 	}

@@ -50,15 +50,6 @@ type Claim struct {
 // Claim returns the claim of row r.
 func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt, Token: r.ClaimToken} }
 
-// ClaimRows leases up to limit due PENDING rows to claimer for lease,
-// oldest first, skipping rows other relays hold, and returns them oldest
-// first. Each call is a claim of its own: claimed_by is claimer followed by
-// a token no other claim has. A row that is not marked before its lease
-// ends is recovered by RecoverExpiredClaims.
-func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
-	return claimRows(ctx, db, claimer, limit, lease, claimScope{})
-}
-
 // claimScope narrows a claim: the message types held back, and the
 // partitions the relay holds (none: the whole outbox).
 type claimScope struct {
@@ -73,9 +64,13 @@ type claimScope struct {
 	before     time.Time
 }
 
-// claimRows is ClaimRows within scope. Whatever the scope, a row is
-// claimed only when no earlier row of its aggregate is unpublished: the
-// messages of one aggregate go out one at a time, in order.
+// claimRows leases up to limit due PENDING rows within scope to claimer
+// for lease, oldest first, skipping rows other relays hold, and returns
+// them oldest first. Each call is a claim of its own: claimed_by is
+// claimer followed by a token no other claim has. Whatever the scope, a
+// row is claimed only when no earlier row of its aggregate is unpublished:
+// the messages of one aggregate go out one at a time, in order. A row that
+// is not marked before its lease ends is recovered by recoverExpiredClaims.
 func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, scope claimScope) ([]Row, error) {
 	token := claimer + "/" + claimSuffix()
 	p := dbsqlc.ClaimOutboxParams{
@@ -123,13 +118,6 @@ func claimSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// MarkPublished marks the confirmed rows PUBLISHED, in one statement,
-// and returns how many it marked (fewer when a lease was lost meanwhile).
-func MarkPublished(ctx context.Context, db database.DBTX, claims []Claim) (int64, error) {
-	m, err := Mark(ctx, db, Marks{Published: claims}, 0)
-	return m.Published, err
-}
-
 // PublishFailure is a claimed row the broker did not accept, or whose
 // publish was cut short.
 type PublishFailure struct {
@@ -138,30 +126,11 @@ type PublishFailure struct {
 	RetryIn time.Duration // the wait before the next attempt
 }
 
-// MarkFailed sends rows the broker returned as unroutable back to PENDING
-// after their backoff, or to FAILED once maxAttempts is spent, in one
-// statement. It returns the ids that became FAILED.
-func MarkFailed(ctx context.Context, db database.DBTX, failures []PublishFailure, maxAttempts int) ([]uuid.UUID, error) {
-	m, err := Mark(ctx, db, Marks{Refused: failures}, maxAttempts)
-	return m.Failed, err
-}
-
-// ReleaseClaims hands claimed rows back with the attempt not counted, due
-// after each one's RetryIn and with its Reason (if any) in last_error: rows
-// a stopping relay never got to publish, and rows the broker could not take
-// (a nack, a lost connection, a confirm that never came). Only a cause that
-// belongs to the message spends its attempts (MarkFailed).
-// It returns how many rows it released.
-func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFailure) (int64, error) {
-	m, err := Mark(ctx, db, Marks{Released: releases}, 0)
-	return m.Released, err
-}
-
 // Marks are the outcomes of the rows of one batch: each row in one list.
 type Marks struct {
 	Published []Claim          // confirmed: PUBLISHED
-	Refused   []PublishFailure // returned as unroutable: MarkFailed
-	Released  []PublishFailure // never published, nacked, or cut short: ReleaseClaims
+	Refused   []PublishFailure // returned as unroutable: the attempt counted, FAILED after the last
+	Released  []PublishFailure // never published, nacked, or cut short: the attempt not counted
 }
 
 // Marked is what Mark changed: how many rows of each list it marked (fewer
@@ -172,11 +141,13 @@ type Marked struct {
 	Failed                       []uuid.UUID
 }
 
-// Mark writes the outcomes of a batch in one statement (one round trip,
-// one commit): MarkPublished, MarkFailed and ReleaseClaims at once, each
-// row fenced by its claim's token, so that a retry of a Mark that took
-// effect changes nothing.
-func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Marked, error) {
+// markRows writes the outcomes of a batch of claimed rows in one
+// statement (one round trip, one commit), each row fenced by its claim's
+// token, so that a retry of a markRows that took effect changes nothing.
+// Released rows are due after each one's RetryIn, with its Reason (if
+// any) in last_error; refused ones likewise, or FAILED once maxAttempts
+// is spent.
+func markRows(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Marked, error) {
 	n := len(m.Published) + len(m.Refused) + len(m.Released)
 	if n == 0 {
 		return Marked{}, nil
@@ -206,10 +177,10 @@ func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Mark
 	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
 
-// RecoverExpiredClaims returns rows whose lease has run out to PENDING,
+// recoverExpiredClaims returns rows whose lease has run out to PENDING,
 // with the attempt their claim counted given back (a relay's death is not
 // the message's fault), and returns their ids.
-func RecoverExpiredClaims(ctx context.Context, db database.DBTX) ([]uuid.UUID, error) {
+func recoverExpiredClaims(ctx context.Context, db database.DBTX) ([]uuid.UUID, error) {
 	ids, err := queries.RecoverExpiredOutboxClaims(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("recover expired outbox claims: %w", database.Translate(err))

@@ -594,35 +594,6 @@ func testShutdownHandsBackUnconfirmedRows(t *testing.T, mode Mode) {
 	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(5))
 }
 
-// A claimed row whose relay vanished (no process will ever mark it)
-// becomes claimable when its lease ends, and is published.
-func testVanishedRelaysRowsComeBackAfterTheLease(t *testing.T, mode Mode) {
-	t.Parallel()
-	b := Setup(t, mode)
-	b.PollOnly("leases (the log stream's equivalent: TestWALStandbyTakesOver)")
-	b.BindQueue("observer", "#")
-	ids := b.Enqueue(4, messaging.Cause{})
-	claimed, err := outbox.ClaimRows(b.Ctx, b.Pool, "ghost-relay", 10, time.Second)
-	if err != nil || len(claimed) != 4 {
-		t.Fatalf("ghost claim: %d rows, %v", len(claimed), err)
-	}
-	b.StartRelay(Config(), b.AMQPURL, nil)
-
-	got := b.Receive("observer", 4, 15*time.Second, 0)
-	if len(messageIDSet(got)) != len(ids) {
-		t.Fatalf("received %d", len(got))
-	}
-	testenv.WaitFor(t, 5*time.Second, "every row to be PUBLISHED", b.AllPublished(4))
-	var attempts int
-	_ = b.Pool.QueryRow(b.Ctx, "SELECT min(attempt_count) FROM message_outbox").Scan(&attempts)
-	if attempts != 1 {
-		t.Fatalf("attempt_count = %d, want 1: ours (the ghost's was given back with its lease)", attempts)
-	}
-	if got := b.Counter("outbox.lease.recovered"); got != 4 {
-		t.Fatalf("outbox.lease.recovered = %d", got)
-	}
-}
-
 // Rows committed out of order, a long-open transaction holding an outbox
 // row, and a rolled-back transaction: every committed row is published,
 // the rolled-back one never.

@@ -18,7 +18,6 @@ var suite = []struct {
 	{"TestConnectionLostMidBacklog", testConnectionLostMidBacklog},
 	{"TestConfirmTimeoutRetries", testConfirmTimeoutRetries},
 	{"TestShutdownHandsBackUnconfirmedRows", testShutdownHandsBackUnconfirmedRows},
-	{"TestVanishedRelaysRowsComeBackAfterTheLease", testVanishedRelaysRowsComeBackAfterTheLease},
 	{"TestCommitOrderAndRollbacks", testCommitOrderAndRollbacks},
 	{"TestNotifyWakesTheRelay", testNotifyWakesTheRelay},
 	{"TestDatabaseConnectionsKilled", testDatabaseConnectionsKilled},

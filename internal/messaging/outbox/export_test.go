@@ -1,0 +1,44 @@
+package outbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/yourorg/orders/internal/database"
+)
+
+// The statements' test seams: the relay's claim and marks, called one by
+// one (rows_test.go, read_test.go, BenchmarkRelayThroughput).
+
+// ClaimRows is claimRows of the whole outbox.
+func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
+	return claimRows(ctx, db, claimer, limit, lease, claimScope{})
+}
+
+// Mark is markRows.
+func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Marked, error) {
+	return markRows(ctx, db, m, maxAttempts)
+}
+
+// MarkPublished marks the confirmed rows PUBLISHED and says how many.
+func MarkPublished(ctx context.Context, db database.DBTX, claims []Claim) (int64, error) {
+	m, err := markRows(ctx, db, Marks{Published: claims}, 0)
+	return m.Published, err
+}
+
+// MarkFailed marks returned rows and says which became FAILED.
+func MarkFailed(ctx context.Context, db database.DBTX, failures []PublishFailure, maxAttempts int) ([]uuid.UUID, error) {
+	m, err := markRows(ctx, db, Marks{Refused: failures}, maxAttempts)
+	return m.Failed, err
+}
+
+// ReleaseClaims hands claimed rows back and says how many.
+func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFailure) (int64, error) {
+	m, err := markRows(ctx, db, Marks{Released: releases}, 0)
+	return m.Released, err
+}
+
+// RecoverExpiredClaims is recoverExpiredClaims.
+var RecoverExpiredClaims = recoverExpiredClaims

@@ -1,0 +1,72 @@
+package outboxtest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
+)
+
+// Fixtures for the tests of packages that read the outbox's table (an
+// order's timeline, orderctl) and have no broker: they put rows in the
+// states a relay leaves them in, with the outbox's own statements.
+
+var queries = dbsqlc.New()
+
+// PublishDue claims the due rows as relay claimer and marks them
+// PUBLISHED, as the relay does once the broker confirmed them, and
+// returns their ids.
+func PublishDue(ctx context.Context, db database.DBTX, claimer string) ([]uuid.UUID, error) {
+	ids, token, err := claimDue(ctx, db, claimer)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	p := dbsqlc.MarkOutboxParams{PublishedIds: ids}
+	for range ids {
+		p.PublishedTokens = append(p.PublishedTokens, token)
+	}
+	if _, err := queries.MarkOutbox(ctx, db, p); err != nil {
+		return nil, fmt.Errorf("mark %d outbox rows PUBLISHED: %w", len(ids), err)
+	}
+	return ids, nil
+}
+
+// FailDue claims the due rows as relay claimer and marks them as the
+// relay does when the broker refused them on their last attempt: FAILED,
+// with reason as last_error. It returns their ids.
+func FailDue(ctx context.Context, db database.DBTX, claimer, reason string) ([]uuid.UUID, error) {
+	ids, token, err := claimDue(ctx, db, claimer)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	p := dbsqlc.MarkOutboxParams{RefusedIds: ids, MaxAttempts: 1}
+	for range ids {
+		p.RefusedTokens = append(p.RefusedTokens, token)
+		p.RefusedErrors = append(p.RefusedErrors, reason)
+		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, 0)
+	}
+	if _, err := queries.MarkOutbox(ctx, db, p); err != nil {
+		return nil, fmt.Errorf("mark %d outbox rows FAILED: %w", len(ids), err)
+	}
+	return ids, nil
+}
+
+// claimDue claims every due row (ClaimOutbox) under one token.
+func claimDue(ctx context.Context, db database.DBTX, claimer string) ([]uuid.UUID, string, error) {
+	token := claimer + "/outboxtest"
+	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
+		Claimer: &token, LeaseSeconds: time.Minute.Seconds(), MaxRows: 1000, HeldTypes: []string{}, Mine: []int32{},
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("claim the due outbox rows: %w", err)
+	}
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.OutboxID
+	}
+	return ids, token, nil
+}
