@@ -29,10 +29,10 @@ SELECT unnest(@outbox_ids::uuid[]),
 -- broker refused holds the later ones of its aggregate back until it is
 -- published (or an operator retries it). Rows of held_types are left alone
 -- (a reader's queue of theirs is missing). With created_before set (the
--- log-tailing relay's sweep, wal.go), only rows written before it, or
--- whose last publish failed, are claimed: the newer ones are the log
--- stream's. With partitions > 0, only rows
--- of the relay's partitions (mine) are claimed; a row's partition is
+-- log-tailing relay's sweep, Relay.ClaimOnlyBefore), only rows written
+-- before it, or whose last publish failed, are claimed: the newer ones are
+-- the log stream's. With partitions > 0, only rows of the relay's
+-- partitions (mine) are claimed; a row's partition is
 -- outbox_partition(aggregate_id, partitions), and is returned with it.
 -- The ids go through an array so that the rows are fetched by primary key.
 -- The earlier-row check probes message_outbox_aggregate_idx once per
