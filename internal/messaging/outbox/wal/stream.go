@@ -149,7 +149,7 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	recvErr := s.receive(sessCtx, items)
 	close(items)
 	stop(recvErr)
-	<-writeErr
+	_ = <-writeErr // passed to stop already
 	// Every step has stopped: the connection is this goroutine's again.
 	_ = s.reportPosition(context.Background(), true) // final: an error here changes nothing
 	if ctx.Err() != nil {
