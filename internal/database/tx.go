@@ -231,6 +231,13 @@ func commit(ctx context.Context, conn *pgx.Conn) (xid string, known bool, err er
 	if err != nil {
 		return "", true, err // the COMMIT was not sent
 	}
+	// The pipeline goes past pgx's query tracing: the COMMIT is traced
+	// here, as tx.Commit would be (a span of its own in the trace).
+	var tag pgconn.CommandTag
+	if t, ok := conn.Config().Tracer.(pgx.QueryTracer); ok {
+		ctx = t.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: "COMMIT"})
+		defer func() { t.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
+	}
 	p := conn.PgConn().StartPipeline(ctx)
 	p.SendQueryStatement(sd, nil, nil, nil)
 	p.SendFlushRequest()
@@ -259,7 +266,7 @@ func commit(ctx context.Context, conn *pgx.Conn) (xid string, known bool, err er
 	if res, err = p.GetResults(); err != nil {
 		return xid, true, err
 	}
-	tag, err := res.(*pgconn.ResultReader).Close()
+	tag, err = res.(*pgconn.ResultReader).Close()
 	if err == nil && tag.String() == "ROLLBACK" {
 		err = pgx.ErrTxCommitRollback
 	}
