@@ -78,6 +78,7 @@ var grants = map[string]map[string]string{
 	"shipment":               {api: "", relay: "", consumer: "SELECT(order_id), INSERT(shipment_id, order_id, status, message_id, reservation_id)", operator: "SELECT"},
 	"operator_audit":         {api: "", relay: "", consumer: "", operator: "SELECT, INSERT(actor, action, target, reason, details)"},
 	"outbox_partition_lease": {api: "", relay: "SELECT, INSERT, UPDATE, DELETE", consumer: "", operator: "SELECT"},
+	"outbox_relay":           {api: "", relay: "SELECT, INSERT, UPDATE, DELETE", consumer: "", operator: "SELECT"},
 }
 
 // functionGrants is which process role may execute each function of the

@@ -35,7 +35,7 @@ func (r *Relay) leasePartitions(ctx context.Context) {
 	}
 	id := r.cfg.ID
 	mine, err := queries.LeasePartitions(ctx, r.pool, dbsqlc.LeasePartitionsParams{
-		LeaseSeconds: r.cfg.Lease.Seconds(), Owner: &id, Partitions: int32(r.cfg.Partitions),
+		LeaseSeconds: r.cfg.Lease.Seconds(), Owner: id, Partitions: int32(r.cfg.Partitions),
 	})
 	if err != nil {
 		if ctx.Err() == nil {

@@ -124,6 +124,11 @@ type OutboxPartitionLease struct {
 	LeaseUntil  time.Time
 }
 
+type OutboxRelay struct {
+	RelayID   string
+	SeenUntil time.Time
+}
+
 type Shipment struct {
 	ShipmentID    uuid.UUID
 	OrderID       uuid.UUID

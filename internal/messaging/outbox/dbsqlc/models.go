@@ -36,3 +36,8 @@ type OutboxPartitionLease struct {
 	RelayID     *string
 	LeaseUntil  time.Time
 }
+
+type OutboxRelay struct {
+	RelayID   string
+	SeenUntil time.Time
+}

@@ -212,56 +212,64 @@ func (q *Queries) InsertOutboxMessages(ctx context.Context, db DBTX, arg InsertO
 }
 
 const leasePartitions = `-- name: LeasePartitions :many
-WITH renewed AS (
-    UPDATE outbox_partition_lease r
-    SET lease_until = now() + make_interval(secs => $1::float8)
-    WHERE r.relay_id = $2 AND r.partition_no < $3::integer
-    RETURNING r.partition_no
-), live AS (
-    SELECT (count(DISTINCT v.relay_id) FILTER (WHERE v.relay_id <> $2))::integer + 1 AS relays
-    FROM outbox_partition_lease v
-    WHERE v.lease_until > now() AND v.relay_id IS NOT NULL AND v.partition_no < $3::integer
+WITH present AS (
+    INSERT INTO outbox_relay AS p (relay_id, seen_until)
+    VALUES ($1, now() + make_interval(secs => $2::float8))
+    ON CONFLICT (relay_id) DO UPDATE SET seen_until = excluded.seen_until
+), gone AS (
+    DELETE FROM outbox_relay g WHERE g.seen_until < now() - interval '1 hour'
 ), share AS (
-    SELECT ceil($3::integer::float8 / live.relays)::integer AS fair FROM live
-), dropped AS (
-    UPDATE outbox_partition_lease d
-    SET relay_id = NULL, lease_until = '-infinity'
-    WHERE d.relay_id = $2
-      AND d.partition_no IN (SELECT n.partition_no FROM renewed n ORDER BY n.partition_no DESC
-                          LIMIT greatest((SELECT count(*) FROM renewed) - (SELECT share.fair FROM share), 0))
-    RETURNING d.partition_no
+    SELECT ceil($3::integer::float8
+                / ((count(*) FILTER (WHERE v.relay_id <> $1))::integer + 1))::integer AS fair
+    FROM outbox_relay v
+    WHERE v.seen_until > now()
+), mine AS (
+    SELECT m.partition_no, row_number() OVER (ORDER BY m.partition_no) AS k
+    FROM outbox_partition_lease m
+    WHERE m.relay_id = $1 AND m.partition_no < $3::integer
+), kept AS (
+    UPDATE outbox_partition_lease r
+    SET relay_id = CASE WHEN m.k <= s.fair THEN r.relay_id END,
+        lease_until = CASE WHEN m.k <= s.fair THEN now() + make_interval(secs => $2::float8)
+                           ELSE '-infinity'::timestamptz END
+    FROM mine m, share s
+    WHERE r.partition_no = m.partition_no
+    RETURNING r.partition_no, r.relay_id IS NOT NULL AS held
 ), taken AS (
     UPDATE outbox_partition_lease t
-    SET relay_id = $2, lease_until = now() + make_interval(secs => $1::float8)
+    SET relay_id = $1, lease_until = now() + make_interval(secs => $2::float8)
     WHERE t.partition_no IN (
         SELECT f.partition_no FROM outbox_partition_lease f
         WHERE f.partition_no < $3::integer
-          AND (f.relay_id IS NULL OR f.lease_until <= now())
+          AND (f.relay_id IS NULL OR f.lease_until <= now()) AND f.relay_id IS DISTINCT FROM $1
         ORDER BY f.partition_no
-        LIMIT greatest((SELECT share.fair FROM share) - (SELECT count(*) FROM renewed), 0)
+        LIMIT greatest((SELECT s.fair FROM share s) - (SELECT count(*) FROM mine), 0)
         FOR UPDATE SKIP LOCKED)
     RETURNING t.partition_no
 )
-SELECT n.partition_no::integer AS partition_no FROM renewed n WHERE n.partition_no NOT IN (SELECT dr.partition_no FROM dropped dr)
+SELECT k.partition_no::integer AS partition_no FROM kept k WHERE k.held
 UNION ALL
 SELECT tk.partition_no FROM taken tk
 ORDER BY 1
 `
 
 type LeasePartitionsParams struct {
+	Owner        string
 	LeaseSeconds float64
-	Owner        *string
 	Partitions   int32
 }
 
-// A relay's turn at sharing the partitions, at every poll: it renews the
-// leases it holds, then takes free or expired partitions until it holds
-// its fair share (the partitions divided by the relays holding live
-// leases, itself included, rounded up), or gives back what it holds above
-// that share, highest first, so that a relay that joins gets its share.
-// Returns the partitions it holds now (EnsurePartitions makes the rows).
+// A relay's turn at sharing the partitions, at every poll: it renews its
+// presence, then its fair share (the partitions divided by the relays
+// present, itself included, rounded up): it renews the leases it holds up
+// to that share, gives back the rest, highest first, and takes free or
+// expired partitions until it holds its share. A relay that joins counts
+// from its first turn, so it gets its share even while another holds
+// every partition. One UPDATE renews and gives back: a row may be changed
+// once in a statement. Returns the partitions it holds now
+// (EnsurePartitions makes the rows).
 func (q *Queries) LeasePartitions(ctx context.Context, db DBTX, arg LeasePartitionsParams) ([]int32, error) {
-	rows, err := db.Query(ctx, leasePartitions, arg.LeaseSeconds, arg.Owner, arg.Partitions)
+	rows, err := db.Query(ctx, leasePartitions, arg.Owner, arg.LeaseSeconds, arg.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -413,12 +421,15 @@ func (q *Queries) RecoverExpiredOutboxClaims(ctx context.Context, db DBTX) ([]uu
 }
 
 const releasePartitions = `-- name: ReleasePartitions :exec
-UPDATE outbox_partition_lease SET relay_id = NULL, lease_until = '-infinity'
-WHERE relay_id = $1
+WITH left_relays AS (
+    DELETE FROM outbox_relay o WHERE o.relay_id = $1
+)
+UPDATE outbox_partition_lease l SET relay_id = NULL, lease_until = '-infinity'
+WHERE l.relay_id = $1
 `
 
 // A stopping relay gives its partitions back, for the others to take at
-// once instead of after the lease.
+// once instead of after the lease, and leaves the relays present.
 func (q *Queries) ReleasePartitions(ctx context.Context, db DBTX, owner *string) error {
 	_, err := db.Exec(ctx, releasePartitions, owner)
 	return err

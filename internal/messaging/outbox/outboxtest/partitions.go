@@ -227,3 +227,31 @@ func arrivalOrder(ds []amqp.Delivery) []string {
 	}
 	return ids
 }
+
+// A relay that joins while another holds every partition gets its fair
+// share: it counts as present from its first turn, before it holds
+// anything, so the holder gives back what is above its share. (Counting
+// only the relays that held a lease, the holder's share stayed all of them
+// and the newcomer never got one.)
+func testARelayThatJoinsLaterGetsItsShare(t *testing.T, mode Mode) {
+	t.Parallel()
+	b := Setup(t, mode)
+	b.PollOnly("partition leases")
+	cfg := Config()
+	cfg.Partitions = 8
+	held := func(relay string) int {
+		var n int
+		if err := b.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM outbox_partition_lease WHERE relay_id = $1 AND lease_until > now()`, relay).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	cfg.ID = "relay-a"
+	b.StartRelay(cfg, b.AMQPURL, nil)
+	testenv.WaitFor(t, 20*time.Second, "the first relay to hold every partition", func() bool { return held("relay-a") == 8 })
+	cfg.ID = "relay-b"
+	b.StartRelay(cfg, b.AMQPURL, nil)
+	testenv.WaitFor(t, 20*time.Second, "the two relays to hold four partitions each", func() bool {
+		return held("relay-a") == 4 && held("relay-b") == 4
+	})
+}

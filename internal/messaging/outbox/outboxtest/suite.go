@@ -28,6 +28,7 @@ var suite = []struct {
 	{"TestBlockedBrokerPausesClaiming", testBlockedBrokerPausesClaiming},
 	{"TestMessagesOfOneAggregateGoOutInOrder", testMessagesOfOneAggregateGoOutInOrder},
 	{"TestRelaysSharePartitions", testRelaysSharePartitions},
+	{"TestARelayThatJoinsLaterGetsItsShare", testARelayThatJoinsLaterGetsItsShare},
 	{"TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted", testAnAggregatesMessagesGoOutInTheOrderTheyCommitted},
 	{"TestRelayHoldsATypeUntilEveryReaderHasItsQueue", testRelayHoldsATypeUntilEveryReaderHasItsQueue},
 }

@@ -67,43 +67,51 @@ RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
                 ELSE outbox_partition(aggregate_id, @partitions::integer) END)::integer AS partition;
 
 -- name: LeasePartitions :many
--- A relay's turn at sharing the partitions, at every poll: it renews the
--- leases it holds, then takes free or expired partitions until it holds
--- its fair share (the partitions divided by the relays holding live
--- leases, itself included, rounded up), or gives back what it holds above
--- that share, highest first, so that a relay that joins gets its share.
--- Returns the partitions it holds now (EnsurePartitions makes the rows).
-WITH renewed AS (
-    UPDATE outbox_partition_lease r
-    SET lease_until = now() + make_interval(secs => @lease_seconds::float8)
-    WHERE r.relay_id = @owner AND r.partition_no < @partitions::integer
-    RETURNING r.partition_no
-), live AS (
-    SELECT (count(DISTINCT v.relay_id) FILTER (WHERE v.relay_id <> @owner))::integer + 1 AS relays
-    FROM outbox_partition_lease v
-    WHERE v.lease_until > now() AND v.relay_id IS NOT NULL AND v.partition_no < @partitions::integer
+-- A relay's turn at sharing the partitions, at every poll: it renews its
+-- presence, then its fair share (the partitions divided by the relays
+-- present, itself included, rounded up): it renews the leases it holds up
+-- to that share, gives back the rest, highest first, and takes free or
+-- expired partitions until it holds its share. A relay that joins counts
+-- from its first turn, so it gets its share even while another holds
+-- every partition. One UPDATE renews and gives back: a row may be changed
+-- once in a statement. Returns the partitions it holds now
+-- (EnsurePartitions makes the rows).
+WITH present AS (
+    INSERT INTO outbox_relay AS p (relay_id, seen_until)
+    VALUES (@owner, now() + make_interval(secs => @lease_seconds::float8))
+    ON CONFLICT (relay_id) DO UPDATE SET seen_until = excluded.seen_until
+), gone AS (
+    DELETE FROM outbox_relay g WHERE g.seen_until < now() - interval '1 hour'
 ), share AS (
-    SELECT ceil(sqlc.arg(partitions)::integer::float8 / live.relays)::integer AS fair FROM live
-), dropped AS (
-    UPDATE outbox_partition_lease d
-    SET relay_id = NULL, lease_until = '-infinity'
-    WHERE d.relay_id = @owner
-      AND d.partition_no IN (SELECT n.partition_no FROM renewed n ORDER BY n.partition_no DESC
-                          LIMIT greatest((SELECT count(*) FROM renewed) - (SELECT share.fair FROM share), 0))
-    RETURNING d.partition_no
+    SELECT ceil(sqlc.arg(partitions)::integer::float8
+                / ((count(*) FILTER (WHERE v.relay_id <> @owner))::integer + 1))::integer AS fair
+    FROM outbox_relay v
+    WHERE v.seen_until > now()
+), mine AS (
+    SELECT m.partition_no, row_number() OVER (ORDER BY m.partition_no) AS k
+    FROM outbox_partition_lease m
+    WHERE m.relay_id = @owner AND m.partition_no < @partitions::integer
+), kept AS (
+    UPDATE outbox_partition_lease r
+    SET relay_id = CASE WHEN m.k <= s.fair THEN r.relay_id END,
+        lease_until = CASE WHEN m.k <= s.fair THEN now() + make_interval(secs => @lease_seconds::float8)
+                           ELSE '-infinity'::timestamptz END
+    FROM mine m, share s
+    WHERE r.partition_no = m.partition_no
+    RETURNING r.partition_no, r.relay_id IS NOT NULL AS held
 ), taken AS (
     UPDATE outbox_partition_lease t
     SET relay_id = @owner, lease_until = now() + make_interval(secs => @lease_seconds::float8)
     WHERE t.partition_no IN (
         SELECT f.partition_no FROM outbox_partition_lease f
         WHERE f.partition_no < @partitions::integer
-          AND (f.relay_id IS NULL OR f.lease_until <= now())
+          AND (f.relay_id IS NULL OR f.lease_until <= now()) AND f.relay_id IS DISTINCT FROM @owner
         ORDER BY f.partition_no
-        LIMIT greatest((SELECT share.fair FROM share) - (SELECT count(*) FROM renewed), 0)
+        LIMIT greatest((SELECT s.fair FROM share s) - (SELECT count(*) FROM mine), 0)
         FOR UPDATE SKIP LOCKED)
     RETURNING t.partition_no
 )
-SELECT n.partition_no::integer AS partition_no FROM renewed n WHERE n.partition_no NOT IN (SELECT dr.partition_no FROM dropped dr)
+SELECT k.partition_no::integer AS partition_no FROM kept k WHERE k.held
 UNION ALL
 SELECT tk.partition_no FROM taken tk
 ORDER BY 1;
@@ -117,9 +125,12 @@ ON CONFLICT (partition_no) DO NOTHING;
 
 -- name: ReleasePartitions :exec
 -- A stopping relay gives its partitions back, for the others to take at
--- once instead of after the lease.
-UPDATE outbox_partition_lease SET relay_id = NULL, lease_until = '-infinity'
-WHERE relay_id = @owner;
+-- once instead of after the lease, and leaves the relays present.
+WITH left_relays AS (
+    DELETE FROM outbox_relay o WHERE o.relay_id = @owner
+)
+UPDATE outbox_partition_lease l SET relay_id = NULL, lease_until = '-infinity'
+WHERE l.relay_id = @owner;
 
 -- name: MarkOutbox :one
 -- What became of the rows of one batch, in one statement (one round trip,
