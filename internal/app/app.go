@@ -95,7 +95,7 @@ func RunMigrate(ctx context.Context, db config.Database, args []string, logger *
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	switch action {
 	case "down":
 		return m.Down(ctx)

@@ -234,7 +234,7 @@ func commit(ctx context.Context, conn *pgx.Conn) (xid string, known bool, err er
 	// The pipeline goes past pgx's query tracing: the COMMIT is traced
 	// here, as tx.Commit would be (a span of its own in the trace).
 	var tag pgconn.CommandTag
-	if t, ok := conn.Config().Tracer.(pgx.QueryTracer); ok {
+	if t := conn.Config().Tracer; t != nil {
 		ctx = t.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: "COMMIT"})
 		defer func() { t.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
 	}

@@ -136,20 +136,19 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	items := make(chan item, 256)                   // 1 -> 2
 	published := make(chan item, w.cfg.MaxInFlight) // 2 -> 3
 	outcomes := make(chan outcome, w.cfg.MaxInFlight)
-	writeErr := make(chan error, 1)
+	writeDone := make(chan struct{})
 	go s.publishLoop(sessCtx, items, published)
 	go s.confirmLoop(drainCtx, published, outcomes)
 	go func() {
-		err := s.writeLoop(drainCtx, outcomes)
-		if err != nil {
+		defer close(writeDone)
+		if err := s.writeLoop(drainCtx, outcomes); err != nil {
 			stop(err)
 		}
-		writeErr <- err
 	}()
 	recvErr := s.receive(sessCtx, items)
 	close(items)
 	stop(recvErr)
-	_ = <-writeErr // passed to stop already
+	<-writeDone
 	// Every step has stopped: the connection is this goroutine's again.
 	_ = s.reportPosition(context.Background(), true) // final: an error here changes nothing
 	if ctx.Err() != nil {
