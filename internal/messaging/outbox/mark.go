@@ -43,6 +43,12 @@ func (r *Relay) mark(ctx context.Context, outcomes []Outcome) error {
 	return nil
 }
 
+// nackWaitMax bounds the wait after a nack. A nack is the broker's trouble
+// (a quorum queue electing a leader after a node died), which passes in
+// seconds however many batches it refused meanwhile: a wait that kept
+// growing with them pushed rows minutes past the broker's recovery.
+const nackWaitMax = 5 * time.Second
+
 // Record is the last step of every batch, whatever the rows' source: it
 // counts the outcomes, sorts them into marks and writes those with write,
 // retried (withDBRetry) until ctx ends:
@@ -54,7 +60,7 @@ func (r *Relay) mark(ctx context.Context, outcomes []Outcome) error {
 //   - nacked by the broker (a quorum queue without a leader, a full queue
 //     rejecting publishes, an internal error): back to PENDING with the
 //     attempt not counted, after a wait that grows with the batches the
-//     broker nacked in a row;
+//     broker nacked in a row, up to nackWaitMax;
 //   - cut short by the infrastructure (the connection lost, no confirm in
 //     time), never published (shutdown) or held (a reader's queue
 //     missing): back to PENDING with the attempt not counted.
@@ -64,7 +70,7 @@ func (r *Relay) Record(ctx context.Context, outcomes []Outcome, write func(conte
 	var m Marks
 	nackWait := r.cfg.BackoffBase
 	if slices.ContainsFunc(outcomes, func(o Outcome) bool { return o.Result == outcomeNacked }) {
-		nackWait = background.Backoff(int(r.refusals.Add(1)), r.cfg.BackoffBase, r.cfg.BackoffMax)
+		nackWait = background.Backoff(int(r.refusals.Add(1)), r.cfg.BackoffBase, max(min(r.cfg.BackoffMax, nackWaitMax), r.cfg.BackoffBase))
 	} else {
 		r.refusals.Store(0)
 	}
