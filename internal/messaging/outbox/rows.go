@@ -73,16 +73,31 @@ type claimScope struct {
 // is not marked before its lease ends is recovered by recoverExpiredClaims.
 func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, scope claimScope) ([]Row, error) {
 	token := claimer + "/" + claimSuffix()
-	p := dbsqlc.ClaimOutboxParams{
-		Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
-		HeldTypes:  append([]string{}, scope.held...), // never NULL: <> ALL (NULL) matches no row
-		Partitions: int32(scope.partitions),
-		Mine:       append([]int32{}, scope.mine...),
-	}
+	held := append([]string{}, scope.held...) // never NULL: <> ALL (NULL) matches no row
+	var before *time.Time
 	if scope.sweep {
-		p.CreatedBefore = &scope.before
+		before = &scope.before
 	}
-	rows, err := queries.ClaimOutbox(ctx, db, p)
+	// The relay's configuration picks the statement: the whole outbox, or
+	// its partitions. The two return the same columns.
+	var rows []dbsqlc.ClaimOutboxRow
+	var err error
+	if scope.partitions == 0 {
+		rows, err = queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
+			Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
+			HeldTypes: held, CreatedBefore: before,
+		})
+	} else {
+		var in []dbsqlc.ClaimOutboxInPartitionsRow
+		in, err = queries.ClaimOutboxInPartitions(ctx, db, dbsqlc.ClaimOutboxInPartitionsParams{
+			Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
+			HeldTypes: held, CreatedBefore: before,
+			Partitions: int32(scope.partitions), Mine: scope.mine,
+		})
+		for _, r := range in {
+			rows = append(rows, dbsqlc.ClaimOutboxRow(r))
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", database.Translate(err))
 	}

@@ -26,21 +26,18 @@ WHERE outbox_id = ANY (ARRAY(
       AND o.message_type <> ALL ($3::text[])
       AND ($4::timestamptz IS NULL
            OR o.created_at < $4::timestamptz OR o.last_error IS NOT NULL)
-      AND ($5::integer = 0
-           OR outbox_partition(o.aggregate_id, $5::integer) = ANY ($6::integer[]))
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
             AND e.status <> 'PUBLISHED'
             AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id))
     ORDER BY o.created_at, o.outbox_id
-    LIMIT $7
+    LIMIT $5
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
           routing_key, payload, headers, attempt_count, claimed_by, created_at,
-          (CASE WHEN $5::integer = 0 THEN -1
-                ELSE outbox_partition(aggregate_id, $5::integer) END)::integer AS partition
+          -1::integer AS partition
 `
 
 type ClaimOutboxParams struct {
@@ -48,8 +45,6 @@ type ClaimOutboxParams struct {
 	LeaseSeconds  float64
 	HeldTypes     []string
 	CreatedBefore *time.Time
-	Partitions    int32
-	Mine          []int32
 	MaxRows       int32
 }
 
@@ -82,14 +77,109 @@ type ClaimOutboxRow struct {
 // (a reader's queue of theirs is missing). With created_before set (the
 // log-tailing relay's sweep, Relay.ClaimOnlyBefore), only rows written
 // before it, or whose last publish failed, are claimed: the newer ones are
-// the log stream's. With partitions > 0, only rows of the relay's
-// partitions (mine) are claimed; a row's partition is
-// outbox_partition(aggregate_id, partitions), and is returned with it.
+// the log stream's. A relay that shares the outbox by partition claims
+// with ClaimOutboxInPartitions instead; a row's partition here is -1.
 // The ids go through an array so that the rows are fetched by primary key.
 // The earlier-row check probes message_outbox_aggregate_idx once per
 // candidate (about 0.05 ms each, measured on a 20,000-row backlog).
 func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParams) ([]ClaimOutboxRow, error) {
 	rows, err := db.Query(ctx, claimOutbox,
+		arg.Claimer,
+		arg.LeaseSeconds,
+		arg.HeldTypes,
+		arg.CreatedBefore,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimOutboxRow
+	for rows.Next() {
+		var i ClaimOutboxRow
+		if err := rows.Scan(
+			&i.OutboxID,
+			&i.AggregateID,
+			&i.MessageType,
+			&i.MessageVersion,
+			&i.ExchangeName,
+			&i.RoutingKey,
+			&i.Payload,
+			&i.Headers,
+			&i.AttemptCount,
+			&i.ClaimedBy,
+			&i.CreatedAt,
+			&i.Partition,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimOutboxInPartitions = `-- name: ClaimOutboxInPartitions :many
+UPDATE message_outbox
+SET status = 'PUBLISHING',
+    claimed_by = $1,
+    claimed_until = now() + make_interval(secs => $2::float8),
+    attempt_count = attempt_count + 1,
+    updated_at = now()
+WHERE outbox_id = ANY (ARRAY(
+    SELECT o.outbox_id
+    FROM message_outbox o
+    WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
+      AND o.message_type <> ALL ($3::text[])
+      AND ($4::timestamptz IS NULL
+           OR o.created_at < $4::timestamptz OR o.last_error IS NOT NULL)
+      AND outbox_partition(o.aggregate_id, $5::integer) = ANY ($6::integer[])
+      AND NOT EXISTS (
+          SELECT 1 FROM message_outbox e
+          WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+            AND e.status <> 'PUBLISHED'
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id))
+    ORDER BY o.created_at, o.outbox_id
+    LIMIT $7
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
+          routing_key, payload, headers, attempt_count, claimed_by, created_at,
+          outbox_partition(aggregate_id, $5::integer) AS partition
+`
+
+type ClaimOutboxInPartitionsParams struct {
+	Claimer       *string
+	LeaseSeconds  float64
+	HeldTypes     []string
+	CreatedBefore *time.Time
+	Partitions    int32
+	Mine          []int32
+	MaxRows       int32
+}
+
+type ClaimOutboxInPartitionsRow struct {
+	OutboxID       uuid.UUID
+	AggregateID    string
+	MessageType    string
+	MessageVersion int32
+	ExchangeName   string
+	RoutingKey     string
+	Payload        []byte
+	Headers        []byte
+	AttemptCount   int32
+	ClaimedBy      *string
+	CreatedAt      time.Time
+	Partition      int32
+}
+
+// ClaimOutbox for a relay that shares the outbox by partition: it claims
+// only rows of its partitions (mine), and returns each row's partition,
+// outbox_partition(aggregate_id, partitions).
+func (q *Queries) ClaimOutboxInPartitions(ctx context.Context, db DBTX, arg ClaimOutboxInPartitionsParams) ([]ClaimOutboxInPartitionsRow, error) {
+	rows, err := db.Query(ctx, claimOutboxInPartitions,
 		arg.Claimer,
 		arg.LeaseSeconds,
 		arg.HeldTypes,
@@ -102,9 +192,9 @@ func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParam
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ClaimOutboxRow
+	var items []ClaimOutboxInPartitionsRow
 	for rows.Next() {
-		var i ClaimOutboxRow
+		var i ClaimOutboxInPartitionsRow
 		if err := rows.Scan(
 			&i.OutboxID,
 			&i.AggregateID,

@@ -59,7 +59,7 @@ func FailDue(ctx context.Context, db database.DBTX, claimer, reason string) ([]u
 func claimDue(ctx context.Context, db database.DBTX, claimer string) ([]uuid.UUID, string, error) {
 	token := claimer + "/outboxtest"
 	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
-		Claimer: &token, LeaseSeconds: time.Minute.Seconds(), MaxRows: 1000, HeldTypes: []string{}, Mine: []int32{},
+		Claimer: &token, LeaseSeconds: time.Minute.Seconds(), MaxRows: 1000, HeldTypes: []string{},
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("claim the due outbox rows: %w", err)

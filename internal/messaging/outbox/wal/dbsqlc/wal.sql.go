@@ -73,7 +73,7 @@ type MarkStreamedRow struct {
 //     retry_in.
 //
 // A refused or released row gets its last_error, which hands it to the
-// sweep (ClaimOutbox with created_before): the stream never comes back to a
+// sweep (the claim with created_before): the stream never comes back to a
 // row.
 func (q *Queries) MarkStreamed(ctx context.Context, db DBTX, arg MarkStreamedParams) (MarkStreamedRow, error) {
 	row := db.QueryRow(ctx, markStreamed,

@@ -11,7 +11,7 @@
 --   - released: nacked by the broker: the attempt not counted, due after
 --     retry_in.
 -- A refused or released row gets its last_error, which hands it to the
--- sweep (ClaimOutbox with created_before): the stream never comes back to a
+-- sweep (the claim with created_before): the stream never comes back to a
 -- row.
 WITH published AS (
     UPDATE message_outbox m
