@@ -241,3 +241,32 @@ func TestPartitionedRetryInPlaceEndsWithItsSession(t *testing.T) {
 		}
 	}
 }
+
+// A message that failed and then left its queue unprocessed without being
+// parked by the consumer (the broker dead-letters it at the delivery
+// limit, its row still RETRYABLE_FAILED) holds the later messages of its
+// aggregate too: they are parked behind it, while other aggregates flow.
+func TestPartitionedConsumerHoldsBehindAFailedMessageTheBrokerDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	b.start(partitionedConfig(), b.amqpURL, nil)
+	aggregate, other := uuid.New(), uuid.New()
+	// The earlier message failed, and the broker took it away: its row
+	// stays as its last attempt left it.
+	gone := b.partitioned(aggregate)
+	failed := inbox.Entry{Consumer: testConsumer, MessageID: gone.MessageId, Type: gone.Type, Version: 1,
+		AggregateID: aggregate.String(), PayloadHash: "x"}
+	if _, err := inbox.RecordFailure(b.ctx, b.pool, failed, inbox.Failure{Status: inbox.StatusRetryableFailed, Code: "test_transient"}); err != nil {
+		t.Fatal(err)
+	}
+	later, flows := b.partitioned(aggregate), b.partitioned(other)
+	b.publish(later)
+	b.publish(flows)
+	b.waitInbox(flows.MessageId, inbox.StatusProcessed)
+	if row := b.waitInbox(later.MessageId, inbox.StatusPermanentFailed); row.LastErrorCode != "held_behind" {
+		t.Fatalf("later message: %+v, want parked held_behind", row)
+	}
+	if got := b.appliedOrder([]string{later.MessageId}); len(got) != 0 {
+		t.Fatalf("applied %v behind a failed earlier message", got)
+	}
+}

@@ -37,7 +37,7 @@ const earlierParkedOfAggregate = `-- name: EarlierParkedOfAggregate :one
 SELECT p.message_id
 FROM message_inbox p
 WHERE p.consumer_name = $1 AND p.aggregate_id = $2
-  AND p.status IN ('PERMANENT_FAILED', 'POISONED') AND p.message_id <> $3
+  AND p.status IN ('RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED') AND p.message_id <> $3
   AND p.first_received_at < coalesce(
       (SELECT s.first_received_at FROM message_inbox s WHERE s.consumer_name = $1 AND s.message_id = $3),
       now())
@@ -51,9 +51,14 @@ type EarlierParkedOfAggregateParams struct {
 	MessageID    string
 }
 
-// With partitions, a message waits behind a parked earlier message of its
-// aggregate for the same consumer: the oldest such row, received before
-// this message's own (or before now, for a message not seen yet).
+// With partitions, a message waits behind an earlier message of its
+// aggregate for the same consumer that left the queue unprocessed: the
+// oldest such row, received before this message's own (or before now, for
+// a message not seen yet). Parked by the consumer (PERMANENT_FAILED,
+// POISONED), or failed and then dead-lettered by the broker itself
+// (RETRYABLE_FAILED: the partition's worker retries a failure in place
+// before it takes the next message, so a later message finds an earlier
+// one in that state only when it is no longer ahead of it in the queue).
 func (q *Queries) EarlierParkedOfAggregate(ctx context.Context, db DBTX, arg EarlierParkedOfAggregateParams) (string, error) {
 	row := db.QueryRow(ctx, earlierParkedOfAggregate, arg.ConsumerName, arg.AggregateID, arg.MessageID)
 	var message_id string

@@ -144,13 +144,18 @@ FROM message_inbox
 WHERE consumer_name = @consumer_name AND message_id = @message_id;
 
 -- name: EarlierParkedOfAggregate :one
--- With partitions, a message waits behind a parked earlier message of its
--- aggregate for the same consumer: the oldest such row, received before
--- this message's own (or before now, for a message not seen yet).
+-- With partitions, a message waits behind an earlier message of its
+-- aggregate for the same consumer that left the queue unprocessed: the
+-- oldest such row, received before this message's own (or before now, for
+-- a message not seen yet). Parked by the consumer (PERMANENT_FAILED,
+-- POISONED), or failed and then dead-lettered by the broker itself
+-- (RETRYABLE_FAILED: the partition's worker retries a failure in place
+-- before it takes the next message, so a later message finds an earlier
+-- one in that state only when it is no longer ahead of it in the queue).
 SELECT p.message_id
 FROM message_inbox p
 WHERE p.consumer_name = @consumer_name AND p.aggregate_id = @aggregate_id
-  AND p.status IN ('PERMANENT_FAILED', 'POISONED') AND p.message_id <> @message_id
+  AND p.status IN ('RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED') AND p.message_id <> @message_id
   AND p.first_received_at < coalesce(
       (SELECT s.first_received_at FROM message_inbox s WHERE s.consumer_name = @consumer_name AND s.message_id = @message_id),
       now())
