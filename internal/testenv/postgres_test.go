@@ -31,8 +31,8 @@ func TestNewDatabaseOfSchemas(t *testing.T) {
 		schemas []database.Schema
 		want    string
 	}{
-		{[]database.Schema{outbox.Schema}, "message_outbox,outbox_partition_lease,outbox_schema_version"},
-		{[]database.Schema{outbox.Schema, inbox.Schema}, "inbox_schema_version,message_inbox,message_outbox,outbox_partition_lease,outbox_schema_version"},
+		{[]database.Schema{outbox.Schema}, "message_outbox,outbox_partition_lease,outbox_relay,outbox_schema_version"},
+		{[]database.Schema{outbox.Schema, inbox.Schema}, "inbox_schema_version,message_inbox,message_outbox,outbox_partition_lease,outbox_relay,outbox_schema_version"},
 	} {
 		if got := tables(testenv.NewDatabase(t, c.schemas...)); got != c.want {
 			t.Errorf("tables of %d schemas: %s, want %s", len(c.schemas), got, c.want)
