@@ -218,9 +218,9 @@ func (w *worker) open(ctx context.Context, raw amqp.Delivery) *delivery {
 //
 // A transaction that loses a serialization failure or a deadlock runs
 // again at once; while the database is unavailable, the batch is held and
-// tried again (tx). A handler that panics is a bug no
-// retry fixes: the transaction rolls back, and the delivery is parked,
-// while the process and its other deliveries go on.
+// tried again (tx). A handler that panics is a bug no retry fixes: the
+// transaction rolls back, and the delivery is parked, while the process
+// and its other deliveries go on.
 func (w *worker) apply(ctx context.Context, batch []*delivery) (effects []effect, err error) {
 	defer func() {
 		if r := recover(); r != nil {
