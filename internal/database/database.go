@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,18 +34,42 @@ type PoolConfig struct {
 	ConnectTimeout time.Duration
 	// Tracer, when set, instruments every query.
 	Tracer pgx.QueryTracer
-	// StatementTimeout and LockTimeout bound every statement of the pool's
-	// sessions, and its waits for locks (0: no limit). A statement cut
-	// short fails with SQLSTATE 57014 or 55P03, both transient.
+	// StatementTimeout and LockTimeout bound every statement of the
+	// transactions Run runs on the pool, and their waits for locks (0: no
+	// limit). A statement cut short fails with SQLSTATE 57014 or 55P03,
+	// both transient.
 	StatementTimeout, LockTimeout time.Duration
-	// AsyncCommit turns synchronous_commit off for the pool's sessions: a
-	// commit returns before its WAL is flushed, and a database crash may
-	// forget the last few hundred milliseconds of commits. Only for work
-	// that is safe to lose and redo: the relay's claims and marks (a lost
-	// one means a message is published again, which consumers absorb),
-	// never for business writes.
+	// AsyncCommit turns synchronous_commit off for the transactions Run
+	// runs on the pool: a commit returns before its WAL is flushed, and a
+	// database crash may forget the last few hundred milliseconds of
+	// commits. Only for work that is safe to lose and redo: the relay's
+	// claims and marks (a lost one means a message is published again,
+	// which consumers absorb), never for business writes.
 	AsyncCommit bool
 }
+
+// settings is what a transaction of the pool sets for itself (SET LOCAL),
+// "" for none. They are not startup parameters of the pool's sessions: a
+// pooler in transaction mode (PgBouncer) refuses those it does not know,
+// and hands each transaction whichever server session is free, so only a
+// setting a transaction makes itself holds for it.
+func (cfg PoolConfig) settings() string {
+	var set []string
+	if cfg.StatementTimeout > 0 {
+		set = append(set, fmt.Sprintf("SET LOCAL statement_timeout = %d", cfg.StatementTimeout.Milliseconds()))
+	}
+	if cfg.LockTimeout > 0 {
+		set = append(set, fmt.Sprintf("SET LOCAL lock_timeout = %d", cfg.LockTimeout.Milliseconds()))
+	}
+	if cfg.AsyncCommit {
+		set = append(set, "SET LOCAL synchronous_commit = off")
+	}
+	return strings.Join(set, "; ")
+}
+
+// settingsKey is where a connection of a pool NewPool made keeps the
+// pool's settings (pgconn's CustomData), for Run's BEGIN.
+const settingsKey = "database.settings"
 
 // NewPool opens a pool and waits until the database answers, so that a
 // process started next to its database (docker compose) does not fail at
@@ -65,14 +89,11 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if cfg.Tracer != nil {
 		pcfg.ConnConfig.Tracer = cfg.Tracer
 	}
-	if cfg.StatementTimeout > 0 {
-		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
-	}
-	if cfg.LockTimeout > 0 {
-		pcfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10)
-	}
-	if cfg.AsyncCommit {
-		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	if set := cfg.settings(); set != "" {
+		pcfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+			conn.PgConn().CustomData()[settingsKey] = set
+			return nil
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -173,7 +173,7 @@ func (p Policy) try(ctx context.Context, db Pool, fresh bool, fn func(context.Co
 		}
 		return err
 	}
-	tx, err := conn.BeginTx(ctx, p.Options)
+	tx, err := conn.BeginTx(ctx, begin(conn.Conn(), p.Options))
 	if err != nil {
 		return "", lost(Fault(err))
 	}
@@ -204,6 +204,29 @@ func (p Policy) try(ctx context.Context, db Pool, fresh bool, fn func(context.Co
 		return "", &lostError{Fault(err)}
 	}
 	return xid, Fault(err)
+}
+
+// begin returns o with the BEGIN that also makes the pool's settings
+// (NewPool) for the transaction: the same round trip, one simple query.
+func begin(conn *pgx.Conn, o pgx.TxOptions) pgx.TxOptions {
+	set, _ := conn.PgConn().CustomData()[settingsKey].(string)
+	if set == "" {
+		return o
+	}
+	if o.BeginQuery == "" {
+		o.BeginQuery = "BEGIN"
+		if o.IsoLevel != "" {
+			o.BeginQuery += " ISOLATION LEVEL " + string(o.IsoLevel)
+		}
+		if o.AccessMode != "" {
+			o.BeginQuery += " " + string(o.AccessMode)
+		}
+		if o.DeferrableMode != "" {
+			o.BeginQuery += " " + string(o.DeferrableMode)
+		}
+	}
+	o.BeginQuery += "; " + set
+	return o
 }
 
 // faultOf marks an error of fn as the database's when it is: a server

@@ -9,12 +9,16 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
 // mark records the outcomes of a claimed batch (Record) and writes them
-// with markRows: one round trip and one commit per batch, whatever the mix.
+// with markRows: one statement and one commit per batch, whatever the mix,
+// in a transaction of its own so that the pool's settings hold for it
+// behind a pooler too (database.PoolConfig).
 // The statement is fenced by the claims' tokens and takes effect whole or
 // not at all, so its retries never repeat a change that took effect. If
 // the database stays away, the rows stay PUBLISHING and come back when
@@ -22,7 +26,12 @@ import (
 // lost.
 func (r *Relay) mark(ctx context.Context, outcomes []Outcome) error {
 	marked, err := r.Record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
-		return markRows(ctx, r.pool, m, r.cfg.MaxAttempts)
+		var marked Marked
+		err := database.Run(ctx, r.pool, database.Policy{}, func(ctx context.Context, tx pgx.Tx) (err error) {
+			marked, err = markRows(ctx, tx, m, r.cfg.MaxAttempts)
+			return err
+		})
+		return marked, err
 	})
 	if ctx.Err() != nil {
 		return err // a crash (Config.Faults): nothing more is marked

@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.32.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 )
 
@@ -150,7 +152,10 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			// to its end (DBTimeout at most), and what it claimed goes on to
 			// the publish step, which hands it back unpublished.
 			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
-			rows, err = claimRows(claimCtx, r.pool, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, scope)
+			err = database.Run(claimCtx, r.pool, database.Policy{}, func(ctx context.Context, tx pgx.Tx) (err error) {
+				rows, err = claimRows(ctx, tx, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, scope)
+				return err
+			})
 			cancel()
 		}
 		if err != nil {

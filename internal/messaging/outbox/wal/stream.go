@@ -577,7 +577,12 @@ func (w *Relay) writeBack(ctx context.Context, batch []outcome) error {
 		return nil
 	}
 	_, err := w.sweep.Record(ctx, outcomes, func(ctx context.Context, m outbox.Marks) (outbox.Marked, error) {
-		return markStreamed(ctx, w.pool, m, w.cfg.MaxAttempts)
+		var marked outbox.Marked
+		err := database.Run(ctx, w.pool, database.Policy{}, func(ctx context.Context, tx pgx.Tx) (err error) {
+			marked, err = markStreamed(ctx, tx, m, w.cfg.MaxAttempts)
+			return err
+		})
+		return marked, err
 	})
 	if err != nil {
 		return fmt.Errorf("write back %d rows (they are streamed again): %w", len(outcomes), err)

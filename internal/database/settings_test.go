@@ -1,0 +1,81 @@
+package database_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/testenv"
+)
+
+// The pool's timeouts and synchronous_commit are no startup parameters (a
+// pooler refuses them at connect) and still hold in every transaction Run
+// runs: a lock wait beyond the lock timeout fails with 55P03, a statement
+// beyond the statement timeout with 57014, and the commit is asynchronous.
+// Outside Run's transactions the session keeps the server's defaults.
+func TestSettingsHoldInEveryTransaction(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctx := t.Context()
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE locked (id int PRIMARY KEY); INSERT INTO locked VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := database.NewPool(ctx, database.PoolConfig{URL: db.URL, AppName: "settings",
+		StatementTimeout: time.Second, LockTimeout: 200 * time.Millisecond, AsyncCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, name := range []string{"statement_timeout", "lock_timeout", "synchronous_commit"} {
+		if v, ok := pool.Config().ConnConfig.RuntimeParams[name]; ok {
+			t.Errorf("startup parameter %s = %q", name, v)
+		}
+	}
+	run := func(p database.Policy, sql string) (string, error) {
+		var v string
+		err := database.Run(ctx, pool, p, func(ctx context.Context, tx pgx.Tx) error {
+			return tx.QueryRow(ctx, sql).Scan(&v)
+		})
+		return v, err
+	}
+	code := func(err error) string {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return pgErr.Code
+		}
+		return ""
+	}
+
+	holder, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, "SELECT FROM locked WHERE id = 1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []database.Policy{{}, {Options: pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadWrite}}} {
+		start := time.Now()
+		_, err := run(p, "UPDATE locked SET id = 1 WHERE id = 1 RETURNING ''")
+		if code(err) != "55P03" || time.Since(start) > 5*time.Second {
+			t.Errorf("%+v: a lock wait ended after %s with %v, want 55P03 after the lock timeout", p.Options, time.Since(start), err)
+		}
+	}
+	_ = holder.Rollback(ctx)
+
+	if _, err := run(database.Policy{}, "SELECT pg_sleep(3)::text"); code(err) != "57014" {
+		t.Errorf("a 3 s statement: %v, want 57014", err)
+	}
+	if v, err := run(database.Policy{ConfirmCommit: true}, "SHOW synchronous_commit"); err != nil || v != "off" {
+		t.Errorf("synchronous_commit in a transaction: %q, %v; want off", v, err)
+	}
+	var v string
+	if err := pool.QueryRow(ctx, "SHOW lock_timeout").Scan(&v); err != nil || v != "0" {
+		t.Errorf("lock_timeout outside a transaction: %q, %v; want the server's 0", v, err)
+	}
+}
