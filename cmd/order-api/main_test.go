@@ -24,7 +24,7 @@ import (
 
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/config"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -134,7 +134,7 @@ func TestServeAndShutDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(t.Context())
-	if backlog, err := outbox.Stats(t.Context(), conn); err != nil || len(backlog) != 1 || backlog[0].Status != "PENDING" || backlog[0].Rows != 1 {
+	if backlog, err := outboxadmin.Stats(t.Context(), conn); err != nil || len(backlog) != 1 || backlog[0].Status != "PENDING" || backlog[0].Rows != 1 {
 		t.Fatalf("outbox rows not published: %+v, %v; want 1 PENDING", backlog, err)
 	}
 	if !strings.Contains(logs.String(), `"msg":"starting"`) || strings.Contains(logs.String(), "hunter") {

@@ -19,6 +19,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -56,7 +57,7 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 	}
 	defer db.Close(t.Context())
 	testenv.WaitFor(t, 20*time.Second, "the message to be parked", func() bool {
-		row, err := inbox.Get(t.Context(), db, "fulfillment", id)
+		row, err := inboxadmin.Get(t.Context(), db, "fulfillment", id)
 		return err == nil && row.Status == inbox.StatusPermanentFailed && row.LastErrorCode == "order_not_found"
 	})
 	var metrics string

@@ -19,7 +19,7 @@ import (
 // outside every hot path, whose shapes change with what operators want to
 // see; sqlc would add a generated package for them and buy little. The one
 // change to a mechanism's own rows, FAILED outbox rows back to PENDING, is
-// the outbox's (outbox.RetryFailed, a sqlc query beside the relay's).
+// the outbox's (outboxadmin.RetryFailed, a sqlc query beside the relay's).
 
 // Audit is one row of operator_audit.
 type Audit struct {

@@ -6,13 +6,14 @@ import (
 	"io"
 
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 )
 
-// InboxRow is every column of one inbox row, as inbox.Get reads it.
-type InboxRow inbox.Row
+// InboxRow is every column of one inbox row, as inboxadmin.Get reads it.
+type InboxRow inboxadmin.Row
 
 func inboxShow(ctx context.Context, c *ctl) (report, error) {
-	row, err := inbox.Get(ctx, c.pool, c.args.pos[0], c.args.pos[1])
+	row, err := inboxadmin.Get(ctx, c.pool, c.args.pos[0], c.args.pos[1])
 	if err != nil {
 		return nil, err
 	}

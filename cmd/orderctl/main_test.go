@@ -27,6 +27,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
@@ -247,7 +248,7 @@ func TestOutboxRetry(t *testing.T) {
 	if len(retried.Retried) != 1 || retried.Retried[0].ID != one || retried.Audit.ID == 0 {
 		t.Fatalf("retry: %+v", retried)
 	}
-	if after, err := outbox.Aggregate(t.Context(), db.Pool, domain.AggregateOrder, retried.Retried[0].AggregateID); err != nil ||
+	if after, err := outboxadmin.Aggregate(t.Context(), db.Pool, domain.AggregateOrder, retried.Retried[0].AggregateID); err != nil ||
 		len(after) != 1 || after[0].Status != "PENDING" || after[0].Attempts != 0 || after[0].NextAttemptAt.After(time.Now()) {
 		t.Fatalf("row after retry: %+v, %v", after, err)
 	}

@@ -17,23 +17,24 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/store"
 )
 
 // OrderTimeline is everything the system holds about one order.
 type OrderTimeline struct {
-	OrderID    uuid.UUID        `json:"order_id"`
-	Status     string           `json:"status"`
-	CustomerID string           `json:"customer_id"`
-	CreatedAt  time.Time        `json:"created_at"`
-	History    []Transition     `json:"history"`
-	Outbox     []outbox.Message `json:"outbox"`
-	Inbox      []inbox.Row      `json:"inbox"`
-	Parked     []ParkedOf       `json:"parked"`
-	ParkedNote string           `json:"parked_note,omitempty"` // why the parking lots could not be read
-	TraceIDs   []string         `json:"trace_ids"`
-	Events     []OrderEvent     `json:"events"` // all of the above in time order
+	OrderID    uuid.UUID             `json:"order_id"`
+	Status     string                `json:"status"`
+	CustomerID string                `json:"customer_id"`
+	CreatedAt  time.Time             `json:"created_at"`
+	History    []Transition          `json:"history"`
+	Outbox     []outboxadmin.Message `json:"outbox"`
+	Inbox      []inboxadmin.Row      `json:"inbox"`
+	Parked     []ParkedOf            `json:"parked"`
+	ParkedNote string                `json:"parked_note,omitempty"` // why the parking lots could not be read
+	TraceIDs   []string              `json:"trace_ids"`
+	Events     []OrderEvent          `json:"events"` // all of the above in time order
 }
 
 // Transition is one row of the order's history.
@@ -77,10 +78,10 @@ func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 	for _, h := range history {
 		t.History = append(t.History, Transition{From: string(h.From), To: string(h.To), MessageID: database.Deref(h.MessageID), CorrelationID: h.CorrelationID, At: h.CreatedAt})
 	}
-	if t.Outbox, err = outbox.Aggregate(ctx, c.pool, domain.AggregateOrder, id.String()); err != nil {
+	if t.Outbox, err = outboxadmin.Aggregate(ctx, c.pool, domain.AggregateOrder, id.String()); err != nil {
 		return nil, err
 	}
-	if t.Inbox, err = inbox.Aggregate(ctx, c.pool, id.String()); err != nil {
+	if t.Inbox, err = inboxadmin.Aggregate(ctx, c.pool, id.String()); err != nil {
 		return nil, err
 	}
 

@@ -9,12 +9,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 )
 
 type failedReport struct {
-	Rows []outbox.Message `json:"rows"` // updated_at: when each failed
+	Rows []outboxadmin.Message `json:"rows"` // updated_at: when each failed
 }
 
 func outboxFailed(ctx context.Context, c *ctl) (report, error) {
@@ -22,7 +21,7 @@ func outboxFailed(ctx context.Context, c *ctl) (report, error) {
 	if limit == 0 {
 		limit = 100
 	}
-	failed, err := outbox.Failed(ctx, c.pool, c.args.typ, limit)
+	failed, err := outboxadmin.Failed(ctx, c.pool, c.args.typ, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -44,8 +43,8 @@ func (r failedReport) human(w io.Writer) {
 }
 
 type retryReport struct {
-	Retried []outbox.Message `json:"retried"`
-	Audit   Audit            `json:"audit"`
+	Retried []outboxadmin.Message `json:"retried"`
+	Audit   Audit                 `json:"audit"`
 }
 
 // outboxRetry puts FAILED rows back to PENDING and records why, in one
@@ -69,7 +68,7 @@ func outboxRetry(ctx context.Context, c *ctl) (report, error) {
 	var r retryReport
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		if r.Retried, err = outbox.RetryFailed(ctx, tx, ids, c.args.typ); err != nil {
+		if r.Retried, err = outboxadmin.RetryFailed(ctx, tx, ids, c.args.typ); err != nil {
 			return err
 		}
 		if len(r.Retried) == 0 {

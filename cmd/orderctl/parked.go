@@ -13,6 +13,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 )
 
 // The parking lots: look (inbox.Browse leaves every message where it was),
@@ -71,7 +72,7 @@ func parkedShow(ctx context.Context, c *ctl) (report, error) {
 	} else {
 		r.RawBody = string(r.Message.Body)
 	}
-	row, err := inbox.Get(ctx, c.pool, name, id)
+	row, err := inboxadmin.Get(ctx, c.pool, name, id)
 	switch {
 	case err == nil:
 		r.Inbox = (*InboxRow)(&row)
@@ -192,7 +193,7 @@ func parkedDiscard(ctx context.Context, c *ctl) (report, error) {
 	// Gone for good: its failed inbox row goes too, so that the later
 	// messages of its order parked behind it (held_behind, with
 	// MESSAGE_PARTITIONS) may be replayed. The audit keeps what it was.
-	if r.Forgotten, err = inbox.ForgetFailure(ctx, c.pool, name, r.Message.MessageID); err != nil {
+	if r.Forgotten, err = inboxadmin.ForgetFailure(ctx, c.pool, name, r.Message.MessageID); err != nil {
 		return nil, err
 	}
 	return r, nil

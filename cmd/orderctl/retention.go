@@ -9,8 +9,8 @@ import (
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/database"
-	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -40,8 +40,8 @@ func retention(ctx context.Context, c *ctl) (report, error) {
 	var r retentionReport
 	var errs []error
 	for _, s := range []sweeper{
-		{Sweep{What: "published outbox rows", Setting: "RELAY_RETENTION"}, c.cfg.OutboxRetention, outbox.DeletePublished},
-		{Sweep{What: "processed inbox rows", Setting: "CONSUMER_INBOX_RETENTION"}, c.cfg.InboxRetention, inbox.DeleteProcessed},
+		{Sweep{What: "published outbox rows", Setting: "RELAY_RETENTION"}, c.cfg.OutboxRetention, outboxadmin.DeletePublished},
+		{Sweep{What: "processed inbox rows", Setting: "CONSUMER_INBOX_RETENTION"}, c.cfg.InboxRetention, inboxadmin.DeleteProcessed},
 		{Sweep{What: "expired idempotency keys", Setting: "IDEMPOTENCY_KEY_TTL"}, c.cfg.IdempotencyKeyTTL, store.DeleteExpiredIdempotencyKeys},
 	} {
 		s.Retention = s.keep.String()

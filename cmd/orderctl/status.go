@@ -13,7 +13,8 @@ import (
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 )
 
 // stuckAfter is when an unpublished outbox row counts as stuck: a running
@@ -68,7 +69,7 @@ func status(ctx context.Context, c *ctl) (report, error) {
 	}
 
 	// The outbox and the inbox, by the same queries as the services' gauges.
-	ostats, err := outbox.Stats(ctx, c.pool)
+	ostats, err := outboxadmin.Stats(ctx, c.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func status(ctx context.Context, c *ctl) (report, error) {
 			next(fmt.Sprintf("orderctl outbox failed --type %s   (then, once the cause is fixed: orderctl outbox retry --type %s --reason \"...\")", s.MessageType, s.MessageType))
 		}
 	}
-	istats, err := inbox.Stats(ctx, c.pool)
+	istats, err := inboxadmin.Stats(ctx, c.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func status(ctx context.Context, c *ctl) (report, error) {
 }
 
 func (r *StatusReport) stuck(ctx context.Context, c *ctl) error {
-	messages, err := outbox.Stuck(ctx, c.pool, stuckAfter, 5)
+	messages, err := outboxadmin.Stuck(ctx, c.pool, stuckAfter, 5)
 	if err != nil {
 		return err
 	}
@@ -131,7 +132,7 @@ func (r *StatusReport) stuck(ctx context.Context, c *ctl) error {
 		r.Stuck = append(r.Stuck, s)
 	}
 
-	rows, err := inbox.Unprocessed(ctx, c.pool, 10)
+	rows, err := inboxadmin.Unprocessed(ctx, c.pool, 10)
 	if err != nil {
 		return err
 	}

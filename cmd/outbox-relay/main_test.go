@@ -19,7 +19,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -243,7 +243,7 @@ func TestRelayProcessInWALMode(t *testing.T) {
 		t.Fatalf("no message\n%s", logs.String())
 	}
 	testenv.WaitFor(t, 10*time.Second, "the row to be written back PUBLISHED", func() bool {
-		written, _ := outbox.Aggregate(t.Context(), db.Pool, domain.AggregateOrder, order.String())
+		written, _ := outboxadmin.Aggregate(t.Context(), db.Pool, domain.AggregateOrder, order.String())
 		return len(written) == 1 && written[0].Status == "PUBLISHED"
 	})
 	metrics := get(t, "http://"+admin+"/metrics")

@@ -37,6 +37,7 @@ import (
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/telemetry"
@@ -273,12 +274,12 @@ func (f *flow) waitStatus(id uuid.UUID, want domain.Status) {
 	testenv.WaitFor(f.t, 20*time.Second, fmt.Sprintf("order %s to be %s", id, want), func() bool { return f.status(id) == want })
 }
 
-func (f *flow) inboxRow(consumerName, messageID string) inbox.Row {
+func (f *flow) inboxRow(consumerName, messageID string) inboxadmin.Row {
 	f.t.Helper()
-	var row inbox.Row
+	var row inboxadmin.Row
 	testenv.WaitFor(f.t, 20*time.Second, fmt.Sprintf("%s to finish with %s", consumerName, messageID), func() bool {
 		var err error
-		row, err = inbox.Get(f.ctx, f.pool, consumerName, messageID)
+		row, err = inboxadmin.Get(f.ctx, f.pool, consumerName, messageID)
 		return err == nil && row.Status != inbox.StatusProcessing && row.Status != inbox.StatusRetryableFailed
 	})
 	return row
@@ -679,7 +680,7 @@ func TestLockTimeoutIsRetried(t *testing.T) {
 	}
 	id := f.send(domain.SubmittedMessage(o), "c")
 	testenv.WaitFor(t, 10*time.Second, "the lock timeout to be recorded", func() bool {
-		row, err := inbox.Get(f.ctx, f.pool, fulfillment.Name, id)
+		row, err := inboxadmin.Get(f.ctx, f.pool, fulfillment.Name, id)
 		return err == nil && row.Status == inbox.StatusRetryableFailed && row.LastErrorCode == "lock_timeout"
 	})
 	if err := holder.Rollback(f.ctx); err != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/domain"
-	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -68,7 +68,7 @@ func TestWebhookURLSecretsReachNoSink(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "three calls of the webhook, each recorded", func() bool {
 		return f.one("SELECT attempt_count::text FROM customer_notification WHERE order_id = $1", o.ID()) >= "3"
 	})
-	row, err := inbox.Get(f.ctx, f.pool, notification.Name, id)
+	row, err := inboxadmin.Get(f.ctx, f.pool, notification.Name, id)
 	if err != nil {
 		t.Fatal(err)
 	}

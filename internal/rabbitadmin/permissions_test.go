@@ -17,6 +17,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/store"
@@ -387,7 +388,7 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 		t.Fatalf("replay as %s: %v (moved %v)", rabbitadmin.OperatorUser, err, moved)
 	}
 	testenv.WaitFor(t, 15*time.Second, "the replayed message to be processed", func() bool {
-		row, err := inbox.Get(ctx, h.Pool, c.Name(), parkedID)
+		row, err := inboxadmin.Get(ctx, h.Pool, c.Name(), parkedID)
 		return err == nil && row.Status == inbox.StatusProcessed
 	})
 }

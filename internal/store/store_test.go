@@ -18,7 +18,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -87,15 +87,15 @@ func TestCreateOrderCommitsOrderAndOutboxRowTogether(t *testing.T) {
 		t.Fatalf("stored order = %+v", got)
 	}
 
-	messages, err := outbox.Aggregate(b.ctx, b.pool, domain.AggregateOrder, o.ID().String())
+	messages, err := outboxadmin.Aggregate(b.ctx, b.pool, domain.AggregateOrder, o.ID().String())
 	if err != nil || len(messages) != 1 {
 		t.Fatalf("outbox rows of the order: %+v, %v; want one", messages, err)
 	}
-	if backlog, err := outbox.Stats(b.ctx, b.pool); err != nil || len(backlog) != 1 || backlog[0].Rows != 1 {
+	if backlog, err := outboxadmin.Stats(b.ctx, b.pool); err != nil || len(backlog) != 1 || backlog[0].Rows != 1 {
 		t.Fatalf("outbox backlog: %+v, %v; want exactly one row", backlog, err)
 	}
 	m := messages[0]
-	row, err := outbox.Get(b.ctx, b.pool, m.ID)
+	row, err := outboxadmin.Get(b.ctx, b.pool, m.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestFailureAfterOutboxInsertLeavesNothing(t *testing.T) {
 			t.Errorf("%s has %d rows after the rollback", table, n)
 		}
 	}
-	if backlog, err := outbox.Stats(b.ctx, b.pool); err != nil || len(backlog) != 0 {
+	if backlog, err := outboxadmin.Stats(b.ctx, b.pool); err != nil || len(backlog) != 0 {
 		t.Errorf("outbox rows after the rollback: %+v, %v", backlog, err)
 	}
 	if _, err := store.GetOrder(b.ctx, b.pool, o.ID()); !errors.Is(err, domain.ErrNotFound) {

@@ -5,7 +5,7 @@
 // them together.
 //
 // It only reads; it writes nothing. The outbox and inbox rows come from
-// the mechanisms' read APIs (outbox.Aggregate, inbox.Aggregate), which give
+// the mechanisms' read APIs (outboxadmin.Aggregate, inboxadmin.Aggregate), which give
 // order-api's role, which may read neither table, one order's rows through
 // order_timeline_outbox and order_timeline_inbox (migrations/00008_roles.sql,
 // docs/security.md). Run Read in one read-only transaction, so that every

@@ -13,18 +13,18 @@ import (
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
-	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/store"
 )
 
 // Timeline is everything the database holds about one order.
 type Timeline struct {
 	Order         *domain.Order
-	History       []store.HistoryEntry // oldest first
-	Outbox        []outbox.Message     // oldest first
-	Inbox         []inbox.Row          // by first delivery
-	Notifications []Notification       // oldest first
+	History       []store.HistoryEntry  // oldest first
+	Outbox        []outboxadmin.Message // oldest first
+	Inbox         []inboxadmin.Row      // by first delivery
+	Notifications []Notification        // oldest first
 }
 
 // Notification is one customer notification of the order
@@ -53,10 +53,10 @@ func Read(ctx context.Context, db database.DBTX, id uuid.UUID) (*Timeline, error
 		return nil, err
 	}
 	tl := &Timeline{Order: order, History: history}
-	if tl.Outbox, err = outbox.Aggregate(ctx, db, domain.AggregateOrder, id.String()); err != nil {
+	if tl.Outbox, err = outboxadmin.Aggregate(ctx, db, domain.AggregateOrder, id.String()); err != nil {
 		return nil, err
 	}
-	if tl.Inbox, err = inbox.Aggregate(ctx, db, id.String()); err != nil {
+	if tl.Inbox, err = inboxadmin.Aggregate(ctx, db, id.String()); err != nil {
 		return nil, err
 	}
 	if tl.Notifications, err = notifications(ctx, db, id); err != nil {
@@ -167,8 +167,8 @@ func (t *Timeline) Hops() []Hop {
 	for _, r := range t.Outbox {
 		types[r.ID.String()] = r.Type
 	}
-	applied := map[string][]inbox.Row{} // message id -> the consumers' rows that applied it
-	delivered := map[string]time.Time{} // message id -> its first delivery to any consumer
+	applied := map[string][]inboxadmin.Row{} // message id -> the consumers' rows that applied it
+	delivered := map[string]time.Time{}      // message id -> its first delivery to any consumer
 	for _, r := range t.Inbox {
 		if r.Outcome == "APPLIED" {
 			applied[r.MessageID] = append(applied[r.MessageID], r)
@@ -204,7 +204,7 @@ func (t *Timeline) Hops() []Hop {
 
 // transitionHop is a change of status. One caused by a message is a
 // consumer's hop, named as its delivery is (transitionActor).
-func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]inbox.Row) Hop {
+func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]inboxadmin.Row) Hop {
 	hop := Hop{At: h.CreatedAt, Kind: KindTransition, Health: HealthOK}
 	switch {
 	case h.MessageID == nil && h.From == "":
@@ -231,7 +231,7 @@ func transitionHop(h store.HistoryEntry, types map[string]string, applied map[st
 // notifier after its webhook call, did not make it. When more than one
 // remains, each may have, and all are named ("fulfillment or
 // notification"); when no row is left (inbox retention), ActorConsumer.
-func transitionActor(h store.HistoryEntry, applied []inbox.Row) string {
+func transitionActor(h store.HistoryEntry, applied []inboxadmin.Row) string {
 	var before, all []string
 	for _, r := range applied {
 		all = append(all, r.Consumer)
@@ -252,7 +252,7 @@ func transitionActor(h store.HistoryEntry, applied []inbox.Row) string {
 // relay marked the row, after the broker's confirm: a consumer may have
 // received the message before that. The hop is placed at the earlier of
 // the two, the first moment the message is known to have been out.
-func publishHop(r outbox.Message, delivered map[string]time.Time) Hop {
+func publishHop(r outboxadmin.Message, delivered map[string]time.Time) Hop {
 	hop := Hop{Actor: ActorRelay, Kind: KindPublish}
 	switch r.Status {
 	case "PUBLISHED":
@@ -290,7 +290,7 @@ func publishHop(r outbox.Message, delivered map[string]time.Time) Hop {
 	return hop
 }
 
-func deliveryHop(r inbox.Row) Hop {
+func deliveryHop(r inboxadmin.Row) Hop {
 	hop := Hop{At: r.FirstReceivedAt, Actor: r.Consumer, Kind: KindDelivery}
 	switch r.Status {
 	case "PROCESSED":

@@ -18,7 +18,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
@@ -240,20 +240,20 @@ func TestTransitionIsLabelledByItsConsumer(t *testing.T) {
 	msg := uuid.NewString()
 	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { v := t0.Add(d); return &v }
-	applied := func(consumer string, processed *time.Time) inbox.Row {
-		return inbox.Row{Consumer: consumer, MessageID: msg, Type: domain.TypeOrderSubmitted, Status: "PROCESSED",
+	applied := func(consumer string, processed *time.Time) inboxadmin.Row {
+		return inboxadmin.Row{Consumer: consumer, MessageID: msg, Type: domain.TypeOrderSubmitted, Status: "PROCESSED",
 			Outcome: "APPLIED", FirstReceivedAt: t0.Add(-time.Second), ProcessedAt: processed}
 	}
 	for _, tc := range []struct {
 		name  string
-		inbox []inbox.Row
+		inbox []inboxadmin.Row
 		want  string
 	}{
-		{"one consumer applied it", []inbox.Row{applied("fulfillment", at(-time.Millisecond))}, "fulfillment"},
-		{"another applied it after the transition", []inbox.Row{applied("fulfillment", at(-time.Millisecond)), applied("notification", at(time.Second))}, "fulfillment"},
-		{"the transaction started at the transition's time", []inbox.Row{applied("notification", at(time.Millisecond)), applied("fulfillment", at(0))}, "fulfillment"},
-		{"two applied it before: either may have", []inbox.Row{applied("notification", at(-time.Second)), applied("fulfillment", at(-time.Millisecond))}, "notification or fulfillment"},
-		{"a failed delivery is no candidate", []inbox.Row{applied("fulfillment", at(-time.Millisecond)), {Consumer: "warehouse", MessageID: msg, Status: "RETRYABLE_FAILED", FirstReceivedAt: t0.Add(-time.Second)}}, "fulfillment"},
+		{"one consumer applied it", []inboxadmin.Row{applied("fulfillment", at(-time.Millisecond))}, "fulfillment"},
+		{"another applied it after the transition", []inboxadmin.Row{applied("fulfillment", at(-time.Millisecond)), applied("notification", at(time.Second))}, "fulfillment"},
+		{"the transaction started at the transition's time", []inboxadmin.Row{applied("notification", at(time.Millisecond)), applied("fulfillment", at(0))}, "fulfillment"},
+		{"two applied it before: either may have", []inboxadmin.Row{applied("notification", at(-time.Second)), applied("fulfillment", at(-time.Millisecond))}, "notification or fulfillment"},
+		{"a failed delivery is no candidate", []inboxadmin.Row{applied("fulfillment", at(-time.Millisecond)), {Consumer: "warehouse", MessageID: msg, Status: "RETRYABLE_FAILED", FirstReceivedAt: t0.Add(-time.Second)}}, "fulfillment"},
 		{"the inbox rows deleted by retention", nil, timeline.ActorConsumer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

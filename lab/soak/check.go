@@ -14,7 +14,8 @@ import (
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 )
 
 // report is what the invariant checker found.
@@ -103,11 +104,11 @@ func check(ctx context.Context, s *system, ld *load) (*report, error) {
 	// Messages, order by order through the outbox's and the inbox's read
 	// APIs: each published message must have reached every consumer that
 	// binds its type: an inbox row, or a place in the parking lot.
-	var published []outbox.Message
+	var published []outboxadmin.Message
 	received := map[string]bool{} // consumer + " " + message id
 	followUps := map[string]int{} // order + " " + message type
 	for id := range statuses {
-		messages, err := outbox.Aggregate(ctx, conn, domain.AggregateOrder, id)
+		messages, err := outboxadmin.Aggregate(ctx, conn, domain.AggregateOrder, id)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +119,7 @@ func check(ctx context.Context, s *system, ld *load) (*report, error) {
 				published = append(published, m)
 			}
 		}
-		rows, err := inbox.Aggregate(ctx, conn, id)
+		rows, err := inboxadmin.Aggregate(ctx, conn, id)
 		if err != nil {
 			return nil, err
 		}
@@ -132,7 +133,7 @@ func check(ctx context.Context, s *system, ld *load) (*report, error) {
 			}
 		}
 	}
-	stats, err := inbox.Stats(ctx, conn)
+	stats, err := inboxadmin.Stats(ctx, conn)
 	if err != nil {
 		return nil, err
 	}

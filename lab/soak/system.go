@@ -22,7 +22,8 @@ import (
 
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/lab/sandbox"
 )
 
@@ -275,7 +276,7 @@ func (s *system) settle(ctx context.Context, timeout time.Duration, logf func(st
 		if err != nil {
 			return err
 		}
-		ostats, err := outbox.Stats(ctx, conn)
+		ostats, err := outboxadmin.Stats(ctx, conn)
 		if err != nil {
 			return err
 		}
@@ -284,7 +285,7 @@ func (s *system) settle(ctx context.Context, timeout time.Duration, logf func(st
 				outboxBusy += int(s.Rows)
 			}
 		}
-		istats, err := inbox.Stats(ctx, conn)
+		istats, err := inboxadmin.Stats(ctx, conn)
 		if err != nil {
 			return err
 		}

@@ -63,7 +63,8 @@ import (
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/messaging/inbox"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 )
 
 // Config is where the running system is. The walkthrough reaches each
@@ -260,8 +261,8 @@ func (s *system) checkDatabase(ctx context.Context) string {
 	if err := s.db.QueryRow(ctx, `SELECT to_regclass('orders') IS NOT NULL`).Scan(&migrated); err != nil {
 		return fmt.Sprintf("cannot read it: %v", err)
 	}
-	_, outboxErr := outbox.Stats(ctx, s.db)
-	_, inboxErr := inbox.Stats(ctx, s.db)
+	_, outboxErr := outboxadmin.Stats(ctx, s.db)
+	_, inboxErr := inboxadmin.Stats(ctx, s.db)
 	if err := errors.Join(outboxErr, inboxErr); !migrated || err != nil {
 		return fmt.Sprintf("it has no orders table, or cannot read the outbox and the inbox (%v): not the database order-api uses, or not migrated (make migrate)", err)
 	}

@@ -19,7 +19,9 @@ import (
 
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 )
 
 // system is the running order service, seen from outside: its HTTP API,
@@ -166,12 +168,12 @@ func (s *system) settled(ctx context.Context, id string, wantInbox int) error {
 // messages reads the order's outbox rows and its consumers' inbox rows,
 // through the outbox's and the inbox's read APIs (orderctl order shows the
 // same).
-func (s *system) messages(ctx context.Context, orderID string) ([]outbox.Message, []inbox.Row, error) {
-	messages, err := outbox.Aggregate(ctx, s.db, domain.AggregateOrder, orderID)
+func (s *system) messages(ctx context.Context, orderID string) ([]outboxadmin.Message, []inboxadmin.Row, error) {
+	messages, err := outboxadmin.Aggregate(ctx, s.db, domain.AggregateOrder, orderID)
 	if err != nil {
 		return nil, nil, err
 	}
-	rows, err := inbox.Aggregate(ctx, s.db, orderID)
+	rows, err := inboxadmin.Aggregate(ctx, s.db, orderID)
 	return messages, rows, err
 }
 
@@ -218,15 +220,15 @@ func text(v any) string {
 // outboxRow reads the order's message of messageType the way the relay
 // publishes it.
 func (s *system) outboxRow(ctx context.Context, orderID, messageType string) (outbox.Row, error) {
-	messages, err := outbox.Aggregate(ctx, s.db, domain.AggregateOrder, orderID)
+	messages, err := outboxadmin.Aggregate(ctx, s.db, domain.AggregateOrder, orderID)
 	if err != nil {
 		return outbox.Row{}, err
 	}
-	i := slices.IndexFunc(messages, func(m outbox.Message) bool { return m.Type == messageType })
+	i := slices.IndexFunc(messages, func(m outboxadmin.Message) bool { return m.Type == messageType })
 	if i < 0 {
 		return outbox.Row{}, failf("order %s has no %s message", orderID, messageType)
 	}
-	return outbox.Get(ctx, s.db, messages[i].ID)
+	return outboxadmin.Get(ctx, s.db, messages[i].ID)
 }
 
 // publish sends msg to the exchange, mandatory and under a publisher

@@ -18,7 +18,9 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 )
 
 // tour runs the steps in order; each returns a failure when the system did
@@ -105,7 +107,7 @@ func (s *system) settle(ctx context.Context, orderID string) error {
 }
 
 // outboxTable shows the order's outbox rows, oldest first.
-func outboxTable(messages []outbox.Message) [][]string {
+func outboxTable(messages []outboxadmin.Message) [][]string {
 	var rows [][]string
 	for _, m := range messages {
 		delay := "∅"
@@ -118,7 +120,7 @@ func outboxTable(messages []outbox.Message) [][]string {
 }
 
 // inboxTable shows the order's inbox rows, the first received first.
-func inboxTable(rows []inbox.Row) [][]string {
+func inboxTable(rows []inboxadmin.Row) [][]string {
 	var out [][]string
 	for _, r := range rows {
 		out = append(out, []string{r.Consumer, r.Type, r.Status, orNull(r.Outcome), fmt.Sprint(r.Attempts), orNull(r.TraceID)})
@@ -499,7 +501,7 @@ func stepPoison(ctx context.Context, s *system, n *narrator, _ *state) error {
 	err = waitUntil(ctx, s.cfg.Timeout, "every consumer to park the poison message", func(ctx context.Context) (bool, error) {
 		rows = nil
 		for _, c := range slices.Sorted(slices.Values(subs)) {
-			r, err := inbox.Get(ctx, s.db, c, poisonID)
+			r, err := inboxadmin.Get(ctx, s.db, c, poisonID)
 			if errors.Is(err, database.ErrNotFound) {
 				return false, nil
 			} else if err != nil {

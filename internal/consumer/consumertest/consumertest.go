@@ -29,6 +29,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -185,12 +186,12 @@ func (h *Harness) publish(msg amqp.Publishing) {
 
 // WaitDone waits until consumer is done with message id (its inbox row is
 // PROCESSED, PERMANENT_FAILED or POISONED) and returns the row.
-func (h *Harness) WaitDone(consumer, id string) inbox.Row {
+func (h *Harness) WaitDone(consumer, id string) inboxadmin.Row {
 	h.T.Helper()
-	var row inbox.Row
+	var row inboxadmin.Row
 	testenv.WaitFor(h.T, 15*time.Second, fmt.Sprintf("%s to be done with %s", consumer, id), func() bool {
 		var err error
-		row, err = inbox.Get(h.Ctx, h.Pool, consumer, id)
+		row, err = inboxadmin.Get(h.Ctx, h.Pool, consumer, id)
 		if err != nil && !errors.Is(err, database.ErrNotFound) {
 			h.T.Fatal(err)
 		}

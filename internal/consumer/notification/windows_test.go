@@ -14,6 +14,7 @@ import (
 	"github.com/yourorg/orders/internal/consumer/notification"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -177,7 +178,7 @@ func TestTakeoverNeverOverlapsTheLateOriginal(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "the late original to stand down", func() bool {
 		return originalMetrics.Counter(t, "consumer.messages.duplicates") == 1
 	})
-	row, err := inbox.Get(h.Ctx, h.Pool, notification.Name, id)
+	row, err := inboxadmin.Get(h.Ctx, h.Pool, notification.Name, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/yourorg/orders/internal/consumer/shipping"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -147,7 +148,7 @@ func TestParkedBeforeTheUpgradeReplaysAfterIt(t *testing.T) {
 			t.Fatalf("replayed %s, which was not parked", id)
 		}
 		testenv.WaitFor(t, 15*time.Second, "the replayed "+id+" to be processed", func() bool {
-			row, err := inbox.Get(h.Ctx, h.Pool, shipping.Name, id)
+			row, err := inboxadmin.Get(h.Ctx, h.Pool, shipping.Name, id)
 			return err == nil && row.Status == inbox.StatusProcessed
 		})
 	}

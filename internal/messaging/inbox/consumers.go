@@ -16,6 +16,7 @@ import (
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
 )
 
 // Consumers runs the consumers of a process, each subscribed to its own
@@ -108,7 +109,9 @@ func (cs *Consumers) Run(ctx context.Context) error {
 		retention := background.Retention{
 			What: "processed inbox rows", Logger: cs.log,
 			Delete: func(ctx context.Context, limit int) (int64, error) {
-				return DeleteProcessed(ctx, cs.pool, cs.cfg.InboxRetention, limit)
+				return queries.DeleteProcessedInbox(ctx, cs.pool, dbsqlc.DeleteProcessedInboxParams{
+					RetentionSeconds: cs.cfg.InboxRetention.Seconds(), MaxRows: int32(limit),
+				})
 			},
 		}
 		wg.Go(func() { retention.Run(ctx) })

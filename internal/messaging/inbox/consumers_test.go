@@ -26,6 +26,7 @@ import (
 	"github.com/yourorg/orders/internal/logctx"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -260,18 +261,18 @@ func (b *consumerBundle) effects(messageID string) int {
 	return n
 }
 
-func (b *consumerBundle) inboxRow(messageID string) inbox.Row {
+func (b *consumerBundle) inboxRow(messageID string) inboxadmin.Row {
 	b.t.Helper()
-	row, err := inbox.Get(b.ctx, b.pool, testConsumer, messageID)
+	row, err := inboxadmin.Get(b.ctx, b.pool, testConsumer, messageID)
 	if err != nil && !errors.Is(err, database.ErrNotFound) {
 		b.t.Fatal(err)
 	}
 	return row
 }
 
-func (b *consumerBundle) waitInbox(messageID, status string) inbox.Row {
+func (b *consumerBundle) waitInbox(messageID, status string) inboxadmin.Row {
 	b.t.Helper()
-	var row inbox.Row
+	var row inboxadmin.Row
 	testenv.WaitFor(b.t, 15*time.Second, fmt.Sprintf("message %s to be %s", messageID, status), func() bool {
 		row = b.inboxRow(messageID)
 		return row.Status == status

@@ -35,8 +35,8 @@
 // Tests and drills inject failures through Config.Faults, called from one
 // line between a delivery's commit and its ack; production leaves it nil.
 //
-// The rest of the code reads message_inbox through read.go (Get,
-// Aggregate, Unprocessed, Stats), never with SQL of its own.
+// The rest of the code reads message_inbox through package inboxadmin
+// (Get, Aggregate, Unprocessed, Stats), never with SQL of its own.
 //
 // docs/messaging.md draws the queues and the wrapper; docs/extending.md is
 // the recipe for a new consumer.

@@ -100,7 +100,7 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		stats, err := Stats(ctx, cs.pool)
+		stats, err := queries.InboxStats(ctx, cs.pool)
 		if err != nil {
 			return err
 		}
@@ -117,10 +117,11 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 			}
 		}
 		for _, s := range stats {
-			counts[key{s.Consumer, s.Status}] = s.Rows
-			oldestBy[s.Consumer] = max(oldestBy[s.Consumer], s.OldestAge)
+			age := time.Duration(s.OldestAgeSeconds * float64(time.Second))
+			counts[key{s.ConsumerName, s.Status}] = s.RowCount
+			oldestBy[s.ConsumerName] = max(oldestBy[s.ConsumerName], age)
 			if s.Status == StatusProcessing {
-				processingBy[s.Consumer] = s.OldestAge
+				processingBy[s.ConsumerName] = age
 			}
 		}
 		for k, n := range counts {

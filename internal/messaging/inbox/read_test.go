@@ -12,6 +12,7 @@ import (
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -56,7 +57,7 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 	want := map[string]string{processed.MessageID: inbox.StatusProcessed, held.MessageID: inbox.StatusProcessing,
 		retrying.MessageID: inbox.StatusRetryableFailed, poisoned.MessageID: inbox.StatusPoisoned}
 
-	row, err := inbox.Get(ctx, db.Pool, "a", processed.MessageID)
+	row, err := inboxadmin.Get(ctx, db.Pool, "a", processed.MessageID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 		row.TraceID != "t-1" || row.ProcessedAt == nil || row.ProcessingStartedAt == nil {
 		t.Errorf("Get: %+v", row)
 	}
-	if _, err := inbox.Get(ctx, db.Pool, "b", processed.MessageID); !errors.Is(err, database.ErrNotFound) {
+	if _, err := inboxadmin.Get(ctx, db.Pool, "b", processed.MessageID); !errors.Is(err, database.ErrNotFound) {
 		t.Errorf("Get of a row that is not there: %v, want database.ErrNotFound", err)
 	}
 
@@ -75,7 +76,7 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		rows, err := inbox.Aggregate(ctx, pool, order)
+		rows, err := inboxadmin.Aggregate(ctx, pool, order)
 		if err != nil {
 			t.Fatalf("as %s: %v", role, err)
 		}
@@ -94,7 +95,7 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 		}
 	}
 
-	unprocessed, err := inbox.Unprocessed(ctx, db.Pool, 10)
+	unprocessed, err := inboxadmin.Unprocessed(ctx, db.Pool, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 		t.Errorf("Unprocessed: %v, want %v", ids, want)
 	}
 
-	stats, err := inbox.Stats(ctx, db.Pool)
+	stats, err := inboxadmin.Stats(ctx, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -232,16 +232,6 @@ func recordFailure(ctx context.Context, db database.DBTX, e entry, f failedAttem
 	return int(row.AttemptCount), nil
 }
 
-// DeleteProcessed deletes up to limit rows processed longer than
-// retention ago, and says how many.
-func DeleteProcessed(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
-	n, err := queries.DeleteProcessedInbox(ctx, db, dbsqlc.DeleteProcessedInboxParams{RetentionSeconds: retention.Seconds(), MaxRows: int32(limit)})
-	if err != nil {
-		return 0, fmt.Errorf("delete processed inbox rows: %w", database.Translate(err))
-	}
-	return n, nil
-}
-
 // earlierParked returns the id of a parked (PERMANENT_FAILED or POISONED)
 // message of e's aggregate for e's consumer that arrived before e, or "".
 func earlierParked(ctx context.Context, db database.DBTX, e entry) (string, error) {
@@ -255,16 +245,4 @@ func earlierParked(ctx context.Context, db database.DBTX, e entry) (string, erro
 		return "", fmt.Errorf("look for a parked earlier message of aggregate %s: %w", e.AggregateID, database.Translate(err))
 	}
 	return id, nil
-}
-
-// ForgetFailure deletes the failed row (RETRYABLE_FAILED, PERMANENT_FAILED
-// or POISONED) of a message an operator discarded for good, and reports
-// whether there was one. With partitions, the later messages of its
-// aggregate parked behind it may then be replayed. A PROCESSED row stays.
-func ForgetFailure(ctx context.Context, db database.DBTX, consumer, messageID string) (bool, error) {
-	n, err := queries.ForgetFailedInbox(ctx, db, dbsqlc.ForgetFailedInboxParams{ConsumerName: consumer, MessageID: messageID})
-	if err != nil {
-		return false, fmt.Errorf("forget the failure of %s: %w", messageID, database.Translate(err))
-	}
-	return n > 0, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 )
 
 // Retention deletes PROCESSED rows past the window, and keeps every failure.
@@ -27,7 +28,7 @@ func TestDeleteProcessedInboxKeepsTheWindowAndTheFailures(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, "UPDATE message_inbox SET processed_at = now() - interval '40 days', first_received_at = now() - interval '40 days' WHERE message_id IN ('m-0', 'm-1', 'm-3')"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := inbox.DeleteProcessed(b.ctx, b.pool, 30*24*time.Hour, 1000); err != nil || n != 2 {
+	if n, err := inboxadmin.DeleteProcessed(b.ctx, b.pool, 30*24*time.Hour, 1000); err != nil || n != 2 {
 		t.Fatalf("deleted %d, %v", n, err)
 	}
 	var left int

@@ -47,8 +47,8 @@
 // package outboxtest; the statements' test seams (ClaimRows, Mark, ...)
 // are in export_test.go.
 //
-// The rest of the code reads message_outbox through read.go (Aggregate,
-// Failed, Stuck, Stats, Get), never with SQL of its own.
+// The rest of the code reads message_outbox through package outboxadmin
+// (Aggregate, Failed, Stuck, Stats, Get), never with SQL of its own.
 //
 // docs/outbox-relay.md draws the relay; docs/state-machines.md the row's
 // life cycle; metrics.go lists the relay's instruments.

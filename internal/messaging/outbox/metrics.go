@@ -115,7 +115,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		stats, err := Stats(ctx, r.pool)
+		stats, err := queries.OutboxStats(ctx, r.pool)
 		if err != nil {
 			return err
 		}
@@ -128,9 +128,9 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		}
 		var oldestAge time.Duration
 		for _, s := range stats {
-			counts[s.Status][s.MessageType] = s.Rows
+			counts[s.Status][s.MessageType] = s.RowCount
 			if s.Status == "PENDING" {
-				oldestAge = max(oldestAge, s.OldestAge)
+				oldestAge = max(oldestAge, time.Duration(s.OldestAgeSeconds*float64(time.Second)))
 			}
 		}
 		for status, gauge := range map[string]metric.Int64ObservableGauge{"PENDING": pending, "PUBLISHING": publishing, "FAILED": failedRows} {

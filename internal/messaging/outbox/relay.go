@@ -15,6 +15,7 @@ import (
 
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
 )
 
 // Relay publishes committed outbox rows. Run several at once if you like:
@@ -158,7 +159,9 @@ func (r *Relay) maintain(ctx context.Context) {
 		go background.Retention{
 			What: "published outbox rows", Logger: r.log,
 			Delete: func(ctx context.Context, limit int) (int64, error) {
-				return DeletePublished(ctx, r.pool, r.cfg.Retention, limit)
+				return queries.DeletePublishedOutbox(ctx, r.pool, dbsqlc.DeletePublishedOutboxParams{
+					RetentionSeconds: r.cfg.Retention.Seconds(), MaxRows: int32(limit),
+				})
 			},
 		}.Run(ctx)
 	}

@@ -202,15 +202,3 @@ func recoverExpiredClaims(ctx context.Context, db database.DBTX) ([]uuid.UUID, e
 	}
 	return ids, nil
 }
-
-// DeletePublished deletes up to limit rows published longer than
-// retention ago, and says how many.
-func DeletePublished(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
-	n, err := queries.DeletePublishedOutbox(ctx, db, dbsqlc.DeletePublishedOutboxParams{
-		RetentionSeconds: retention.Seconds(), MaxRows: int32(limit),
-	})
-	if err != nil {
-		return 0, fmt.Errorf("delete published outbox rows: %w", database.Translate(err))
-	}
-	return n, nil
-}

@@ -147,34 +147,3 @@ func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 		t.Fatalf("after the retried release: %s, attempt %d; want the new claim intact", status, attempts)
 	}
 }
-
-func TestDeletePublishedOutboxKeepsTheWindow(t *testing.T) {
-	t.Parallel()
-	b := setupRelay(t)
-	ids := enqueue(t, b, 5)
-	rows, err := outbox.ClaimRows(b.Ctx, b.Pool, "r", 5, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims := make([]outbox.Claim, len(rows))
-	for i, r := range rows {
-		claims[i] = r.Claim()
-	}
-	if _, err := outbox.MarkPublished(b.Ctx, b.Pool, claims[:4]); err != nil {
-		t.Fatal(err)
-	}
-	// Two were published long ago.
-	if _, err := b.Pool.Exec(b.Ctx, "UPDATE message_outbox SET published_at = now() - interval '8 days' WHERE outbox_id = ANY($1)", ids[:2]); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := outbox.DeletePublished(b.Ctx, b.Pool, 7*24*time.Hour, 1000); err != nil || n != 2 {
-		t.Fatalf("deleted %d, %v", n, err)
-	}
-	if got := b.StatusCounts(); got["PUBLISHED"]+got["PUBLISHING"] != 3 || len(got) != 2 {
-		t.Fatalf("%v rows left, want the 2 recent PUBLISHED and the PUBLISHING one", got)
-	}
-	stats, err := outbox.Stats(b.Ctx, b.Pool)
-	if err != nil || len(stats) != 1 || stats[0].Status != "PUBLISHING" || stats[0].Rows != 1 {
-		t.Fatalf("stats: %+v, %v", stats, err)
-	}
-}

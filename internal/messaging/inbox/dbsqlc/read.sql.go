@@ -75,8 +75,8 @@ type ReadInboxParams struct {
 	MessageID    string
 }
 
-// The inbox's read API (read.go): what operators, tools and pages are
-// shown of its rows. Outside this package, nothing names the table.
+// The inbox's read API (package inboxadmin): what operators, tools and pages are
+// shown of its rows. Outside the inbox, nothing names the table.
 // The row of one message for one consumer.
 func (q *Queries) ReadInbox(ctx context.Context, db DBTX, arg ReadInboxParams) (MessageInbox, error) {
 	row := db.QueryRow(ctx, readInbox, arg.ConsumerName, arg.MessageID)

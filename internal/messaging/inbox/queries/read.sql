@@ -1,5 +1,5 @@
--- The inbox's read API (read.go): what operators, tools and pages are
--- shown of its rows. Outside this package, nothing names the table.
+-- The inbox's read API (package inboxadmin): what operators, tools and pages are
+-- shown of its rows. Outside the inbox, nothing names the table.
 
 -- name: ReadInbox :one
 -- The row of one message for one consumer.

@@ -203,10 +203,10 @@ type ReadOutboxOfAggregateRow struct {
 	LastError     string
 }
 
-// The outbox's read API (read.go): what operators, tools and pages are
-// shown of its rows. Outside this package, nothing names the table. The
+// The outbox's read API (package outboxadmin): what operators, tools and pages are
+// shown of its rows. Outside the outbox, nothing names the table. The
 // queries of messages return the columns of ReadOutboxOfAggregate, in its
-// order, so that read.go converts each row to one type (ReadOrderOutbox and
+// order, so that outboxadmin converts each row to one type (ReadOrderOutbox and
 // ReadOutboxRow aside). A header that is not a string is none, as in
 // order_timeline_outbox.
 // Every message of one aggregate, oldest first (message_outbox_aggregate_idx).

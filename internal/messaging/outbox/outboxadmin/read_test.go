@@ -1,4 +1,4 @@
-package outbox_test
+package outboxadmin_test
 
 import (
 	"errors"
@@ -14,6 +14,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
@@ -40,25 +41,25 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The order's messages go out one at a time: ids[0] PUBLISHED, ids[1]
-	// PUBLISHING, ids[2] PENDING; the other aggregate's FAILED.
-	claimed, err := outbox.ClaimRows(ctx, db.Pool, "relay-a", 10, time.Minute)
-	if err != nil || len(claimed) != 2 || claimed[0].ID != ids[0] || claimed[1].ID != other[0] {
-		t.Fatalf("claimed %+v, %v", claimed, err)
-	}
-	if _, err := outbox.Mark(ctx, db.Pool, outbox.Marks{
-		Published: []outbox.Claim{claimed[0].Claim()},
-		Refused:   []outbox.PublishFailure{{Claim: claimed[1].Claim(), Reason: "NO_ROUTE"}},
-	}, 1); err != nil {
-		t.Fatal(err)
-	}
-	if claimed, err := outbox.ClaimRows(ctx, db.Pool, "relay-a", 10, time.Minute); err != nil || len(claimed) != 1 || claimed[0].ID != ids[1] {
-		t.Fatalf("claimed %+v, %v", claimed, err)
+	// The rows as the relay leaves them (its statements are package
+	// outbox's tests): ids[0] PUBLISHED, ids[1] PUBLISHING, ids[2]
+	// PENDING; the other aggregate's FAILED.
+	for _, set := range []struct {
+		id  uuid.UUID
+		sql string
+	}{
+		{ids[0], "status = 'PUBLISHED', attempt_count = 1, published_at = now()"},
+		{ids[1], "status = 'PUBLISHING', attempt_count = 1, claimed_by = 'relay-a', claimed_until = now() + interval '1 minute'"},
+		{other[0], "status = 'FAILED', attempt_count = 1, last_error = 'NO_ROUTE'"},
+	} {
+		if _, err := db.Pool.Exec(ctx, "UPDATE message_outbox SET "+set.sql+" WHERE outbox_id = $1", set.id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	want := map[uuid.UUID]string{ids[0]: "PUBLISHED", ids[1]: "PUBLISHING", ids[2]: "PENDING"}
 
 	for _, role := range []string{migrations.RoleOperator, migrations.RoleAPI} {
-		msgs, err := outbox.Aggregate(ctx, pool(t, db, role), "order", order.String())
+		msgs, err := outboxadmin.Aggregate(ctx, pool(t, db, role), "order", order.String())
 		if err != nil {
 			t.Fatalf("as %s: %v", role, err)
 		}
@@ -74,19 +75,19 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 			t.Errorf("as %s: messages %v, want %v (oldest first, not another aggregate's)", role, got, ids)
 		}
 	}
-	if _, err := outbox.Aggregate(ctx, pool(t, db, migrations.RoleAPI), "test", order.String()); err == nil {
+	if _, err := outboxadmin.Aggregate(ctx, pool(t, db, migrations.RoleAPI), "test", order.String()); err == nil {
 		t.Error("order-api's role read another aggregate type's rows")
 	}
 
-	failed, err := outbox.Failed(ctx, db.Pool, "", 10)
+	failed, err := outboxadmin.Failed(ctx, db.Pool, "", 10)
 	if err != nil || len(failed) != 1 || failed[0].ID != other[0] || failed[0].LastError != "NO_ROUTE" || failed[0].Attempts != 1 {
 		t.Fatalf("Failed: %+v, %v", failed, err)
 	}
-	if failed, err := outbox.Failed(ctx, db.Pool, outboxtest.TypeSubmitted, 10); err != nil || len(failed) != 0 {
+	if failed, err := outboxadmin.Failed(ctx, db.Pool, outboxtest.TypeSubmitted, 10); err != nil || len(failed) != 0 {
 		t.Fatalf("Failed of %s: %+v, %v", outboxtest.TypeSubmitted, failed, err)
 	}
 
-	stuck, err := outbox.Stuck(ctx, db.Pool, 0, 10)
+	stuck, err := outboxadmin.Stuck(ctx, db.Pool, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +98,11 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 	if want := []uuid.UUID{other[0], ids[2], ids[1]}; !slices.Equal(stuckIDs, want) {
 		t.Errorf("Stuck: %v, want %v (FAILED, then PENDING, then PUBLISHING)", stuckIDs, want)
 	}
-	if stuck, err := outbox.Stuck(ctx, db.Pool, time.Hour, 10); err != nil || len(stuck) != 1 {
+	if stuck, err := outboxadmin.Stuck(ctx, db.Pool, time.Hour, 10); err != nil || len(stuck) != 1 {
 		t.Errorf("Stuck older than an hour: %+v, %v; want the FAILED row alone", stuck, err)
 	}
 
-	stats, err := outbox.Stats(ctx, db.Pool)
+	stats, err := outboxadmin.Stats(ctx, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,17 +117,17 @@ func TestReadShowsRowsInEachState(t *testing.T) {
 		t.Errorf("Stats: %v, want %v", counts, want)
 	}
 
-	row, err := outbox.Get(ctx, db.Pool, ids[0])
+	row, err := outboxadmin.Get(ctx, db.Pool, ids[0])
 	if err != nil || row.ID != ids[0] || row.AggregateID != order.String() || row.Type != outboxtest.TypeSubmitted || row.Version != 1 ||
 		row.Exchange != outboxtest.Exchange || row.RoutingKey != outboxtest.TypeSubmitted || !strings.Contains(string(row.Payload), order.String()) ||
 		row.Headers["correlation_id"] != "corr-1" || row.Attempt != 1 || row.Partition != -1 {
 		t.Errorf("Get: %+v, %v", row, err)
 	}
-	if _, err := outbox.Get(ctx, db.Pool, uuid.New()); !errors.Is(err, database.ErrNotFound) {
+	if _, err := outboxadmin.Get(ctx, db.Pool, uuid.New()); !errors.Is(err, database.ErrNotFound) {
 		t.Errorf("Get of a row that is not there: %v, want database.ErrNotFound", err)
 	}
 
-	retried, err := outbox.RetryFailed(ctx, pool(t, db, migrations.RoleOperator), []uuid.UUID{other[0], ids[1]}, "")
+	retried, err := outboxadmin.RetryFailed(ctx, pool(t, db, migrations.RoleOperator), []uuid.UUID{other[0], ids[1]}, "")
 	if err != nil || len(retried) != 1 || retried[0].ID != other[0] || retried[0].Status != "PENDING" || retried[0].Attempts != 0 || retried[0].LastError != "NO_ROUTE" {
 		t.Fatalf("RetryFailed: %+v, %v; want the FAILED row alone, PENDING", retried, err)
 	}
@@ -141,4 +142,39 @@ func pool(t *testing.T, db *testenv.Database, role string) *pgxpool.Pool {
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+func TestDeletePublishedKeepsTheWindow(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t, outbox.Schema)
+	ctx := t.Context()
+	msgs := make([]messaging.Message, 5)
+	for i := range msgs {
+		msgs[i] = outboxtest.Message{Type: outboxtest.TypeCancelled, ID: uuid.New()}
+	}
+	ids, err := outboxtest.Writer.Write(ctx, db.Pool, messaging.Cause{}, msgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outboxtest.PublishDue(ctx, db.Pool, "relay-a"); err != nil {
+		t.Fatal(err)
+	}
+	// Two were published long ago; one is PUBLISHING again.
+	if _, err := db.Pool.Exec(ctx, "UPDATE message_outbox SET published_at = now() - interval '8 days' WHERE outbox_id = ANY($1)", ids[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "UPDATE message_outbox SET status = 'PUBLISHING', published_at = NULL, claimed_by = 'relay-a', claimed_until = now() + interval '1 minute' WHERE outbox_id = $1", ids[4]); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := outboxadmin.DeletePublished(ctx, db.Pool, 7*24*time.Hour, 1000); err != nil || n != 2 {
+		t.Fatalf("deleted %d, %v", n, err)
+	}
+	stats, err := outboxadmin.Stats(ctx, db.Pool)
+	if err != nil || len(stats) != 1 || stats[0].Status != "PUBLISHING" || stats[0].Rows != 1 {
+		t.Fatalf("stats: %+v, %v; want the PUBLISHING row alone", stats, err)
+	}
+	var published int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM message_outbox WHERE status = 'PUBLISHED'").Scan(&published); err != nil || published != 2 {
+		t.Fatalf("%d PUBLISHED rows left (%v), want the 2 recent ones", published, err)
+	}
 }

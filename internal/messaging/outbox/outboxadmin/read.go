@@ -1,4 +1,13 @@
-package outbox
+// Package outboxadmin is the outbox's table as operators, tools and pages
+// see it: one aggregate's messages, the FAILED and the stuck ones, counts
+// by status, one row as the relay publishes it, and the repairs (retry the
+// FAILED, delete the published past their retention). The rest of the code
+// reads message_outbox through it (queries/read.sql of package outbox),
+// never with SQL of its own, so a change of the table changes these
+// functions alone. Each takes the caller's DBTX: a pool, or a transaction.
+//
+// A team that runs the outbox without these tools deletes this folder.
+package outboxadmin
 
 import (
 	"cmp"
@@ -12,13 +21,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
 )
 
-// The outbox's read API, for operators, tools and pages: the rest of the
-// code reads message_outbox through these functions (queries/read.sql),
-// never with SQL of its own, so that a change of the table changes them
-// alone. Each takes the caller's DBTX: a pool, or a transaction.
+var queries = dbsqlc.New()
 
 // Message is what the read API shows of an outbox row: never its payload,
 // routing or claim.
@@ -85,19 +92,19 @@ func orderMessages(ctx context.Context, db database.DBTX, orderID uuid.UUID) ([]
 	return out, nil
 }
 
-// Get reads the row of message id as the relay publishes it (Publishing),
+// Get reads the row of message id as the relay publishes it (outbox.Publishing),
 // payload and all, for a tool that publishes it again. Partition is -1:
 // the relay's partitioning is not the table's.
-func Get(ctx context.Context, db database.DBTX, id uuid.UUID) (Row, error) {
+func Get(ctx context.Context, db database.DBTX, id uuid.UUID) (outbox.Row, error) {
 	r, err := queries.ReadOutboxRow(ctx, db, id)
 	if err != nil {
-		return Row{}, fmt.Errorf("outbox row %s: %w", id, database.Translate(err))
+		return outbox.Row{}, fmt.Errorf("outbox row %s: %w", id, database.Translate(err))
 	}
 	headers := map[string]string{}
 	if err := json.Unmarshal(r.Headers, &headers); err != nil {
 		headers = map[string]string{} // not an object of strings: a hand-made row, published without them (claimRows)
 	}
-	return Row{ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
+	return outbox.Row{ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
 		Exchange: r.ExchangeName, RoutingKey: r.RoutingKey, Payload: r.Payload, Headers: headers,
 		Attempt: int(r.AttemptCount), CreatedAt: r.CreatedAt, Partition: -1}, nil
 }
@@ -191,4 +198,16 @@ func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 			OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
 	}
 	return out, nil
+}
+
+// DeletePublished deletes up to limit rows published longer than
+// retention ago, and says how many.
+func DeletePublished(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
+	n, err := queries.DeletePublishedOutbox(ctx, db, dbsqlc.DeletePublishedOutboxParams{
+		RetentionSeconds: retention.Seconds(), MaxRows: int32(limit),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete published outbox rows: %w", database.Translate(err))
+	}
+	return n, nil
 }

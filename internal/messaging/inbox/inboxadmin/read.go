@@ -1,4 +1,15 @@
-package inbox
+// Package inboxadmin is the inbox's table as operators, tools, pages and
+// tests see it: one message's row, one aggregate's rows, the rows not
+// PROCESSED, counts by status, and the repairs (forget a discarded
+// message's failure, delete the processed past their retention). The rest
+// of the code reads message_inbox through it (queries/read.sql of package
+// inbox), never with SQL of its own, so a change of the table changes
+// these functions alone. Each takes the caller's DBTX: a pool, or a
+// transaction. The parked messages themselves are in the parking lots
+// (inbox.Browse).
+//
+// A team that runs the inbox without these tools deletes this folder.
+package inboxadmin
 
 import (
 	"cmp"
@@ -15,11 +26,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
 )
 
-// The inbox's read API, for operators, tools, pages and tests: the rest of
-// the code reads message_inbox through these functions (queries/read.sql),
-// never with SQL of its own, so that a change of the table changes them
-// alone. Each takes the caller's DBTX: a pool, or a transaction. The
-// parked messages themselves are in the parking lots (Browse, parked.go).
+var queries = dbsqlc.New()
 
 // Row is the stored state of one message for one consumer: every column
 // of its inbox row.
@@ -147,4 +154,26 @@ func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 			OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
 	}
 	return out, nil
+}
+
+// DeleteProcessed deletes up to limit rows processed longer than
+// retention ago, and says how many.
+func DeleteProcessed(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
+	n, err := queries.DeleteProcessedInbox(ctx, db, dbsqlc.DeleteProcessedInboxParams{RetentionSeconds: retention.Seconds(), MaxRows: int32(limit)})
+	if err != nil {
+		return 0, fmt.Errorf("delete processed inbox rows: %w", database.Translate(err))
+	}
+	return n, nil
+}
+
+// ForgetFailure deletes the failed row (RETRYABLE_FAILED, PERMANENT_FAILED
+// or POISONED) of a message an operator discarded for good, and reports
+// whether there was one. With partitions, the later messages of its
+// aggregate parked behind it may then be replayed. A PROCESSED row stays.
+func ForgetFailure(ctx context.Context, db database.DBTX, consumer, messageID string) (bool, error) {
+	n, err := queries.ForgetFailedInbox(ctx, db, dbsqlc.ForgetFailedInboxParams{ConsumerName: consumer, MessageID: messageID})
+	if err != nil {
+		return false, fmt.Errorf("forget the failure of %s: %w", messageID, database.Translate(err))
+	}
+	return n > 0, nil
 }
