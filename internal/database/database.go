@@ -75,10 +75,23 @@ const settingsKey = "database.settings"
 // process started next to its database (docker compose) does not fail at
 // once. It gives up after cfg.ConnectTimeout, and at once when the server
 // refuses the login or has no such database: waiting cannot mend those.
+//
+// Its connections work through a pooler in transaction mode (PgBouncer):
+// they send no startup parameter but the application name (see settings),
+// and unless the URL says otherwise (default_query_exec_mode) they run
+// statements in pgx's cache_describe mode, one round trip on the unnamed
+// statement, rather than in its default mode, whose named prepared
+// statements stay on the server session that prepared them while a pooler
+// hands the next transaction another. Behind no pooler,
+// default_query_exec_mode=cache_statement in the URL brings that mode back
+// (BenchmarkQueryExecMode measures the two).
 func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(cfg.URL, "default_query_exec_mode") {
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = cfg.MaxConns

@@ -79,3 +79,38 @@ func TestSettingsHoldInEveryTransaction(t *testing.T) {
 		t.Errorf("lock_timeout outside a transaction: %q, %v; want the server's 0", v, err)
 	}
 }
+
+// A pool NewPool made names no prepared statement, so that a pooler may
+// hand each transaction another server session: its sessions' statements
+// outlive a DEALLOCATE ALL (what a session the pooler lends looks like),
+// Run's COMMIT with them.
+func TestNoNamedPreparedStatements(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctx := t.Context()
+	pool, err := database.NewPool(ctx, database.PoolConfig{URL: db.URL, MaxConns: 1, AppName: "unnamed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	write := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "CREATE TEMP TABLE IF NOT EXISTS t (n int); INSERT INTO t SELECT 1")
+		if err == nil {
+			var n int
+			err = tx.QueryRow(ctx, "SELECT count(*) FROM t WHERE n = $1", 1).Scan(&n)
+		}
+		return err
+	}
+	for i := range 3 {
+		if err := database.Run(ctx, pool, database.Policy{ConfirmCommit: true}, write); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		var named int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements").Scan(&named); err != nil || named != 0 {
+			t.Fatalf("run %d: %d prepared statements (%v), want none", i, named, err)
+		}
+		if _, err := pool.Exec(ctx, "DEALLOCATE ALL"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

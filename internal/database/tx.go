@@ -249,11 +249,6 @@ func faultOf(ctx context.Context, conn *pgxpool.Conn, err error) error {
 // COMMIT; known is false when the COMMIT may have run and the id did not
 // come.
 func commit(ctx context.Context, conn *pgx.Conn) (xid string, known bool, err error) {
-	// Prepared once per connection: each COMMIT only binds and runs it.
-	sd, err := conn.Prepare(ctx, "database_run_xid", "SELECT pg_current_xact_id_if_assigned()::text")
-	if err != nil {
-		return "", true, err // the COMMIT was not sent
-	}
 	// The pipeline goes past pgx's query tracing: the COMMIT is traced
 	// here, as tx.Commit would be (a span of its own in the trace).
 	var tag pgconn.CommandTag
@@ -262,7 +257,9 @@ func commit(ctx context.Context, conn *pgx.Conn) (xid string, known bool, err er
 		defer func() { t.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
 	}
 	p := conn.PgConn().StartPipeline(ctx)
-	p.SendQueryStatement(sd, nil, nil, nil)
+	// The unnamed statement: a named one would not outlive the server
+	// session a pooler lent the transaction, or a DEALLOCATE ALL.
+	p.SendQueryParams("SELECT pg_current_xact_id_if_assigned()::text", nil, nil, nil, nil)
 	p.SendFlushRequest()
 	p.SendQueryParams("COMMIT", nil, nil, nil, nil)
 	if err := p.Sync(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -345,4 +346,67 @@ func BenchmarkTx(b *testing.B) {
 	b.ReportMetric(rawRate, "raw-tx/s")
 	b.ReportMetric(runRate, "run-tx/s")
 	b.ReportMetric(runRate/rawRate, "ratio")
+}
+
+// BenchmarkQueryExecMode compares pgx's ways to run a statement on what the
+// service runs most: Run's write transaction (an insert, a read back of
+// the row by key, ConfirmCommit), in alternating slices per mode as
+// BenchmarkTx does. cache_statement is pgx's default, whose named prepared
+// statements do not survive a pooler in transaction mode; the others name
+// none. It reports each mode's rate and its ratio to cache_statement:
+//
+//	go test -run '^$' -bench QueryExecMode -benchtime 1x ./internal/database/
+func BenchmarkQueryExecMode(b *testing.B) {
+	const slices, slice = 11, 200
+	db := testenv.NewDatabase(b)
+	if _, err := db.Pool.Exec(b.Context(), "CREATE TABLE bench (id bigint PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		b.Fatal(err)
+	}
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeCacheDescribe}
+	pools := make([]*pgxpool.Pool, len(modes))
+	for i, mode := range modes {
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		if pools[i], err = pgxpool.NewWithConfig(b.Context(), cfg); err != nil {
+			b.Fatal(err)
+		}
+		defer pools[i].Close()
+	}
+	var id atomic.Int64
+	work := func(ctx context.Context, tx pgx.Tx) error {
+		n := id.Add(1)
+		if _, err := tx.Exec(ctx, "INSERT INTO bench (id, payload) VALUES ($1, $2)", n, "x"); err != nil {
+			return err
+		}
+		var at time.Time
+		return tx.QueryRow(ctx, "SELECT at FROM bench WHERE id = $1 AND payload = $2", n, "x").Scan(&at)
+	}
+	policy := database.Policy{ConfirmCommit: true}
+	took := make([]time.Duration, len(modes))
+	for i := range slices {
+		for j := range modes {
+			k := (i + j) % len(modes)
+			start := time.Now()
+			for range slice {
+				if err := database.Run(b.Context(), pools[k], policy, work); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if i > 0 {
+				took[k] += time.Since(start)
+			}
+		}
+	}
+	n := float64((slices - 1) * slice)
+	for k, mode := range modes {
+		name := strings.ReplaceAll(mode.String(), " ", "_")
+		b.ReportMetric(n/took[k].Seconds(), name+"-tx/s")
+		if k > 0 {
+			b.ReportMetric(took[0].Seconds()/took[k].Seconds(), name+"-ratio")
+		}
+	}
 }
