@@ -266,7 +266,8 @@ func TestCorrelationIDIsGeneratedWhenMissingOrInvalid(t *testing.T) {
 
 // A failure inside the create transaction, after the outbox insert,
 // leaves neither the order nor its outbox row. The failure is a real
-// constraint of this test's database that rejects one customer's outbox row.
+// constraint of this test's database that rejects one customer's outbox row;
+// the answer is a database's failure, 503 database_error.
 func TestCreateOrderFailureAfterOutboxInsertWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -277,7 +278,7 @@ func TestCreateOrderFailureAfterOutboxInsertWritesNothing(t *testing.T) {
 	}
 	body := strings.Replace(validOrder, `"c-1"`, `"reject-me"`, 1)
 	r := b.do(http.MethodPost, "/v1/orders", []byte(body), header{httpapi.HeaderIdempotencyKey: "k-fail"})
-	if r.status != http.StatusInternalServerError || r.problem(t).Code != "internal" {
+	if r.status != http.StatusServiceUnavailable || r.problem(t).Code != "database_error" {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	for _, table := range []string{"orders", "order_items", "order_state_transition", "message_outbox", "http_idempotency_key"} {

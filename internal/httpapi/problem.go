@@ -91,6 +91,12 @@ func problemFor(err error) Problem {
 		// of disk: nothing was written, and the same request will work
 		// once it is back. Not the request's fault, and not a bug.
 		return problem(http.StatusServiceUnavailable, "database_unavailable", "The database cannot take the request right now; nothing was written. Retry later.")
+	case database.IsFault(err):
+		// Any other failure of the database's (a lock or statement timeout,
+		// a statement a pooler's session refused): the transaction rolled
+		// back. The request is not at fault and may work when retried; the
+		// log says what to look into.
+		return problem(http.StatusServiceUnavailable, "database_error", "The database failed the request; nothing was written. Retry later.")
 	default:
 		return problem(http.StatusInternalServerError, "internal", "The server failed to handle the request; it has been logged.")
 	}
