@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 )
 

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
