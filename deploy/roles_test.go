@@ -72,16 +72,23 @@ func TestComposeServicesConnectAsTheirRoles(t *testing.T) {
 func TestInitScriptCreatesTheRoles(t *testing.T) {
 	t.Parallel()
 	script := readRepoFile(t, "deploy/postgres/initdb/10-roles.sh")
-	for _, role := range append([]string{migrateRole}, migrations.Roles...) {
+	roles := append([]string{migrateRole}, migrations.Roles...)
+	for _, role := range append(roles, migrations.RoleRelayWAL) {
 		create := regexp.MustCompile(`CREATE ROLE ` + role + ` LOGIN (?:REPLICATION )?PASSWORD :'(\w+)';`).FindStringSubmatch(script)
 		if create == nil {
 			t.Errorf("10-roles.sh does not create %s LOGIN with a password", role)
 			continue
 		}
-		// The relay streams the outbox through a replication slot in
-		// RELAY_MODE=wal; no other role may replicate.
-		if replicates := strings.Contains(create[0], "REPLICATION"); replicates != (role == migrations.RoleRelay) {
-			t.Errorf("10-roles.sh: %s REPLICATION %v; only %s streams the log", role, replicates, migrations.RoleRelay)
+		// REPLICATION reads every table: only the log-tailing relay's
+		// replication role has it, made only when the stack runs that relay.
+		if replicates := strings.Contains(create[0], "REPLICATION"); replicates != (role == migrations.RoleRelayWAL) {
+			t.Errorf("10-roles.sh: %s REPLICATION %v; only %s may replicate", role, replicates, migrations.RoleRelayWAL)
+		}
+		if role == migrations.RoleRelayWAL {
+			before, _, _ := strings.Cut(script, create[0])
+			if i := strings.LastIndex(before, "\nif "); i < 0 || !strings.HasPrefix(before[i:], "\nif [[ ${ORDERS_RELAY_MODE:-poll} == wal ]]") {
+				t.Errorf("10-roles.sh creates %s whatever ORDERS_RELAY_MODE", role)
+			}
 		}
 		if !strings.Contains(script, "-v "+create[1]+`="$(<"$`+passwordVariable(role)+`_FILE")"`) {
 			t.Errorf("10-roles.sh: the password of %s is not the file of %s_FILE", role, passwordVariable(role))
@@ -97,7 +104,7 @@ func TestInitScriptCreatesTheRoles(t *testing.T) {
 	}
 	for _, doc := range []string{".env.example", "docs/security.md"} {
 		text := readRepoFile(t, doc)
-		for _, role := range append([]string{migrateRole}, migrations.Roles...) {
+		for _, role := range append(roles, migrations.RoleRelayWAL) {
 			if !strings.Contains(text, passwordVariable(role)) {
 				t.Errorf("%s does not document %s", doc, passwordVariable(role))
 			}

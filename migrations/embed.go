@@ -46,3 +46,11 @@ const (
 
 // Roles are the process roles, in the order above.
 var Roles = []string{RoleAPI, RoleRelay, RoleConsumer, RoleOperator}
+
+// RoleRelayWAL is the log-tailing relay's replication role
+// (RELAY_MODE=wal): LOGIN and REPLICATION, and no grant. Its replication
+// connection alone uses it; the relay's other sessions are RoleRelay's,
+// which keeps no REPLICATION (00019_relay_no_replication.sql). migrate
+// makes it only when asked (store.RelayWALRole): REPLICATION reads every
+// table (docs/security.md#replication).
+const RoleRelayWAL = "orders_relay_wal"

@@ -546,27 +546,48 @@ func TestRolesBlockToleratesConcurrentCreation(t *testing.T) {
 	}
 }
 
-// The REPLICATION grant of 00015 runs beside the same migration of other
-// databases on the server (a role belongs to the whole server): a session
-// whose ALTER ROLE waited on another's and lost ("tuple concurrently
-// updated") must not fail the migration when the winner made the change.
-// The block runs here on a role of the test's own.
+// The REPLICATION grant of 00015, and its revocation by 00019, run beside
+// the same migrations of other databases on the server (a role belongs to
+// the whole server): a session whose ALTER ROLE waited on another's and
+// lost ("tuple concurrently updated") must not fail the migration, and
+// must leave the role as its migration says. Each block runs here on a
+// role of the test's own.
 func TestReplicationGrantToleratesConcurrentMigrations(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		file, created, first string
+		want                 bool
+	}{
+		// The first session grants too: the others find it done.
+		{"00015_relay_replication.sql", "NOREPLICATION", "WITH REPLICATION", true},
+		// The first session revokes too: the others look again.
+		{"00019_relay_no_replication.sql", "REPLICATION", "WITH NOREPLICATION", false},
+	} {
+		t.Run(c.file+" "+c.first, func(t *testing.T) {
+			t.Parallel()
+			roleBlockBeside(t, c.file, c.created, c.first, c.want)
+		})
+	}
+}
+
+// roleBlockBeside runs the DO block of file, on a role of its own created
+// with the attribute created, in sessions that wait on a first one's ALTER
+// ROLE ... first, and checks the role's REPLICATION is want.
+func roleBlockBeside(t *testing.T, file, created, first string, want bool) {
 	db := testenv.NewDatabase(t)
-	src, err := fs.ReadFile(migrations.FS, "00015_relay_replication.sql")
+	src, err := fs.ReadFile(migrations.FS, file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, block, _ := strings.Cut(string(src), "-- +goose StatementBegin\n")
 	block, _, _ = strings.Cut(block, "-- +goose StatementEnd")
 	if strings.Count(block, "orders_relay") < 2 {
-		t.Fatalf("00015_relay_replication.sql: no orders_relay in the DO block:\n%s", block)
+		t.Fatalf("%s: no orders_relay in the DO block:\n%s", file, block)
 	}
 	role := fmt.Sprint("orders_test_relay_", time.Now().UnixNano())
 	block = strings.ReplaceAll(block, "orders_relay", role)
 	ctx := t.Context()
-	if _, err := db.Pool.Exec(ctx, "CREATE ROLE "+role+" NOLOGIN NOREPLICATION"); err != nil {
+	if _, err := db.Pool.Exec(ctx, "CREATE ROLE "+role+" NOLOGIN "+created); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -578,18 +599,18 @@ func TestReplicationGrantToleratesConcurrentMigrations(t *testing.T) {
 	// The first session changes the role and holds its transaction open
 	// while the others run the block: their ALTER ROLE waits on the first
 	// one's, and finds the row changed once it commits.
-	first, err := db.Pool.Begin(ctx)
+	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = first.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := first.Exec(ctx, "ALTER ROLE "+role+" WITH REPLICATION"); err != nil {
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "ALTER ROLE "+role+" "+first); err != nil {
 		t.Fatal(err)
 	}
-	runBeside(t, db, first, block)
+	runBeside(t, db, tx, block)
 	var replication bool
-	if err := db.Pool.QueryRow(ctx, "SELECT rolreplication FROM pg_roles WHERE rolname = $1", role).Scan(&replication); err != nil || !replication {
-		t.Fatalf("the role's REPLICATION after the block: %v, %v", replication, err)
+	if err := db.Pool.QueryRow(ctx, "SELECT rolreplication FROM pg_roles WHERE rolname = $1", role).Scan(&replication); err != nil || replication != want {
+		t.Fatalf("the role's REPLICATION after the block: %v, %v; want %v", replication, err, want)
 	}
 }
 

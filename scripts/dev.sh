@@ -21,9 +21,10 @@
 #
 # RELAY_MODE=wal make dev runs the relays in log-tailing mode (one streams,
 # the other stands by): the server must run wal_level=logical (in
-# postgresql.conf, then restart it), and the migrations, applied by a
-# superuser, give orders_relay the REPLICATION attribute. A server that
-# cannot stream stops the relays at once, saying which setting is missing.
+# postgresql.conf, then restart it); migrate, as a superuser, then makes
+# orders_relay_wal, the role with REPLICATION that the relays' replication
+# connections use (MIGRATE_RELAY_WAL_ROLE). A server that cannot stream
+# stops the relays at once, saying which setting is missing.
 #
 # DATABASE_URL's user (postgres, by default) applies the migrations: it owns
 # the schema. Every process then connects as its own role, the URL's user
@@ -97,7 +98,9 @@ echo "[dev] building into $bin/"
 mkdir -p "$bin"
 go build -o "$bin/" ./cmd/order-api ./cmd/outbox-relay ./cmd/order-consumer ./lab/webhook-receiver ./lab/rabbitmq-users
 echo "[dev] migrating ${DATABASE_URL%%\?*}"
-"$bin/order-api" migrate up 2>&1 | sed -u 's/^/[migrate] /'
+wal_role=false
+[[ ${RELAY_MODE:-poll} == wal ]] && wal_role=true
+MIGRATE_RELAY_WAL_ROLE=$wal_role "$bin/order-api" migrate up 2>&1 | sed -u 's/^/[migrate] /'
 echo "[dev] creating the RabbitMQ users of deploy/rabbitmq/definitions.json"
 amqp_users=$("$bin/rabbitmq-users" -prefix "${DEV_AMQP_USER_PREFIX:-}") # lines of: user AMQP URL
 relay_amqp_url=$(awk '$1 == "orders-relay" {print $2}' <<<"$amqp_users")
@@ -114,6 +117,7 @@ role_url() {
 }
 api_db=$(role_url orders_api)
 relay_db=$(role_url orders_relay)
+relay_wal_db=RELAY_WAL_$(role_url orders_relay_wal) # RELAY_WAL_DATABASE_URL=...
 consumer_db=$(role_url orders_consumer)
 
 echo $$ >"$pidfile"
@@ -158,8 +162,8 @@ supervise webhook  WEBHOOK_ADDR="$webhook_addr" FAIL_FIRST=1 -- "$bin/webhook-re
 # which `make token` signs with. Public, so the binaries take it in
 # development only (DEV_MODE=true: scripts/env.sh).
 supervise api      "$api_db" HTTP_ADDR="$api_addr" API_JWT_SECRET="${API_JWT_SECRET:-dev-only-order-api-jwt-secret-not-for-production}" -- "$bin/order-api"
-supervise relay-1  "$relay_db" ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
-supervise relay-2  "$relay_db" ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
+supervise relay-1  "$relay_db" "$relay_wal_db" ADMIN_ADDR="$relay1_addr" RELAY_ID=relay-1 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
+supervise relay-2  "$relay_db" "$relay_wal_db" ADMIN_ADDR="$relay2_addr" RELAY_ID=relay-2 AMQP_URL="$relay_amqp_url" -- "$bin/outbox-relay"
 # A short processing lease: after the walkthrough's crash, a webhook call cut
 # off between its two steps is taken over after 10s instead of a minute.
 supervise consumer "$consumer_db" ADMIN_ADDR="$consumer_addr" NOTIFY_WEBHOOK_URL="http://$webhook_addr/notifications" AMQP_URL="$consumer_amqp_url" \

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"regexp"
 	"time"
 
@@ -47,6 +48,10 @@ type Config struct {
 	WALSlot       string        `env:"RELAY_WAL_SLOT" envDefault:"orders_outbox_relay"`
 	WALHeartbeat  time.Duration `env:"RELAY_WAL_HEARTBEAT" envDefault:"10s"`
 	WALSweepAfter time.Duration `env:"RELAY_WAL_SWEEP_AFTER" envDefault:"30s"`
+	// WALDatabaseURL is the wal mode's replication connection, as a role
+	// with REPLICATION (orders_relay_wal); DATABASE_URL's role needs none.
+	// Empty: DATABASE_URL.
+	WALDatabaseURL string `env:"RELAY_WAL_DATABASE_URL" passwordFile:"RELAY_WAL_DATABASE_PASSWORD_FILE"`
 	// ID names this relay in claimed_by; default host name and pid.
 	ID              string        `env:"RELAY_ID"`
 	BatchSize       int           `env:"RELAY_BATCH_SIZE" envDefault:"500"`
@@ -111,6 +116,9 @@ func (c *Config) validateRelay() error {
 		if !slotName.MatchString(c.WALSlot) {
 			errs = append(errs, fmt.Errorf("RELAY_WAL_SLOT %q: a slot name is 1 to 63 lower-case letters, digits and underscores", c.WALSlot))
 		}
+		if u, err := url.Parse(c.WALDatabaseURL); c.WALDatabaseURL != "" && (err != nil || u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			errs = append(errs, errors.New("RELAY_WAL_DATABASE_URL must be a postgres:// URL"))
+		}
 		if c.WALHeartbeat <= 0 || c.WALSweepAfter <= 0 {
 			errs = append(errs, errors.New("RELAY_WAL_HEARTBEAT and RELAY_WAL_SWEEP_AFTER must be positive"))
 		}
@@ -150,7 +158,7 @@ type relay interface {
 func (c *Config) newRelay(deps messaging.Deps) (relay, error) {
 	if c.Mode == "wal" {
 		return wal.NewRelay(c.relayConfig(), wal.Config{
-			Slot: c.WALSlot, Heartbeat: c.WALHeartbeat, SweepAfter: c.WALSweepAfter,
+			Slot: c.WALSlot, Heartbeat: c.WALHeartbeat, SweepAfter: c.WALSweepAfter, ReplicationURL: c.WALDatabaseURL,
 		}, deps)
 	}
 	return outbox.NewRelay(c.relayConfig(), deps)

@@ -22,6 +22,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/migrations"
 )
 
 // The process migrates an empty database, reports ready once connected,
@@ -191,12 +192,17 @@ func TestComposeSetsOnlyVariablesItReads(t *testing.T) {
 	testenv.ComposeSetsOnly(t, "outbox-relay", config.Variables(&Config{}))
 }
 
-// RELAY_MODE=wal: the process streams the outbox from its slot, as the
-// relay role, publishes a committed row, and says so on /metrics; it
-// stops cleanly.
+// RELAY_MODE=wal: the process streams the outbox from its slot, its
+// replication connection as orders_relay_wal (which migrate makes when
+// asked) and the rest as orders_relay, publishes a committed row, and says
+// so on /metrics; it stops cleanly.
 func TestRelayProcessInWALMode(t *testing.T) {
 	t.Parallel()
 	db := testenv.LogicalPostgres(t).NewDatabase(t)
+	err := run(t.Context(), []string{"migrate"}, map[string]string{"DATABASE_URL": db.URL, "MIGRATE_RELAY_WAL_ROLE": "true"}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
 	amqpURL, admin := testenv.NewVhost(t), testenv.FreeAddr(t)
 	if err := inbox.Declare(t.Context(), amqpURL, consumer.Inbox(inbox.Config{}), consumer.All(consumer.Deps{})...); err != nil {
 		t.Fatal(err)
@@ -220,9 +226,19 @@ func TestRelayProcessInWALMode(t *testing.T) {
 		runErr = run(ctx, nil, map[string]string{
 			"DATABASE_URL": db.URLAs("orders_relay"), "AMQP_URL": amqpURL, "ADMIN_ADDR": admin,
 			"RELAY_MODE": "wal", "RELAY_WAL_SLOT": "process_" + db.Name, "RELAY_POLL_INTERVAL": "100ms",
+			"RELAY_WAL_DATABASE_URL": db.URLAs(migrations.RoleRelayWAL),
 		}, lockedWriter{&mu, &logs}, io.Discard)
 	})
 	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
+	var streamer string
+	testenv.WaitFor(t, 10*time.Second, "the relay's walsender", func() bool {
+		_ = db.Pool.QueryRow(t.Context(), "SELECT usename FROM pg_stat_activity WHERE backend_type = 'walsender' AND datname = $1",
+			db.Name).Scan(&streamer)
+		return streamer != ""
+	})
+	if streamer != migrations.RoleRelayWAL {
+		t.Fatalf("the replication connection is %s's; want %s's", streamer, migrations.RoleRelayWAL)
+	}
 	order := uuid.New()
 	ids, err := store.OutboxWriter("order-api").Write(t.Context(), db.Pool, messaging.Cause{}, domain.OrderCancelledV1{ID: order})
 	if err != nil {

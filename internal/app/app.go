@@ -72,8 +72,9 @@ func ParseArgs(name string, args []string, stderr io.Writer, commands ...string)
 
 // RunMigrate is the migrate sub-command: up (the default), down (one
 // step), status, or reset (every migration down, then up: all data is
-// lost). It creates the database first if it does not exist. A server that
-// is not up yet (docker compose starts everything together) is waited for,
+// lost); after an up, the log-tailing relay's role (store.RelayWALRole).
+// It creates the database first if it does not exist. A server that is
+// not up yet (docker compose starts everything together) is waited for,
 // up to db.ConnectTimeout.
 func RunMigrate(ctx context.Context, db config.Database, args []string, logger *slog.Logger, stdout io.Writer) error {
 	action := "up"
@@ -105,10 +106,11 @@ func RunMigrate(ctx context.Context, db config.Database, args []string, logger *
 		if err := m.DownTo(ctx, 0); err != nil {
 			return err
 		}
-		return m.Up(ctx)
-	default:
-		return m.Up(ctx)
 	}
+	if err := m.Up(ctx); err != nil {
+		return err
+	}
+	return store.RelayWALRole(ctx, pool, logger, db.MigrateRelayWALRole)
 }
 
 // ensureDatabase is store.EnsureDatabase, waiting at most db.ConnectTimeout

@@ -56,6 +56,9 @@ var Secrets = []Secret{
 	{File: DBRoleFile("orders_migrate"), Variable: "ORDERS_DB_MIGRATE_PASSWORD"},
 	{File: DBRoleFile("orders_api"), Variable: "ORDERS_DB_API_PASSWORD"},
 	{File: DBRoleFile("orders_relay"), Variable: "ORDERS_DB_RELAY_PASSWORD"},
+	// The log-tailing relay's replication role, made only when the stack
+	// runs it (10-roles.sh); its password is kept either way.
+	{File: DBRoleFile("orders_relay_wal"), Variable: "ORDERS_DB_RELAY_WAL_PASSWORD"},
 	{File: DBRoleFile("orders_consumer"), Variable: "ORDERS_DB_CONSUMER_PASSWORD"},
 	{File: DBRoleFile("orders_operator"), Variable: "ORDERS_DB_OPERATOR_PASSWORD"},
 	rabbitMQ(rabbitadmin.AdminUser, "ORDERS_RABBITMQ_ADMIN_PASSWORD"),

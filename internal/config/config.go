@@ -109,6 +109,10 @@ type Database struct {
 	MaxConns int32 `env:"DB_MAX_CONNS" envDefault:"10"`
 	// MigrateOnStart applies pending migrations before serving.
 	MigrateOnStart bool `env:"MIGRATE_ON_START" envDefault:"false"`
+	// MigrateRelayWALRole makes migrate also make orders_relay_wal, the
+	// log-tailing relay's replication role (RELAY_MODE=wal), with
+	// REPLICATION; only a superuser may (store.RelayWALRole).
+	MigrateRelayWALRole bool `env:"MIGRATE_RELAY_WAL_ROLE" envDefault:"false"`
 	// StatementTimeout cancels a statement that runs longer (0: never).
 	StatementTimeout time.Duration `env:"DB_STATEMENT_TIMEOUT" envDefault:"30s"`
 	// LockTimeout cancels a statement that waits longer for a lock (0: never).

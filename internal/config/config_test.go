@@ -92,7 +92,7 @@ func TestDescribeMasksSecrets(t *testing.T) {
 	if described["TEST_TOKEN"] != "*****" {
 		t.Errorf("TEST_TOKEN described as %q", described["TEST_TOKEN"])
 	}
-	if got := strings.Join(config.Variables(&cfg), ","); got != "DATABASE_URL,DATABASE_PASSWORD_FILE,DB_MAX_CONNS,MIGRATE_ON_START,DB_STATEMENT_TIMEOUT,DB_LOCK_TIMEOUT,DB_CONNECT_TIMEOUT,LOG_LEVEL,LOG_FORMAT,TEST_BATCH,TEST_TIMEOUT,TEST_TOKEN" {
+	if got := strings.Join(config.Variables(&cfg), ","); got != "DATABASE_URL,DATABASE_PASSWORD_FILE,DB_MAX_CONNS,MIGRATE_ON_START,MIGRATE_RELAY_WAL_ROLE,DB_STATEMENT_TIMEOUT,DB_LOCK_TIMEOUT,DB_CONNECT_TIMEOUT,LOG_LEVEL,LOG_FORMAT,TEST_BATCH,TEST_TIMEOUT,TEST_TOKEN" {
 		t.Errorf("Variables = %s", got)
 	}
 }

@@ -187,3 +187,57 @@ func adoptMechanismVersions(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	return tx.Commit()
 }
+
+// RelayWALRole runs after the migrations, at every migrate up, since the
+// relay's mode may change after they are all applied. With want
+// (MIGRATE_RELAY_WAL_ROLE), it makes migrations.RoleRelayWAL, the
+// log-tailing relay's replication role, with REPLICATION, unless it has it
+// already. Only a superuser may: otherwise it logs the statement for one to
+// run, as it does when orders_relay still has REPLICATION (which
+// 00019_relay_no_replication.sql takes away only as a superuser). Without
+// want it changes nothing: the role, if any, belongs to the whole server,
+// and another database of it may stream as it.
+func RelayWALRole(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, want bool) error {
+	for try := 1; ; try++ {
+		err := relayWALRole(ctx, pool, logger, want)
+		var pgErr *pgconn.PgError
+		if try < 5 && errors.As(err, &pgErr) && (pgErr.Code == "42710" || pgErr.Code == "XX000") {
+			// Another database's migrate made or changed the role at the
+			// same moment (duplicate_object, "tuple concurrently
+			// updated"): look again.
+			continue
+		}
+		return err
+	}
+}
+
+func relayWALRole(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, want bool) error {
+	const look = `SELECT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
+	       coalesce((SELECT rolreplication FROM pg_roles WHERE rolname = $1), false),
+	       EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $2),
+	       coalesce((SELECT rolreplication FROM pg_roles WHERE rolname = $2), false)`
+	var super, relayReplicates, exists, replicates bool
+	if err := pool.QueryRow(ctx, look, migrations.RoleRelay, migrations.RoleRelayWAL).Scan(&super, &relayReplicates, &exists, &replicates); err != nil {
+		return fmt.Errorf("look at the relays' roles: %w", err)
+	}
+	if relayReplicates && !super {
+		logger.WarnContext(ctx, "orders_relay has REPLICATION, which lets it read every table: a superuser runs ALTER ROLE orders_relay NOREPLICATION")
+	}
+	if !want || replicates {
+		return nil
+	}
+	statement := "CREATE ROLE " + migrations.RoleRelayWAL + " LOGIN REPLICATION"
+	if exists {
+		statement = "ALTER ROLE " + migrations.RoleRelayWAL + " WITH REPLICATION"
+	}
+	if !super {
+		logger.WarnContext(ctx, "MIGRATE_RELAY_WAL_ROLE: only a superuser may give a role REPLICATION; one runs "+statement+
+			" (and sets its password)", slog.String("role", migrations.RoleRelayWAL))
+		return nil
+	}
+	if _, err := pool.Exec(ctx, statement); err != nil {
+		return fmt.Errorf("the log-tailing relay's role: %s: %w", statement, err)
+	}
+	logger.InfoContext(ctx, "replication role made for RELAY_MODE=wal", slog.String("role", migrations.RoleRelayWAL))
+	return nil
+}

@@ -9,6 +9,9 @@
 #   orders_relay     outbox-relay
 #   orders_consumer  order-consumer
 #   orders_operator  orderctl and the walkthrough
+#   orders_relay_wal the log-tailing relay's replication connection, made
+#                    only when ORDERS_RELAY_MODE=wal (REPLICATION reads
+#                    every table: docs/security.md#replication)
 #
 # each with the password in the file of its ORDERS_DB_*_PASSWORD_FILE
 # variable: the stack's secrets volume, where the secrets service put it
@@ -19,7 +22,7 @@
 # docs/security.md says how to change a password later.
 set -euo pipefail
 
-for v in ORDERS_DB_MIGRATE_PASSWORD_FILE ORDERS_DB_API_PASSWORD_FILE ORDERS_DB_RELAY_PASSWORD_FILE ORDERS_DB_CONSUMER_PASSWORD_FILE ORDERS_DB_OPERATOR_PASSWORD_FILE; do
+for v in ORDERS_DB_MIGRATE_PASSWORD_FILE ORDERS_DB_API_PASSWORD_FILE ORDERS_DB_RELAY_PASSWORD_FILE ORDERS_DB_RELAY_WAL_PASSWORD_FILE ORDERS_DB_CONSUMER_PASSWORD_FILE ORDERS_DB_OPERATOR_PASSWORD_FILE; do
 	if [[ ! -s ${!v:-/nonexistent} ]]; then
 		echo "10-roles.sh: $v names no file with a password (${!v:-unset}): every role needs one" >&2
 		exit 1
@@ -35,8 +38,7 @@ psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres \
 	-v operator="$(<"$ORDERS_DB_OPERATOR_PASSWORD_FILE")" <<'SQL'
 CREATE ROLE orders_migrate LOGIN PASSWORD :'migrate';
 CREATE ROLE orders_api LOGIN PASSWORD :'api';
--- REPLICATION: RELAY_MODE=wal streams the outbox through a replication slot.
-CREATE ROLE orders_relay LOGIN REPLICATION PASSWORD :'relay';
+CREATE ROLE orders_relay LOGIN PASSWORD :'relay';
 CREATE ROLE orders_consumer LOGIN PASSWORD :'consumer';
 CREATE ROLE orders_operator LOGIN PASSWORD :'operator';
 -- The owner of the database owns its public schema (pg_database_owner), so
@@ -44,3 +46,11 @@ CREATE ROLE orders_operator LOGIN PASSWORD :'operator';
 ALTER DATABASE :"db" OWNER TO orders_migrate;
 SQL
 echo "10-roles.sh: roles orders_migrate, orders_api, orders_relay, orders_consumer, orders_operator; $POSTGRES_DB owned by orders_migrate"
+
+if [[ ${ORDERS_RELAY_MODE:-poll} == wal ]]; then
+	psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres \
+		-v relay_wal="$(<"$ORDERS_DB_RELAY_WAL_PASSWORD_FILE")" <<'SQL'
+CREATE ROLE orders_relay_wal LOGIN REPLICATION PASSWORD :'relay_wal';
+SQL
+	echo "10-roles.sh: ORDERS_RELAY_MODE=wal: role orders_relay_wal, with REPLICATION"
+fi

@@ -44,6 +44,12 @@ type Config struct {
 	// StatusInterval is how often the relay reports its position to the
 	// server. Default 1s.
 	StatusInterval time.Duration
+	// ReplicationURL is the replication connection's server, database and
+	// role: a role with the REPLICATION attribute, which needs no grant
+	// (the order service's orders_relay_wal). The pool's role, which reads
+	// and writes back the rows, needs no REPLICATION then. Default: the
+	// pool's settings, the same role.
+	ReplicationURL string
 }
 
 func (c *Config) setDefaults() {
@@ -193,16 +199,20 @@ func (w *Relay) streamLoop(ctx context.Context) error {
 
 // checkServer fails at once, saying what to change, when the server cannot
 // stream the outbox: wal_level below logical, the publication missing, or
-// the relay's role without the REPLICATION attribute.
+// the replication connection's role without the REPLICATION attribute.
 func (w *Relay) checkServer(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
 	defer cancel()
-	var level, role string
+	repl, err := w.replicationConfig()
+	if err != nil {
+		return err
+	}
+	var level string
 	var canReplicate, published bool
-	err := w.pool.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user,
-		       (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
-		       EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, w.wal.Publication).
-		Scan(&level, &role, &canReplicate, &published)
+	err = w.pool.QueryRow(ctx, `SELECT current_setting('wal_level'),
+		       coalesce((SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = $2), false),
+		       EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, w.wal.Publication, repl.User).
+		Scan(&level, &canReplicate, &published)
 	if err != nil {
 		return fmt.Errorf("RELAY_MODE=wal: checking the server: %w", err)
 	}
@@ -214,7 +224,7 @@ func (w *Relay) checkServer(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("publication %s not found: run the outbox's migrations (outbox.Schema)", w.wal.Publication))
 	}
 	if !canReplicate {
-		errs = append(errs, fmt.Errorf("role %s may not replicate: ALTER ROLE %s WITH REPLICATION (as a superuser)", role, role))
+		errs = append(errs, fmt.Errorf("role %s may not replicate: give the replication connection (RELAY_WAL_DATABASE_URL) a role with REPLICATION, such as orders_relay_wal (docs/security.md#replication)", repl.User))
 	}
 	return errors.Join(errs...)
 }

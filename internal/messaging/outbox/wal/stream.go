@@ -165,10 +165,27 @@ func causeOr(err, fallback error) error {
 	return err
 }
 
-// connectReplication opens a replication connection (replication=database)
-// with the pool's settings: the same server, database and role.
+// replicationConfig is the replication connection's settings:
+// Config.ReplicationURL's, or the pool's (the same server, database and
+// role).
+func (w *Relay) replicationConfig() (*pgconn.Config, error) {
+	if w.wal.ReplicationURL == "" {
+		return w.pool.Config().ConnConfig.Config.Copy(), nil
+	}
+	cfg, err := pgconn.ParseConfig(w.wal.ReplicationURL)
+	if err != nil {
+		return nil, fmt.Errorf("the replication connection's URL: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = w.pool.Config().ConnConfig.RuntimeParams["application_name"]
+	return cfg, nil
+}
+
+// connectReplication opens a replication connection (replication=database).
 func (w *Relay) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
-	cfg := w.pool.Config().ConnConfig.Config.Copy()
+	cfg, err := w.replicationConfig()
+	if err != nil {
+		return nil, err
+	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = cfg.RuntimeParams["application_name"] + " wal"
 	// A read that times out (the status tick) must not cancel the stream.

@@ -244,19 +244,24 @@ func TestWALLargeAndAbortedTransactions(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "every row to be PUBLISHED", b.AllPublished(large))
 }
 
-// The relay streams as a role with only what it needs: the REPLICATION
-// attribute, and on the outbox's tables what the order service grants
-// orders_relay (migrations/roles_test.go holds it to that); the
+// The relay runs as two roles, each with only what it needs: its
+// replication connection as one with the REPLICATION attribute and no
+// grant (orders_relay_wal in the order service), the rest as one without
+// it and, on the outbox's tables, what the order service grants
+// orders_relay (migrations/roles_test.go holds it to that). The
 // publication is the outbox's migrations'.
 func TestWALRunsAsTheRelayRole(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	role := fmt.Sprint("outbox_test_relay_", time.Now().UnixNano())
-	if _, err := b.Pool.Exec(b.Ctx, "CREATE ROLE "+role+" LOGIN REPLICATION"); err != nil {
-		t.Fatal(err)
+	replicator := role + "_wal"
+	for _, sql := range []string{"CREATE ROLE " + role + " LOGIN NOREPLICATION", "CREATE ROLE " + replicator + " LOGIN REPLICATION"} {
+		if _, err := b.Pool.Exec(b.Ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
-		for _, sql := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+		for _, sql := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role, "DROP ROLE " + replicator} {
 			if _, err := b.Pool.Exec(context.Background(), sql); err != nil {
 				t.Errorf("%s: %v", sql, err)
 			}
@@ -271,9 +276,20 @@ func TestWALRunsAsTheRelayRole(t *testing.T) {
 		}
 	}
 	b.BindQueue("observer", "#")
+	replicationURL := testenv.AsRole(b.DBURL, replicator)
 	b.DBURL = testenv.AsRole(b.DBURL, role)
+	b.Mode.NewRelay = func(b *outboxtest.Bundle, cfg outbox.Config, deps messaging.Deps) (outboxtest.Relay, error) {
+		wc := testWALConfig(b)
+		wc.ReplicationURL = replicationURL
+		return wal.NewRelay(cfg, wc, deps)
+	}
 	r := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
-	testenv.WaitFor(t, 10*time.Second, "the relay to stream as "+role, func() bool { return streaming(r) })
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream as "+replicator, func() bool { return streaming(r) })
+	var streamer string
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT usename FROM pg_stat_activity WHERE backend_type = 'walsender' AND datname = current_database()").
+		Scan(&streamer); err != nil || streamer != replicator {
+		t.Fatalf("the replication connection is %q's (%v); want %s's", streamer, err, replicator)
+	}
 	b.Enqueue(10, messaging.Cause{})
 	b.Receive("observer", 10, 20*time.Second, 0)
 	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(10))
