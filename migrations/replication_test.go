@@ -1,10 +1,13 @@
 package migrations_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -16,12 +19,14 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/database"
 	inbox "github.com/yourorg/orders/internal/messaging/inbox/migrations"
 	outbox "github.com/yourorg/orders/internal/messaging/outbox/migrations"
+	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 	service "github.com/yourorg/orders/migrations"
 )
@@ -238,4 +243,45 @@ func replication(t *testing.T, db *testenv.Database, role, mode string) string {
 	q.Set("replication", mode)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// Migrated by an owner that is no superuser (compose's orders_migrate),
+// migrate cannot change REPLICATION: it logs what a superuser runs, for
+// orders_relay still having it (a volume made before 00019) and for
+// orders_relay_wal asked for and missing.
+func TestRelayRolesAsAnOwnerLogWhatASuperuserRuns(t *testing.T) {
+	srv := testenv.LogicalPostgres(t)
+	db := srv.NewDatabase(t)
+	ctx := t.Context()
+	owner := fmt.Sprint("orders_test_owner_", time.Now().UnixNano())
+	for _, sql := range []string{"CREATE ROLE " + owner + " LOGIN", "ALTER ROLE orders_relay REPLICATION", "DROP ROLE IF EXISTS " + service.RoleRelayWAL} {
+		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, sql := range []string{"ALTER ROLE orders_relay NOREPLICATION", "DROP ROLE " + owner} {
+			if _, err := db.Pool.Exec(context.Background(), sql); err != nil {
+				t.Errorf("%s: %v", sql, err)
+			}
+		}
+	})
+	pool, err := pgxpool.New(ctx, db.URLAs(owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var logs bytes.Buffer
+	if err := store.RelayWALRole(ctx, pool, slog.New(slog.NewTextHandler(&logs, nil)), true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ALTER ROLE orders_relay NOREPLICATION", "CREATE ROLE " + service.RoleRelayWAL + " LOGIN REPLICATION"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, logs.String())
+		}
+	}
+	var exists bool
+	if err := db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", service.RoleRelayWAL).Scan(&exists); err != nil || exists {
+		t.Fatalf("%s exists (%v, %v)", service.RoleRelayWAL, exists, err)
+	}
 }
