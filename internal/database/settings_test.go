@@ -3,6 +3,7 @@ package database_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -112,5 +113,74 @@ func TestNoNamedPreparedStatements(t *testing.T) {
 		if _, err := pool.Exec(ctx, "DEALLOCATE ALL"); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Through PgBouncer in transaction mode with its default settings, a pool
+// NewPool made with every setting connects (the pooler refuses unknown
+// startup parameters), its transactions run side by side on whichever
+// server sessions the pooler lends them (no named prepared statement to
+// miss: pgx's default mode fails here at once with 42P05), and its lock
+// timeout holds in them.
+func TestThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t)
+	ctx := t.Context()
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE counted (id int PRIMARY KEY, n int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	pooler := testenv.NewPgBouncer(t, db.URL)
+	pool, err := database.NewPool(ctx, database.PoolConfig{URL: pooler.URL(db.URL), AppName: "pooled", MaxConns: 8,
+		StatementTimeout: 5 * time.Second, LockTimeout: 200 * time.Millisecond, AsyncCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	const workers, each = 8, 50
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range each {
+				id := w*each + i
+				err := database.Run(ctx, pool, database.Policy{ConfirmCommit: true}, func(ctx context.Context, tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "INSERT INTO counted (id, n) VALUES ($1, $2)", id, i); err != nil {
+						return err
+					}
+					var n int
+					return tx.QueryRow(ctx, "SELECT n FROM counted WHERE id = $1", id).Scan(&n)
+				})
+				if err == nil {
+					var n int
+					err = pool.QueryRow(ctx, "SELECT count(*) FROM counted WHERE id <= $1", id).Scan(&n)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("row %d: %w", id, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	holder, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, "SELECT FROM counted WHERE id = 0 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	err = database.Run(ctx, pool, database.Policy{}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE counted SET n = n + 1 WHERE id = $1", 0)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Errorf("a lock wait through the pooler: %v, want 55P03", err)
 	}
 }
