@@ -89,10 +89,9 @@ var grants = map[string]map[string]string{
 var functionGrants = map[string]map[string]string{
 	// The outbox's trigger function: a trigger runs it without EXECUTE.
 	"message_outbox_notify()": {api: "", relay: "", consumer: "", operator: ""},
-	// The /ui/ timeline's view of one order's messages; orders_operator
-	// reads the tables themselves.
-	"order_timeline_inbox(uuid)":  {api: "EXECUTE", relay: "", consumer: "", operator: ""},
-	"order_timeline_outbox(uuid)": {api: "EXECUTE", relay: "", consumer: "", operator: ""},
+	// One aggregate's messages, which the /ui/ timeline and orderctl show.
+	"inbox_rows_of_aggregate(text)":           {api: "EXECUTE", relay: "", consumer: "", operator: "EXECUTE"},
+	"outbox_messages_of_aggregate(text,text)": {api: "EXECUTE", relay: "", consumer: "", operator: "EXECUTE"},
 	// The partition of an aggregate's messages, which the relays' claim uses.
 	"outbox_partition(text,integer)": {api: "", relay: "EXECUTE", consumer: "", operator: ""},
 }
@@ -334,8 +333,8 @@ func TestRolesAreRefusedOutsideTheirGrants(t *testing.T) {
 		{api, `SELECT actor FROM operator_audit`, false},
 		{api, anOrder, true},
 		{api, anOutboxRow, true},
-		{api, `SELECT * FROM order_timeline_inbox(gen_random_uuid())`, true},
-		{api, `SELECT * FROM order_timeline_outbox(gen_random_uuid())`, true},
+		{api, `SELECT * FROM inbox_rows_of_aggregate('x')`, true},
+		{api, `SELECT * FROM outbox_messages_of_aggregate('order', 'x')`, true},
 		{api, `SELECT pg_try_advisory_xact_lock(hashtextextended('k', 0))`, true},
 
 		// The consumer: never an order's customer or amounts, never the API's
@@ -377,11 +376,11 @@ func TestRolesAreRefusedOutsideTheirGrants(t *testing.T) {
 			probes = append(probes, probe{api, "SELECT " + pgx.Identifier{column}.Sanitize() + " FROM " + table, false})
 		}
 	}
-	for _, role := range []string{relay, consumer, operator} {
-		// The timeline's functions are the API's alone.
+	for _, role := range []string{relay, consumer} {
+		// The read functions are the API's and the operator's alone.
 		probes = append(probes,
-			probe{role, `SELECT * FROM order_timeline_inbox(gen_random_uuid())`, false},
-			probe{role, `SELECT * FROM order_timeline_outbox(gen_random_uuid())`, false},
+			probe{role, `SELECT * FROM inbox_rows_of_aggregate('x')`, false},
+			probe{role, `SELECT * FROM outbox_messages_of_aggregate('order', 'x')`, false},
 		)
 	}
 	for _, role := range migrations.Roles {
@@ -448,9 +447,8 @@ func asRole(ctx context.Context, conn *pgx.Conn, role, sql string) error {
 	return err
 }
 
-// Rolling the roles' migration back revokes every grant, drops the
-// timeline's functions, gives the trigger function back PostgreSQL's
-// default (PUBLIC may execute it), leaves the outbox's own functions to
+// Rolling the roles' migration back revokes every grant, gives the trigger function back PostgreSQL's
+// default (PUBLIC may execute it), leaves the mechanisms' own functions to
 // nobody and keeps the roles (other databases may
 // use them); applying it again restores the matrices.
 func TestRolesMigrationDownRevokesOnly(t *testing.T) {
@@ -478,8 +476,10 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	everyone := map[string]string{api: "EXECUTE", relay: "EXECUTE", consumer: "EXECUTE", operator: "EXECUTE"}
 	nobody := map[string]string{api: "", relay: "", consumer: "", operator: ""}
 	checkFunctionGrants(t, db.Pool, map[string]map[string]string{
-		"message_outbox_notify()":        everyone,
-		"outbox_partition(text,integer)": nobody, // the outbox's own, revoked from PUBLIC there
+		"message_outbox_notify()":                 everyone,
+		"outbox_partition(text,integer)":          nobody, // the mechanisms' own, revoked from PUBLIC there
+		"outbox_messages_of_aggregate(text,text)": nobody,
+		"inbox_rows_of_aggregate(text)":           nobody,
 	})
 	var roles int
 	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_roles WHERE rolname = ANY ($1)`, migrations.Roles).Scan(&roles); err != nil || roles != len(migrations.Roles) {

@@ -5,10 +5,9 @@
 // them together.
 //
 // It only reads; it writes nothing. The outbox and inbox rows come from
-// the mechanisms' read APIs (outboxadmin.Aggregate, inboxadmin.Aggregate), which give
-// order-api's role, which may read neither table, one order's rows through
-// order_timeline_outbox and order_timeline_inbox (migrations/00008_roles.sql,
-// docs/security.md). Run Read in one read-only transaction, so that every
+// the mechanisms' read APIs (outboxadmin.Aggregate, inboxadmin.Aggregate),
+// which give order-api's role, which may read neither table, one order's
+// rows through the mechanisms' read functions (docs/security.md). Run Read in one read-only transaction, so that every
 // table is read in the same snapshot (the functions read in the caller's):
 //
 //	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},

@@ -20,8 +20,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
 )
@@ -63,41 +61,19 @@ func Get(ctx context.Context, db database.DBTX, consumer, messageID string) (Row
 }
 
 // Aggregate returns every consumer's rows of one aggregate, the first
-// delivered first.
-//
-// A role that may not read the table (order-api's) reads an order's rows
-// through order_timeline_inbox, the one way in that
-// migrations/00008_roles.sql grants it: without the columns it leaves out
-// (version, payload hash, processing start, correlation and causation).
+// delivered first, without their payload hash. It reads through
+// inbox_rows_of_aggregate (the inbox's migration 00002), so a role without
+// SELECT on the table may call it once granted EXECUTE.
 func Aggregate(ctx context.Context, db database.DBTX, aggregateID string) ([]Row, error) {
-	may, err := queries.MayReadInbox(ctx, db)
+	objects, err := queries.ReadInboxOfAggregate(ctx, db, aggregateID)
 	if err != nil {
 		return nil, fmt.Errorf("inbox rows of %s: %w", aggregateID, database.Translate(err))
-	}
-	orderID, notOrder := uuid.Parse(aggregateID)
-	if may || notOrder != nil {
-		rows, err := queries.ReadInboxOfAggregate(ctx, db, &aggregateID)
-		if err != nil {
-			return nil, fmt.Errorf("inbox rows of %s: %w", aggregateID, database.Translate(err))
-		}
-		return rowsOf(rows), nil
-	}
-	return orderRows(ctx, db, orderID)
-}
-
-// orderRows is Aggregate of an order through order_timeline_inbox, whose
-// rows come as JSON objects of its columns.
-func orderRows(ctx context.Context, db database.DBTX, orderID uuid.UUID) ([]Row, error) {
-	objects, err := queries.ReadOrderInbox(ctx, db, orderID)
-	if err != nil {
-		return nil, fmt.Errorf("inbox rows of order %s: %w", orderID, database.Translate(err))
 	}
 	out := make([]Row, len(objects))
 	for i, o := range objects {
 		if err := json.Unmarshal(o, &out[i]); err != nil { // NULL columns stay ""
-			return nil, fmt.Errorf("inbox rows of order %s: %w", orderID, err)
+			return nil, fmt.Errorf("inbox rows of %s: %w", aggregateID, err)
 		}
-		out[i].AggregateID = orderID.String()
 	}
 	slices.SortFunc(out, func(a, b Row) int {
 		return cmp.Or(a.FirstReceivedAt.Compare(b.FirstReceivedAt), strings.Compare(a.Consumer, b.Consumer), strings.Compare(a.MessageID, b.MessageID))

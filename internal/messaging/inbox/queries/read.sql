@@ -7,21 +7,12 @@ SELECT * FROM message_inbox
 WHERE consumer_name = @consumer_name AND message_id = @message_id;
 
 -- name: ReadInboxOfAggregate :many
--- Every consumer's rows of one aggregate, by first delivery
--- (message_inbox_aggregate_idx).
-SELECT * FROM message_inbox
-WHERE aggregate_id = @aggregate_id
-ORDER BY first_received_at, consumer_name, message_id;
-
--- name: MayReadInbox :one
--- Whether the role may read the table: order-api's may not.
-SELECT has_table_privilege('message_inbox', 'SELECT');
-
--- name: ReadOrderInbox :many
--- ReadInboxOfAggregate of an order for order-api's role: through
--- order_timeline_inbox (migrations/00008_roles.sql), each row as a JSON
--- object of the function's columns (sqlc cannot type them).
-SELECT to_jsonb(i)::jsonb FROM order_timeline_inbox(@order_id::uuid) AS i;
+-- Every consumer's rows of one aggregate (message_inbox_aggregate_idx):
+-- through inbox_rows_of_aggregate (migrations/00002), which a role without
+-- SELECT on the table may be granted; each row as a JSON object of the
+-- function's columns (every column but the payload hash), which sqlc
+-- cannot type.
+SELECT to_jsonb(i)::jsonb FROM inbox_rows_of_aggregate(@aggregate_id) AS i;
 
 -- name: ReadUnprocessedInbox :many
 -- Up to max_rows rows not PROCESSED, the first received first

@@ -12,18 +12,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const mayReadOutbox = `-- name: MayReadOutbox :one
-SELECT has_table_privilege('message_outbox', 'SELECT')
-`
-
-// Whether the role may read the table: order-api's may not.
-func (q *Queries) MayReadOutbox(ctx context.Context, db DBTX) (bool, error) {
-	row := db.QueryRow(ctx, mayReadOutbox)
-	var has_table_privilege bool
-	err := row.Scan(&has_table_privilege)
-	return has_table_privilege, err
-}
-
 const outboxStats = `-- name: OutboxStats :many
 SELECT status, message_type, count(*)::bigint AS row_count,
        coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
@@ -141,15 +129,28 @@ func (q *Queries) ReadFailedOutbox(ctx context.Context, db DBTX, arg ReadFailedO
 	return items, nil
 }
 
-const readOrderOutbox = `-- name: ReadOrderOutbox :many
-SELECT to_jsonb(o)::jsonb FROM order_timeline_outbox($1::uuid) AS o
+const readOutboxOfAggregate = `-- name: ReadOutboxOfAggregate :many
+
+SELECT to_jsonb(m)::jsonb FROM outbox_messages_of_aggregate($1, $2) AS m
 `
 
-// ReadOutboxOfAggregate of an order for order-api's role: through
-// order_timeline_outbox (migrations/00008_roles.sql), each row as a JSON
-// object of the function's columns (sqlc cannot type them).
-func (q *Queries) ReadOrderOutbox(ctx context.Context, db DBTX, orderID uuid.UUID) ([][]byte, error) {
-	rows, err := db.Query(ctx, readOrderOutbox, orderID)
+type ReadOutboxOfAggregateParams struct {
+	AggregateType string
+	AggregateID   string
+}
+
+// The outbox's read API (package outboxadmin): what operators, tools and
+// pages are shown of its rows. Outside the outbox, nothing names the
+// table. The queries of messages return the columns of ReadFailedOutbox,
+// in its order, so that outboxadmin converts each row to one type; they
+// are the columns of outbox_messages_of_aggregate (ReadOutboxOfAggregate).
+// A header that is not a string is none.
+// Every message of one aggregate (message_outbox_aggregate_idx): through
+// outbox_messages_of_aggregate (migrations/00007), which a role without
+// SELECT on the table may be granted; each row as a JSON object of the
+// function's columns, which sqlc cannot type.
+func (q *Queries) ReadOutboxOfAggregate(ctx context.Context, db DBTX, arg ReadOutboxOfAggregateParams) ([][]byte, error) {
+	rows, err := db.Query(ctx, readOutboxOfAggregate, arg.AggregateType, arg.AggregateID)
 	if err != nil {
 		return nil, err
 	}
@@ -161,83 +162,6 @@ func (q *Queries) ReadOrderOutbox(ctx context.Context, db DBTX, orderID uuid.UUI
 			return nil, err
 		}
 		items = append(items, column_1)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const readOutboxOfAggregate = `-- name: ReadOutboxOfAggregate :many
-
-SELECT outbox_id, aggregate_id, message_type, status, attempt_count,
-       coalesce(CASE jsonb_typeof(headers -> 'app_id') WHEN 'string' THEN headers ->> 'app_id' END, '')::text AS producer,
-       coalesce(CASE jsonb_typeof(headers -> 'correlation_id') WHEN 'string' THEN headers ->> 'correlation_id' END, '')::text AS correlation_id,
-       coalesce(CASE jsonb_typeof(headers -> 'causation_id') WHEN 'string' THEN headers ->> 'causation_id' END, '')::text AS causation_id,
-       coalesce(CASE jsonb_typeof(headers -> 'traceparent') WHEN 'string' THEN headers ->> 'traceparent' END, '')::text AS traceparent,
-       created_at, updated_at, next_attempt_at, published_at, coalesce(last_error, '')::text AS last_error
-FROM message_outbox
-WHERE aggregate_type = $1 AND aggregate_id = $2
-ORDER BY created_at, outbox_id
-`
-
-type ReadOutboxOfAggregateParams struct {
-	AggregateType string
-	AggregateID   string
-}
-
-type ReadOutboxOfAggregateRow struct {
-	OutboxID      uuid.UUID
-	AggregateID   string
-	MessageType   string
-	Status        string
-	AttemptCount  int32
-	Producer      string
-	CorrelationID string
-	CausationID   string
-	Traceparent   string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	NextAttemptAt time.Time
-	PublishedAt   *time.Time
-	LastError     string
-}
-
-// The outbox's read API (package outboxadmin): what operators, tools and pages are
-// shown of its rows. Outside the outbox, nothing names the table. The
-// queries of messages return the columns of ReadOutboxOfAggregate, in its
-// order, so that outboxadmin converts each row to one type (ReadOrderOutbox and
-// ReadOutboxRow aside). A header that is not a string is none, as in
-// order_timeline_outbox.
-// Every message of one aggregate, oldest first (message_outbox_aggregate_idx).
-func (q *Queries) ReadOutboxOfAggregate(ctx context.Context, db DBTX, arg ReadOutboxOfAggregateParams) ([]ReadOutboxOfAggregateRow, error) {
-	rows, err := db.Query(ctx, readOutboxOfAggregate, arg.AggregateType, arg.AggregateID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ReadOutboxOfAggregateRow
-	for rows.Next() {
-		var i ReadOutboxOfAggregateRow
-		if err := rows.Scan(
-			&i.OutboxID,
-			&i.AggregateID,
-			&i.MessageType,
-			&i.Status,
-			&i.AttemptCount,
-			&i.Producer,
-			&i.CorrelationID,
-			&i.CausationID,
-			&i.Traceparent,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.NextAttemptAt,
-			&i.PublishedAt,
-			&i.LastError,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -46,45 +46,25 @@ type Message struct {
 	LastError     string     `json:"last_error"`
 }
 
-// Aggregate returns the messages of one aggregate, oldest first.
-//
-// A role that may not read the table (order-api's) reads an order's
-// messages (aggregate type "order") through order_timeline_outbox, the one
-// way in that migrations/00008_roles.sql grants it.
+// Aggregate returns the messages of one aggregate, oldest first. It reads
+// through outbox_messages_of_aggregate (the outbox's migration 00007), so
+// a role without SELECT on the table may call it once granted EXECUTE.
 func Aggregate(ctx context.Context, db database.DBTX, aggregateType, aggregateID string) ([]Message, error) {
-	may, err := queries.MayReadOutbox(ctx, db)
+	objects, err := queries.ReadOutboxOfAggregate(ctx, db, dbsqlc.ReadOutboxOfAggregateParams{AggregateType: aggregateType, AggregateID: aggregateID})
 	if err != nil {
 		return nil, fmt.Errorf("outbox rows of %s %s: %w", aggregateType, aggregateID, database.Translate(err))
-	}
-	orderID, notOrder := uuid.Parse(aggregateID)
-	if may || aggregateType != "order" || notOrder != nil {
-		rows, err := queries.ReadOutboxOfAggregate(ctx, db, dbsqlc.ReadOutboxOfAggregateParams{AggregateType: aggregateType, AggregateID: aggregateID})
-		if err != nil {
-			return nil, fmt.Errorf("outbox rows of %s %s: %w", aggregateType, aggregateID, database.Translate(err))
-		}
-		return messages(rows), nil
-	}
-	return orderMessages(ctx, db, orderID)
-}
-
-// orderMessages is Aggregate of an order through order_timeline_outbox,
-// whose rows come as JSON objects of its columns.
-func orderMessages(ctx context.Context, db database.DBTX, orderID uuid.UUID) ([]Message, error) {
-	objects, err := queries.ReadOrderOutbox(ctx, db, orderID)
-	if err != nil {
-		return nil, fmt.Errorf("outbox rows of order %s: %w", orderID, database.Translate(err))
 	}
 	out := make([]Message, len(objects))
 	for i, o := range objects {
 		var row struct {
 			Message
-			Traceparent *string `json:"traceparent"`
+			Traceparent string `json:"traceparent"`
 		}
 		if err := json.Unmarshal(o, &row); err != nil {
-			return nil, fmt.Errorf("outbox rows of order %s: %w", orderID, err)
+			return nil, fmt.Errorf("outbox rows of %s %s: %w", aggregateType, aggregateID, err)
 		}
 		out[i] = row.Message
-		out[i].AggregateID, out[i].TraceID = orderID.String(), traceID(database.Deref(row.Traceparent))
+		out[i].TraceID = traceID(row.Traceparent)
 	}
 	slices.SortFunc(out, func(a, b Message) int {
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), slices.Compare(a.ID[:], b.ID[:]))
@@ -147,16 +127,16 @@ func RetryFailed(ctx context.Context, db database.DBTX, ids []uuid.UUID, message
 }
 
 // messageRow is sqlc's row type of each query of read.sql that returns
-// messages: each has the columns of ReadOutboxOfAggregate, in its order, so
-// it converts to that type (and the compiler says so).
+// messages: each has the columns of ReadFailedOutbox, in its order, so it
+// converts to that type (and the compiler says so).
 type messageRow interface {
-	dbsqlc.ReadOutboxOfAggregateRow | dbsqlc.ReadFailedOutboxRow | dbsqlc.ReadStuckOutboxRow | dbsqlc.RetryFailedOutboxRow
+	dbsqlc.ReadFailedOutboxRow | dbsqlc.ReadStuckOutboxRow | dbsqlc.RetryFailedOutboxRow
 }
 
 func messages[R messageRow](rows []R) []Message {
 	out := make([]Message, len(rows))
 	for i, row := range rows {
-		r := dbsqlc.ReadOutboxOfAggregateRow(row)
+		r := dbsqlc.ReadFailedOutboxRow(row)
 		out[i] = Message{
 			ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Status: r.Status, Attempts: int(r.AttemptCount),
 			Producer: r.Producer, CorrelationID: r.CorrelationID, CausationID: r.CausationID, TraceID: traceID(r.Traceparent),

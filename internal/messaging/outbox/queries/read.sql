@@ -1,31 +1,16 @@
--- The outbox's read API (package outboxadmin): what operators, tools and pages are
--- shown of its rows. Outside the outbox, nothing names the table. The
--- queries of messages return the columns of ReadOutboxOfAggregate, in its
--- order, so that outboxadmin converts each row to one type (ReadOrderOutbox and
--- ReadOutboxRow aside). A header that is not a string is none, as in
--- order_timeline_outbox.
+-- The outbox's read API (package outboxadmin): what operators, tools and
+-- pages are shown of its rows. Outside the outbox, nothing names the
+-- table. The queries of messages return the columns of ReadFailedOutbox,
+-- in its order, so that outboxadmin converts each row to one type; they
+-- are the columns of outbox_messages_of_aggregate (ReadOutboxOfAggregate).
+-- A header that is not a string is none.
 
 -- name: ReadOutboxOfAggregate :many
--- Every message of one aggregate, oldest first (message_outbox_aggregate_idx).
-SELECT outbox_id, aggregate_id, message_type, status, attempt_count,
-       coalesce(CASE jsonb_typeof(headers -> 'app_id') WHEN 'string' THEN headers ->> 'app_id' END, '')::text AS producer,
-       coalesce(CASE jsonb_typeof(headers -> 'correlation_id') WHEN 'string' THEN headers ->> 'correlation_id' END, '')::text AS correlation_id,
-       coalesce(CASE jsonb_typeof(headers -> 'causation_id') WHEN 'string' THEN headers ->> 'causation_id' END, '')::text AS causation_id,
-       coalesce(CASE jsonb_typeof(headers -> 'traceparent') WHEN 'string' THEN headers ->> 'traceparent' END, '')::text AS traceparent,
-       created_at, updated_at, next_attempt_at, published_at, coalesce(last_error, '')::text AS last_error
-FROM message_outbox
-WHERE aggregate_type = @aggregate_type AND aggregate_id = @aggregate_id
-ORDER BY created_at, outbox_id;
-
--- name: MayReadOutbox :one
--- Whether the role may read the table: order-api's may not.
-SELECT has_table_privilege('message_outbox', 'SELECT');
-
--- name: ReadOrderOutbox :many
--- ReadOutboxOfAggregate of an order for order-api's role: through
--- order_timeline_outbox (migrations/00008_roles.sql), each row as a JSON
--- object of the function's columns (sqlc cannot type them).
-SELECT to_jsonb(o)::jsonb FROM order_timeline_outbox(@order_id::uuid) AS o;
+-- Every message of one aggregate (message_outbox_aggregate_idx): through
+-- outbox_messages_of_aggregate (migrations/00007), which a role without
+-- SELECT on the table may be granted; each row as a JSON object of the
+-- function's columns, which sqlc cannot type.
+SELECT to_jsonb(m)::jsonb FROM outbox_messages_of_aggregate(@aggregate_type, @aggregate_id) AS m;
 
 -- name: ReadFailedOutbox :many
 -- The FAILED rows, of one type or all (message_type NULL), the earliest
