@@ -83,7 +83,7 @@ func TestRelayRoleLosesReplication(t *testing.T) {
 // polling relay's role still cannot replicate.
 func TestWALRoleStreamsOnlyTheOutbox(t *testing.T) {
 	srv := testenv.LogicalPostgres(t)
-	db := srv.NewDatabase(t)
+	db := srv.NewDatabase(t, service.Schemas...)
 	ctx := t.Context()
 	migrate(t, db, true)
 	if !replicates(t, db, service.RoleRelayWAL) {
@@ -251,7 +251,7 @@ func replication(t *testing.T, db *testenv.Database, role, mode string) string {
 // orders_relay_wal asked for and missing.
 func TestRelayRolesAsAnOwnerLogWhatASuperuserRuns(t *testing.T) {
 	srv := testenv.LogicalPostgres(t)
-	db := srv.NewDatabase(t)
+	db := srv.NewDatabase(t, service.Schemas...)
 	ctx := t.Context()
 	owner := fmt.Sprint("orders_test_owner_", time.Now().UnixNano())
 	for _, sql := range []string{"CREATE ROLE " + owner + " LOGIN", "ALTER ROLE orders_relay REPLICATION", "DROP ROLE IF EXISTS " + service.RoleRelayWAL} {

@@ -106,7 +106,7 @@ const sequenceGrant = ""
 // written down, fails with the line to write.
 func TestRoleGrants(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	checkGrants(t, db.Pool, grants)
 	checkFunctionGrants(t, db.Pool, functionGrants)
 }
@@ -288,7 +288,7 @@ type probe struct {
 // the probes run on an empty database and roll back.
 func TestRolesAreRefusedOutsideTheirGrants(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	const (
 		anOutboxRow = `INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload)
 			VALUES (gen_random_uuid(), 'order', 'x', 'order.submitted', 1, 'orders', 'order.submitted', '{}')`
@@ -453,7 +453,7 @@ func asRole(ctx context.Context, conn *pgx.Conn, role, sql string) error {
 // use them); applying it again restores the matrices.
 func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	m, err := store.NewMigrator(db.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -499,7 +499,7 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 // of 00008_roles.sql runs as written, for roles of this test's own.
 func TestRolesBlockToleratesConcurrentCreation(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	src, err := fs.ReadFile(migrations.FS, "00008_roles.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -574,7 +574,7 @@ func TestReplicationGrantToleratesConcurrentMigrations(t *testing.T) {
 // with the attribute created, in sessions that wait on a first one's ALTER
 // ROLE ... first, and checks the role's REPLICATION is want.
 func roleBlockBeside(t *testing.T, file, created, first string, want bool) {
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	src, err := fs.ReadFile(migrations.FS, file)
 	if err != nil {
 		t.Fatal(err)

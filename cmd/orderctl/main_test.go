@@ -206,7 +206,7 @@ func TestParkedMessages(t *testing.T) {
 // the same transaction; status points at them.
 func TestOutboxRetry(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	ctl := newCtl(t, db.URL, testenv.NewVhost(t))
 	// A FAILED row: written as a service writes it, claimed, and refused
 	// by the broker on its last attempt (one at a time: failed oldest first).
@@ -365,7 +365,7 @@ func TestOrderTimeline(t *testing.T) {
 // the services use, and records that it ran.
 func TestRetention(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	ctl := newCtl(t, db.URL, testenv.NewVhost(t))
 	_, err := db.Pool.Exec(t.Context(), `
 		INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, status, published_at)

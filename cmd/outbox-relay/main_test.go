@@ -198,7 +198,7 @@ func TestComposeSetsOnlyVariablesItReads(t *testing.T) {
 // so on /metrics; it stops cleanly.
 func TestRelayProcessInWALMode(t *testing.T) {
 	t.Parallel()
-	db := testenv.LogicalPostgres(t).NewDatabase(t)
+	db := testenv.LogicalPostgres(t).NewDatabase(t, migrations.Schemas...)
 	err := run(t.Context(), []string{"migrate"}, map[string]string{"DATABASE_URL": db.URL, "MIGRATE_RELAY_WAL_ROLE": "true"}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/yourorg/orders/migrations"
+
 	"github.com/jackc/pgx/v5"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -121,7 +123,7 @@ func TestMigrateGivesUpAfterTheDeadline(t *testing.T) {
 // through database.NewPool), up to the same deadline.
 func TestOpenDatabaseWaitsForALateServer(t *testing.T) {
 	t.Parallel()
-	srv := newLateServer(t, testenv.NewDatabase(t).URL)
+	srv := newLateServer(t, testenv.NewDatabase(t, migrations.Schemas...).URL)
 	db := config.Database{URL: srv.url, MaxConns: 2, ConnectTimeout: 30 * time.Second}
 	tel := &telemetry.Telemetry{Logger: discardLogger(), TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: metricnoop.NewMeterProvider()}
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/yourorg/orders/migrations"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -111,7 +113,7 @@ type benchFlow struct{ *flow }
 
 func setupBenchFlow(b *testing.B) *benchFlow {
 	b.Helper()
-	db := testenv.NewDatabase(b)
+	db := testenv.NewDatabase(b, migrations.Schemas...)
 	return &benchFlow{&flow{t: b, ctx: b.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(b)}}
 }
 

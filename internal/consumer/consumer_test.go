@@ -103,7 +103,7 @@ func (o options) logger() *slog.Logger {
 
 func setup(t testing.TB, o options) *flow {
 	t.Helper()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	f := &flow{t: t, ctx: t.Context(), pool: db.Pool, dbURL: db.URL, amqpURL: testenv.NewVhost(t), tracer: o.tracer}
 	brokerURL := f.amqpURL
 	if o.proxy {

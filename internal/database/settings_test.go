@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/yourorg/orders/migrations"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -21,7 +23,7 @@ import (
 // Outside Run's transactions the session keeps the server's defaults.
 func TestSettingsHoldInEveryTransaction(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	ctx := t.Context()
 	if _, err := db.Pool.Exec(ctx, "CREATE TABLE locked (id int PRIMARY KEY); INSERT INTO locked VALUES (1)"); err != nil {
 		t.Fatal(err)
@@ -87,7 +89,7 @@ func TestSettingsHoldInEveryTransaction(t *testing.T) {
 // Run's COMMIT with them.
 func TestNoNamedPreparedStatements(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	ctx := t.Context()
 	pool, err := database.NewPool(ctx, database.PoolConfig{URL: db.URL, MaxConns: 1, AppName: "unnamed"})
 	if err != nil {
@@ -124,7 +126,7 @@ func TestNoNamedPreparedStatements(t *testing.T) {
 // timeout holds in them.
 func TestThroughPgBouncer(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	ctx := t.Context()
 	if _, err := db.Pool.Exec(ctx, "CREATE TABLE counted (id int PRIMARY KEY, n int NOT NULL)"); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/yourorg/orders/migrations"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,7 +30,7 @@ type testBundle struct {
 // trigger), and a pool to it through a proxy.
 func setup(t *testing.T) testBundle {
 	t.Helper()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	if _, err := db.Pool.Exec(t.Context(), `
 		CREATE TABLE runs (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
 		CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
@@ -313,7 +315,7 @@ func TestHold(t *testing.T) {
 //	go test -run '^$' -bench Tx -benchtime 1x ./internal/database/
 func BenchmarkTx(b *testing.B) {
 	const slices, slice = 21, 100
-	db := testenv.NewDatabase(b)
+	db := testenv.NewDatabase(b, migrations.Schemas...)
 	if _, err := db.Pool.Exec(b.Context(), "CREATE TABLE bench (id bigint PRIMARY KEY, payload text NOT NULL)"); err != nil {
 		b.Fatal(err)
 	}
@@ -358,7 +360,7 @@ func BenchmarkTx(b *testing.B) {
 //	go test -run '^$' -bench QueryExecMode -benchtime 1x ./internal/database/
 func BenchmarkQueryExecMode(b *testing.B) {
 	const slices, slice = 11, 200
-	db := testenv.NewDatabase(b)
+	db := testenv.NewDatabase(b, migrations.Schemas...)
 	if _, err := db.Pool.Exec(b.Context(), "CREATE TABLE bench (id bigint PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		b.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func BenchmarkCreateOrder(b *testing.B) {
 // apiCreateLoop posts benchOrders orders, benchConcurrency at a time, and
 // returns the rate.
 func apiCreateLoop(b *testing.B) float64 {
-	db := testenv.NewDatabase(b)
+	db := testenv.NewDatabase(b, migrations.Schemas...)
 	pool, err := database.NewPool(b.Context(), database.PoolConfig{URL: db.URLAs(migrations.RoleAPI), MaxConns: 10})
 	if err != nil {
 		b.Fatal(err)
@@ -126,7 +126,7 @@ func apiCreateLoop(b *testing.B) float64 {
 // through pgx, benchConcurrency transactions at a time, and returns the
 // rate.
 func rawCreateLoop(b *testing.B) float64 {
-	db := testenv.NewDatabase(b)
+	db := testenv.NewDatabase(b, migrations.Schemas...)
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		b.Fatal(err)

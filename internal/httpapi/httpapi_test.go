@@ -58,7 +58,7 @@ func setup(t *testing.T) *testBundle {
 // b.do sends an operator's token unless told otherwise (b.token).
 func setupWith(t *testing.T, change func(*httpapi.Config, *httpapi.Deps)) *testBundle {
 	t.Helper()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	apiPool, err := database.NewPool(t.Context(), database.PoolConfig{URL: db.URLAs(migrations.RoleAPI)})
 	if err != nil {
 		t.Fatal(err)

@@ -98,7 +98,7 @@ type flowBundle struct {
 
 func startFlow(t *testing.T) *flowBundle {
 	t.Helper()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	amqpURL := testenv.NewVhost(t)
 	tp := sdktrace.NewTracerProvider() // real trace ids, exported nowhere
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

@@ -59,3 +59,20 @@ func TestMechanismsImportNothingOfTheOrderService(t *testing.T) {
 			allowed, strings.Join(problems, "\n"))
 	}
 }
+
+// The mechanisms' own tests run without the order service too: on a
+// database with the mechanism's schema alone (testenv.NewDatabase(t,
+// outbox.Schema)), never the service's migrations or its store.
+func TestMechanismsTestsNeedNothingOfTheOrderService(t *testing.T) {
+	const module = "github.com/yourorg/orders/"
+	service := []string{module + "migrations", module + "internal/store", module + "internal/domain", module + "internal/app"}
+	out, err := exec.Command("go", "list", "-deps", "-test", module+"internal/messaging/outbox/...", module+"internal/messaging/inbox/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if slices.Contains(service, pkg) {
+			t.Errorf("a mechanism's test binary links %s", pkg)
+		}
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/yourorg/orders/migrations"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,7 +32,7 @@ type testBundle struct {
 
 func setup(t *testing.T) testBundle {
 	t.Helper()
-	return testBundle{ctx: t.Context(), pool: testenv.NewDatabase(t).Pool}
+	return testBundle{ctx: t.Context(), pool: testenv.NewDatabase(t, migrations.Schemas...).Pool}
 }
 
 func newOrder(t *testing.T) *domain.Order {

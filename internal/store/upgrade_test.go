@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/yourorg/orders/migrations"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -67,7 +69,7 @@ func TestUpgradeFromOneSequence(t *testing.T) {
 		t.Fatalf("rows after the upgrade:\n%s\nwant\n%s", got, rows)
 	}
 
-	fresh := testenv.NewDatabase(t)
+	fresh := testenv.NewDatabase(t, migrations.Schemas...)
 	if got, want := versions(t, pool), versions(t, fresh.Pool); got != want {
 		t.Errorf("versions recorded after the upgrade:\n%s\nwant a new database's\n%s", got, want)
 	}

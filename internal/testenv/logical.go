@@ -26,7 +26,6 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/yourorg/orders/internal/database"
-	"github.com/yourorg/orders/migrations"
 )
 
 // LogicalServer is a PostgreSQL server of this test binary's own, with
@@ -154,8 +153,8 @@ func StopLogicalPostgres() {
 	logical.srv, logical.err = nil, nil
 }
 
-// NewDatabase creates a database for t on this server, with schemas (none:
-// the order service's), and drops it when t ends, as testenv.NewDatabase
+// NewDatabase creates a database for t on this server, with schemas, and
+// drops it when t ends, as testenv.NewDatabase
 // does on the shared server: a copy of a template migrated once per server
 // and schemas, so that each database costs a CREATE DATABASE ... TEMPLATE.
 // The cleanup ends the database's replication connections and drops its
@@ -163,10 +162,10 @@ func StopLogicalPostgres() {
 // a test that leaves a slot behind still leaves nothing.
 func (s *LogicalServer) NewDatabase(t testing.TB, schemas ...database.Schema) *Database {
 	t.Helper()
-	ctx := context.Background()
 	if len(schemas) == 0 {
-		schemas = migrations.Schemas
+		t.Fatal("testenv: NewDatabase: name the schemas (migrations.Schemas... for the order service's)")
 	}
+	ctx := context.Background()
 	template := templateName(schemas)
 	if err := s.templates.once(template, func() error { return s.buildTemplate(ctx, template, schemas) }); err != nil {
 		t.Fatalf("testenv: PostgreSQL with wal_level=logical: build the template database: %v", err)

@@ -35,7 +35,7 @@ func TestLogicalPostgres(t *testing.T) {
 
 	var names []string
 	t.Run("databases", func(t *testing.T) {
-		a, b := s.NewDatabase(t), s.NewDatabase(t)
+		a, b := s.NewDatabase(t, migrations.Schemas...), s.NewDatabase(t, migrations.Schemas...)
 		names = []string{a.Name, b.Name}
 		if a.Name == b.Name || a.URL == b.URL {
 			t.Fatalf("two NewDatabase gave %s and %s", a.URL, b.URL)
@@ -157,7 +157,7 @@ func TestLogicalPostgresStop(t *testing.T) {
 	if again == s {
 		t.Fatal("LogicalPostgres after StopLogicalPostgres returned the stopped server")
 	}
-	db := again.NewDatabase(t)
+	db := again.NewDatabase(t, migrations.Schemas...)
 	if err := db.Pool.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}

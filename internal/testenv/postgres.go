@@ -44,7 +44,6 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/yourorg/orders/internal/database"
-	"github.com/yourorg/orders/migrations"
 )
 
 const (
@@ -69,7 +68,8 @@ type Database struct {
 }
 
 // URLAs returns a URL of this database that connects as role, one of the
-// roles of migrations/00008_roles.sql (migrations.RoleAPI, ...), so that
+// roles of migrations/00008_roles.sql (migrations.RoleAPI, ...) or one of
+// NewRole, so that
 // the code under test has exactly the privileges of its process and a
 // missing grant fails the test.
 func (db *Database) URLAs(role string) string { return AsRole(db.URL, role) }
@@ -104,15 +104,16 @@ func startServer(t testing.TB) {
 }
 
 // NewDatabase creates a database for t with schemas applied in order, and
-// drops it when t ends. Without schemas it has the order service's
-// (migrations.Schemas); a mechanism's tests name their own (outbox.Schema).
+// drops it when t ends: the order service's (migrations.Schemas...), or a
+// mechanism's own (outbox.Schema), so that its tests need nothing of the
+// service.
 func NewDatabase(t testing.TB, schemas ...database.Schema) *Database {
 	t.Helper()
+	if len(schemas) == 0 {
+		t.Fatal("testenv: NewDatabase: name the schemas (migrations.Schemas... for the order service's)")
+	}
 	startServer(t)
 	ctx := context.Background()
-	if len(schemas) == 0 {
-		schemas = migrations.Schemas
-	}
 	template := templateName(schemas)
 	if err := server.templates.once(template, func() error { return prepareTemplate(ctx, template, schemas) }); err != nil {
 		t.Fatalf("testenv: PostgreSQL: build the template database: %v", err)
@@ -153,6 +154,32 @@ func NewDatabase(t testing.TB, schemas ...database.Schema) *Database {
 		}
 	})
 	return db
+}
+
+// NewRole creates a login role of t's own, which may do nothing in db
+// but what grants say (GRANT statements, run as the owner, with %s for
+// the role), and returns its name; URLAs connects as it. The role is
+// dropped when t ends, after the pools t opened on it are closed.
+func (db *Database) NewRole(t testing.TB, grants ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	role := "orders_test_role_" + randomSuffix()
+	if _, err := db.Pool.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatalf("testenv: create role: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := db.Pool.Exec(ctx, stmt); err != nil {
+				t.Errorf("testenv: %s: %v", stmt, err)
+			}
+		}
+	})
+	for _, g := range grants {
+		if _, err := db.Pool.Exec(ctx, fmt.Sprintf(g, role)); err != nil {
+			t.Fatalf("testenv: %s: %v", fmt.Sprintf(g, role), err)
+		}
+	}
+	return role
 }
 
 // ServerURL returns a URL of the test PostgreSQL server with database name

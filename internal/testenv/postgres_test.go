@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/yourorg/orders/migrations"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/yourorg/orders/internal/database"
@@ -38,7 +40,7 @@ func TestNewDatabaseOfSchemas(t *testing.T) {
 			t.Errorf("tables of %d schemas: %s, want %s", len(c.schemas), got, c.want)
 		}
 	}
-	if got := tables(testenv.NewDatabase(t)); !strings.Contains(got, "message_inbox") || !strings.Contains(got, "orders") {
+	if got := tables(testenv.NewDatabase(t, migrations.Schemas...)); !strings.Contains(got, "message_inbox") || !strings.Contains(got, "orders") {
 		t.Errorf("tables of the order service's database: %s", got)
 	}
 }

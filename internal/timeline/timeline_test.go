@@ -76,7 +76,7 @@ func readTimeline(t *testing.T, db *testenv.Database, id uuid.UUID) *timeline.Ti
 // the order they happened, with the facts of each.
 func TestTimelineHasEveryHopInTimeOrder(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	ctx := t.Context()
 	pool := db.Pool
 
@@ -274,7 +274,7 @@ func TestTransitionIsLabelledByItsConsumer(t *testing.T) {
 // An order that is not there is domain.ErrNotFound.
 func TestTimelineOfUnknownOrder(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	_, err := timeline.Read(t.Context(), apiPool(t, db), uuid.New())
 	if !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("err = %v, want domain.ErrNotFound", err)
@@ -292,7 +292,7 @@ func (m customerUpdated) AggregateID() string { return m.ID }
 // a header that is not a string as none, and nothing else of the headers.
 func TestTimelineOutboxHeaders(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	ctx := t.Context()
 	order, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "A-1", Quantity: 1, UnitPriceCents: 100}})
 	if err != nil {

@@ -107,7 +107,7 @@ func TestNamesEverythingItCannotSee(t *testing.T) {
 // are not in the vhost): the walkthrough refuses, naming both.
 func TestRefusesAnotherSystemsDatabaseAndVhost(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDatabase(t) // migrated, and empty
+	db := testenv.NewDatabase(t, migrations.Schemas...) // migrated, and empty
 	amqpURL := testenv.NewVhost(t)
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {

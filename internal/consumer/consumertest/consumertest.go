@@ -64,7 +64,7 @@ func Config() inbox.Config {
 // database and the vhost, for a test that starts its own with Run.
 func Start(t testing.TB, consumers ...*inbox.Consumer) *Harness {
 	t.Helper()
-	db := testenv.NewDatabase(t)
+	db := testenv.NewDatabase(t, migrations.Schemas...)
 	// The consumers run as order-consumer's role: a table of theirs without
 	// its grant (migrations/00008_roles.sql) fails their tests.
 	h := &Harness{T: t, Ctx: t.Context(), Pool: db.Pool, AMQPURL: testenv.NewVhost(t), DBURL: db.URLAs(migrations.RoleConsumer),

@@ -17,7 +17,7 @@ import (
 func TestPartitionOfAgreesWithTheDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testenv.NewDatabase(t).URL)
+	conn, err := pgx.Connect(ctx, testenv.NewDatabase(t, outbox.Schema).URL)
 	if err != nil {
 		t.Fatal(err)
 	}
