@@ -2,7 +2,7 @@
 //
 // openapi.yaml is the OpenAPI 3 document of the HTTP API. The API tests
 // and the end-to-end tests send their HTTP traffic through
-// internal/testenv/apicheck, which checks every request and every answer
+// api/apicheck, which checks every request and every answer
 // against it; redocly lint checks the document itself (.ci/run).
 //
 // asyncapi.yaml is the AsyncAPI 3 document of the messages: the exchange,

@@ -21,11 +21,11 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/yourorg/orders/api/apicheck"
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/telemetry"
-	"github.com/yourorg/orders/internal/testenv/apicheck"
 )
 
 // orderOf is an order body for customer.

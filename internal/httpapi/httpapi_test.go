@@ -22,11 +22,11 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/yourorg/orders/api"
+	"github.com/yourorg/orders/api/apicheck"
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/httpapi"
 	"github.com/yourorg/orders/internal/testenv"
-	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 

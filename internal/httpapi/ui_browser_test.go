@@ -27,6 +27,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/net/html"
 
+	"github.com/yourorg/orders/api/apicheck"
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/consumer/notification"
@@ -36,7 +37,6 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
-	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 

@@ -25,9 +25,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/yourorg/orders/api/apicheck"
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/testenv"
-	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/yourorg/orders/internal/testenv/apicheck"
+	"github.com/yourorg/orders/api/apicheck"
 )
 
 // loadgenSummary is the part of loadgen's -json summary this test reads.

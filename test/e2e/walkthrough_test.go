@@ -19,9 +19,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/yourorg/orders/api/apicheck"
 	"github.com/yourorg/orders/internal/rabbitadmin"
 	"github.com/yourorg/orders/internal/testenv"
-	"github.com/yourorg/orders/internal/testenv/apicheck"
 	"github.com/yourorg/orders/migrations"
 )
 

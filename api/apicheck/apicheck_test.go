@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/yourorg/orders/internal/testenv/apicheck"
+	"github.com/yourorg/orders/api/apicheck"
 )
 
 const (
