@@ -52,6 +52,10 @@ type Config struct {
 	// with REPLICATION (orders_relay_wal); DATABASE_URL's role needs none.
 	// Empty: DATABASE_URL.
 	WALDatabaseURL string `env:"RELAY_WAL_DATABASE_URL" passwordFile:"RELAY_WAL_DATABASE_PASSWORD_FILE"`
+	// ListenURL is the LISTEN connection's, past any connection pooler
+	// (outbox.Config.ListenURL), as DATABASE_URL's role. Empty:
+	// DATABASE_URL.
+	ListenURL string `env:"RELAY_LISTEN_DATABASE_URL" passwordFile:"DATABASE_PASSWORD_FILE"`
 	// ID names this relay in claimed_by; default host name and pid.
 	ID              string        `env:"RELAY_ID"`
 	BatchSize       int           `env:"RELAY_BATCH_SIZE" envDefault:"500"`
@@ -107,6 +111,9 @@ func (c *Config) validateRelay() error {
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("RELAY_RETENTION must not be negative, got %s", c.Retention))
 	}
+	if u, err := url.Parse(c.ListenURL); c.ListenURL != "" && (err != nil || u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		errs = append(errs, errors.New("RELAY_LISTEN_DATABASE_URL must be a postgres:// URL"))
+	}
 	switch c.Mode {
 	case "poll":
 	case "wal":
@@ -138,7 +145,7 @@ func (c *Config) validateRelay() error {
 func (c *Config) relayConfig() outbox.Config {
 	return outbox.Config{
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
-		NotifyOff: !c.Notify, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
+		NotifyOff: !c.Notify, ListenURL: c.ListenURL, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout, DBTimeout: c.DBTimeout,
 		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.MessagePartitions),
 		Partitions: c.MessagePartitions,

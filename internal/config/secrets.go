@@ -24,7 +24,8 @@ import (
 //     value. Setting both is an error.
 //   - `passwordFile:"DATABASE_PASSWORD_FILE"` on a URL setting: that
 //     variable names a file whose content is the password of the URL's
-//     user; the URL names the user and no password.
+//     user; the URL names the user and no password. An empty URL (an
+//     optional one) takes none.
 //
 // A process refuses to start with a credential this repository publishes
 // (the development JWT secret, the passwords of make dev and of older
@@ -50,7 +51,7 @@ func resolveFiles(cfg any, lookup func(string) (string, bool)) error {
 				v.SetString(secret)
 			}
 		}
-		if fileVar := f.Tag.Get("passwordFile"); fileVar != "" {
+		if fileVar := f.Tag.Get("passwordFile"); fileVar != "" && v.String() != "" { // an optional URL left empty takes none
 			if path, ok := lookup(fileVar); ok && path != "" {
 				withPassword, err := URLWithPasswordFile(v.String(), path)
 				if err != nil {

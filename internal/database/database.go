@@ -158,6 +158,19 @@ func refusal(err error) string {
 	return ""
 }
 
+// ThroughPooler reports whether conn reaches its server through a
+// connection pooler (PgBouncer), whose sessions are lent per transaction:
+// the server process conn's statements run in is not the one the server
+// named at connect, which a pooler makes up. A connection that LISTENs or
+// streams the log must reach the server itself.
+func ThroughPooler(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return false, fmt.Errorf("ask for the server process: %w", err)
+	}
+	return pid != conn.PgConn().PID(), nil
+}
+
 // NilIfEmpty turns "" into SQL NULL for a nullable text column.
 func NilIfEmpty(s string) *string {
 	if s == "" {

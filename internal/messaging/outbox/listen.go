@@ -3,11 +3,13 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 )
 
 // NotifyChannel is the PostgreSQL channel the outbox trigger notifies when
@@ -27,11 +29,25 @@ func (r *Relay) listen(ctx context.Context) {
 func (r *Relay) listenOnce(ctx context.Context) error {
 	// A connection of its own: a LISTENing connection must not go back to
 	// the pool for others to use.
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	cfg, err := r.listenConfig()
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if pooled, err := database.ThroughPooler(ctx, conn); err != nil {
+		return err
+	} else if pooled {
+		_ = conn.Close(ctx)
+		r.log.WarnContext(ctx, "the LISTEN connection leads through a connection pooler, which passes no NOTIFY on: "+
+			"the relay only polls (RELAY_POLL_INTERVAL); a URL past the pooler (RELAY_LISTEN_DATABASE_URL) wakes it at once",
+			slog.Duration("poll_interval", r.cfg.PollInterval))
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -42,4 +58,20 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 		}
 		r.signal()
 	}
+}
+
+// listenConfig is the LISTEN connection's settings: Config.ListenURL's,
+// named and traced as the pool's connections, or the pool's own.
+func (r *Relay) listenConfig() (*pgx.ConnConfig, error) {
+	pooled := r.pool.Config().ConnConfig
+	if r.cfg.ListenURL == "" {
+		return pooled.Copy(), nil
+	}
+	cfg, err := pgx.ParseConfig(r.cfg.ListenURL)
+	if err != nil {
+		return nil, fmt.Errorf("the LISTEN connection's URL: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = pooled.RuntimeParams["application_name"]
+	cfg.Tracer = pooled.Tracer
+	return cfg, nil
 }
