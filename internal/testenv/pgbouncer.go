@@ -144,10 +144,12 @@ func (p *PgBouncer) URL(rawURL string) string {
 }
 
 // Restart stops pgbouncer at once (SIGTERM: every client connection and
-// transaction through it is cut) and starts it again on the same port.
-func (p *PgBouncer) Restart() {
+// transaction through it is cut), and after down starts it again on the
+// same port; meanwhile connections to it are refused.
+func (p *PgBouncer) Restart(down time.Duration) {
 	p.t.Helper()
 	p.Stop()
+	time.Sleep(down)
 	p.start()
 }
 

@@ -65,6 +65,9 @@ type system struct {
 	admin   map[string]string // a consumer's admin address, by name
 	dbURL   string
 	amqpURL string
+	// procDBURL is where the processes connect (as their roles): dbURL, or
+	// a pooler in front of it.
+	procDBURL string
 }
 
 func newSystem(t *testing.T) *system {
@@ -83,7 +86,7 @@ func newSystemOn(t *testing.T, vhost func(testing.TB) string) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &system{t: t, bin: bin, client: apicheck.Client(t), procs: map[string]*process{}, admin: map[string]string{}, dbURL: dbURL, amqpURL: amqpURL}
+	s := &system{t: t, bin: bin, client: apicheck.Client(t), procs: map[string]*process{}, admin: map[string]string{}, dbURL: dbURL, procDBURL: dbURL, amqpURL: amqpURL}
 	// The schema's owner (the server's superuser here) migrates, as the
 	// migrate service does in compose; each process then connects as its
 	// own role (start), so a grant it lacks fails the flow.
@@ -145,7 +148,7 @@ func (s *system) start(name, binary, readyURL string, args []string, env ...stri
 	if !ok {
 		s.t.Fatalf("%s has no database role", binary)
 	}
-	cmd.Env = append(append(os.Environ(), s.env...), "DATABASE_URL="+testenv.AsRole(s.dbURL, role))
+	cmd.Env = append(append(os.Environ(), s.env...), "DATABASE_URL="+testenv.AsRole(s.procDBURL, role))
 	cmd.Env = append(cmd.Env, env...)
 	p := &process{name: name, cmd: cmd, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
 	cmd.Stdout = lockedWriter{p.mu, p.log}
