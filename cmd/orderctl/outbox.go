@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 )
 
@@ -67,7 +68,8 @@ func outboxRetry(ctx context.Context, c *ctl) (report, error) {
 		target = strings.Join(c.args.pos, ",")
 	}
 	var r retryReport
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	// In database.Run, so that the pool's timeouts hold in the transaction.
+	err := database.Run(ctx, c.pool, database.Policy{}, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		if r.Retried, err = outboxadmin.RetryFailed(ctx, tx, ids, c.args.typ); err != nil {
 			return err
