@@ -28,9 +28,10 @@ type Config struct {
 	// Default on; NotifyOff turns it off (polling only).
 	NotifyOff bool
 	// ListenURL is the LISTEN connection's database URL: one past any
-	// connection pooler, since a pooler in transaction mode passes a
-	// session's notifications to no one. Default: the pool's; when that
-	// leads through a pooler, the relay says so and only polls.
+	// connection pooler in transaction mode, which passes a session's
+	// notifications to no one. Default: the pool's; when that leads
+	// through a pooler (of any mode: the relay cannot tell), the relay
+	// says so and only polls.
 	ListenURL string
 	// Lease is how long a claimed row belongs to this relay; after that any
 	// relay may take it back. Default 30s. Keep it well above

@@ -38,12 +38,14 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if pooled, err := database.ThroughPooler(ctx, conn); err != nil {
+	// The pool's URL may lead through a pooler; one given for the LISTEN
+	// connection is trusted (a pooler in session mode passes NOTIFYs on).
+	if pooled, err := r.throughPooler(ctx, conn); err != nil {
 		return err
 	} else if pooled {
 		_ = conn.Close(ctx)
-		r.log.WarnContext(ctx, "the LISTEN connection leads through a connection pooler, which passes no NOTIFY on: "+
-			"the relay only polls (RELAY_POLL_INTERVAL); a URL past the pooler (RELAY_LISTEN_DATABASE_URL) wakes it at once",
+		r.log.WarnContext(ctx, "the LISTEN connection leads through a connection pooler, where a LISTEN hears nothing in transaction mode: "+
+			"the relay only polls (RELAY_POLL_INTERVAL); RELAY_LISTEN_DATABASE_URL, past the pooler or through one in session mode, wakes it at once",
 			slog.Duration("poll_interval", r.cfg.PollInterval))
 		<-ctx.Done()
 		return ctx.Err()
@@ -74,4 +76,13 @@ func (r *Relay) listenConfig() (*pgx.ConnConfig, error) {
 	cfg.RuntimeParams["application_name"] = pooled.RuntimeParams["application_name"]
 	cfg.Tracer = pooled.Tracer
 	return cfg, nil
+}
+
+// throughPooler reports whether the LISTEN connection, on the pool's URL,
+// leads through a connection pooler (database.ThroughPooler).
+func (r *Relay) throughPooler(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	if r.cfg.ListenURL != "" {
+		return false, nil
+	}
+	return database.ThroughPooler(ctx, conn)
 }
