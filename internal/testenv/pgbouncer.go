@@ -101,7 +101,7 @@ logfile = %s
 // start runs pgbouncer and waits until it lets a connection through.
 func (p *PgBouncer) start() {
 	p.t.Helper()
-	p.cmd = exec.Command(p.bin, filepath.Join(p.dir, "pgbouncer.ini"))
+	p.cmd = exec.CommandContext(context.Background(), p.bin, filepath.Join(p.dir, "pgbouncer.ini")) // Stop ends it
 	p.cmd.Dir = p.dir
 	if err := p.asUser(p.cmd); err != nil {
 		p.t.Fatal(err)
