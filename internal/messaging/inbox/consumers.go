@@ -247,6 +247,13 @@ func (s *subscription) session(ctx context.Context) error {
 	}
 	s.consuming.Store(false)
 	close(stopTaking)
+	if sessionErr != nil {
+		// The channel is gone: what the workers hold can be neither acked
+		// nor given back, and the broker redelivers it. Their handlers stop
+		// now (their transactions roll back) rather than keep this
+		// consumer's every queue waiting for the slowest of them.
+		cancelWork()
+	}
 	wg.Wait()
 	return sessionErr
 }

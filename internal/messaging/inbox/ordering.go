@@ -64,13 +64,24 @@ func (pooled) requeue(w *worker, d *delivery) {
 // ordered is the ordering of a partition's only worker. It never puts two
 // deliveries of one aggregate in one batch, retries a failure in place
 // before it takes the next delivery of its partition (a retry queue would
-// let the later messages overtake it), and holds a message behind a
-// parked earlier one of its aggregate.
+// let the later messages overtake it), records a redelivery before it
+// processes it (markRedelivered), and holds a message behind an earlier
+// one of its aggregate that left the queue unprocessed.
 type ordered struct{}
 
 func (ordered) run(ctx context.Context, w *worker, batch []*delivery) {
 	for len(batch) > 0 {
 		run := distinctAggregates(batch)
+		for _, d := range run {
+			if d.raw.Redelivered {
+				if err := markRedelivered(ctx, w.pool, d.inboxEntry(w.consumer.name)); err != nil {
+					// Its processing meets the same database and says what
+					// became of it; this row only matters should the broker
+					// dead-letter the message later.
+					w.log.WarnContext(d.ctx, "could not record the redelivery", slog.String("error", err.Error()))
+				}
+			}
+		}
 		w.process(ctx, run)
 		for _, d := range run {
 			if !w.retryInPlace(ctx, d) {

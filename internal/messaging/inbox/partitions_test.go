@@ -270,3 +270,46 @@ func TestPartitionedConsumerHoldsBehindAFailedMessageTheBrokerDeadLettered(t *te
 		t.Fatalf("applied %v behind a failed earlier message", got)
 	}
 }
+
+// A message whose deliveries keep ending without an ack and without a
+// failure on record (the handler cut off by a lost connection, a crash, a
+// consumer timeout) is dead-lettered by the broker at its delivery limit:
+// each such return counts toward x-delivery-limit. The later messages of
+// its aggregate must then wait behind it, parked, as behind one the
+// consumer parked itself; they must not overtake it.
+func TestPartitionedConsumerHoldsBehindAMessageTheBrokerDeadLetteredWithoutAFailure(t *testing.T) {
+	t.Parallel()
+	b := setupConsumer(t)
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+	cfg := partitionedConfig()
+	cfg.DeliveryLimit = 2
+	hold := make(chan struct{})
+	b.handler.set(func(h *effectHandler) { h.hold = hold }) // every handler waits until the cut
+	rc := b.start(cfg, proxy.Rewrite(b.amqpURL), nil)
+	aggregate := uuid.New()
+	cutOff := b.partitioned(aggregate)
+	b.publish(cutOff)
+	for deliveries := int64(1); deliveries <= int64(cfg.DeliveryLimit)+1; deliveries++ {
+		testenv.WaitFor(t, 20*time.Second, "the message in its handler", func() bool { return b.handler.calls.Load() >= deliveries })
+		proxy.Cut()
+		testenv.WaitFor(t, 10*time.Second, "the consumer to see the cut", func() bool { return rc.Ready(b.ctx) != nil })
+		proxy.Restore()
+		testenv.WaitFor(t, 20*time.Second, "the consumer to be ready again", func() bool { return rc.Ready(b.ctx) == nil })
+	}
+	if parked := b.parked(1); parked[0].MessageId != cutOff.MessageId {
+		t.Fatalf("parked %s, want the cut-off message, dead-lettered by the broker", parked[0].MessageId)
+	}
+	b.handler.set(func(h *effectHandler) { h.hold = nil })
+	close(hold)
+
+	later, flows := b.partitioned(aggregate), b.partitioned(uuid.New())
+	b.publish(later)
+	b.publish(flows)
+	b.waitInbox(flows.MessageId, inbox.StatusProcessed)
+	if row := b.waitInbox(later.MessageId, inbox.StatusPermanentFailed); row.LastErrorCode != "held_behind" {
+		t.Fatalf("later message: %+v, want parked held_behind", row)
+	}
+	if n := b.effects(later.MessageId); n != 0 {
+		t.Fatalf("the later message was applied %d times, ahead of the earlier one", n)
+	}
+}

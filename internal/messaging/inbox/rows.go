@@ -246,3 +246,16 @@ func earlierParked(ctx context.Context, db database.DBTX, e entry) (string, erro
 	}
 	return id, nil
 }
+
+// markRedelivered records a redelivered message that has no row yet as
+// RETRYABLE_FAILED (MarkRedeliveredInbox), in a transaction of its own.
+func markRedelivered(ctx context.Context, db database.DBTX, e entry) error {
+	err := queries.MarkRedeliveredInbox(ctx, db, dbsqlc.MarkRedeliveredInboxParams{
+		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
+		AggregateID: e.AggregateID, PayloadHash: e.PayloadHash, CorrelationID: e.CorrelationID, CausationID: e.CausationID, TraceID: e.TraceID,
+	})
+	if err != nil {
+		return fmt.Errorf("record the redelivery of %s: %w", e.MessageID, database.Translate(err))
+	}
+	return nil
+}

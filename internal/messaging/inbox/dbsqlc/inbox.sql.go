@@ -56,8 +56,9 @@ type EarlierParkedOfAggregateParams struct {
 // oldest such row, received before this message's own (or before now, for
 // a message not seen yet). Parked by the consumer (PERMANENT_FAILED,
 // POISONED), or failed and then dead-lettered by the broker itself
-// (RETRYABLE_FAILED: the partition's worker retries a failure in place
-// before it takes the next message, so a later message finds an earlier
+// (RETRYABLE_FAILED: the partition's worker retries a failure in place,
+// and records a redelivery before it processes it, MarkRedeliveredInbox,
+// before it takes the next message; so a later message finds an earlier
 // one in that state only when it is no longer ahead of it in the queue).
 func (q *Queries) EarlierParkedOfAggregate(ctx context.Context, db DBTX, arg EarlierParkedOfAggregateParams) (string, error) {
 	row := db.QueryRow(ctx, earlierParkedOfAggregate, arg.ConsumerName, arg.AggregateID, arg.MessageID)
@@ -319,6 +320,52 @@ func (q *Queries) MarkInboxProcessed(ctx context.Context, db DBTX, arg MarkInbox
 		arg.OutcomeReason,
 		arg.ConsumerName,
 		arg.MessageID,
+	)
+	return err
+}
+
+const markRedeliveredInbox = `-- name: MarkRedeliveredInbox :exec
+INSERT INTO message_inbox (
+    consumer_name, message_id, message_type, message_version, aggregate_id, status,
+    attempt_count, payload_hash, last_error_code, last_error_message, correlation_id, causation_id, trace_id
+)
+VALUES ($1, $2, $3, $4, nullif($5::text, ''), 'RETRYABLE_FAILED',
+        0, $6, 'redelivered', 'an earlier delivery ended without an ack (a lost connection, a crash, a consumer timeout)',
+        nullif($7::text, ''), nullif($8::text, ''), nullif($9::text, ''))
+ON CONFLICT (consumer_name, message_id) DO NOTHING
+`
+
+type MarkRedeliveredInboxParams struct {
+	ConsumerName   string
+	MessageID      string
+	MessageType    string
+	MessageVersion int32
+	AggregateID    string
+	PayloadHash    string
+	CorrelationID  string
+	CausationID    string
+	TraceID        string
+}
+
+// With partitions, a redelivered message that has no row yet (its earlier
+// deliveries ended without an ack and without a failure on record: a lost
+// connection, a crash, a consumer timeout) gets one, RETRYABLE_FAILED,
+// committed before it is processed. Each such return counts toward the
+// queue's x-delivery-limit: should the broker dead-letter the message, the
+// later messages of its aggregate find this row and wait behind it
+// (EarlierParkedOfAggregate). Processing it takes the row over, as after
+// any failed attempt (RestartInbox). Empty strings are NULLs.
+func (q *Queries) MarkRedeliveredInbox(ctx context.Context, db DBTX, arg MarkRedeliveredInboxParams) error {
+	_, err := db.Exec(ctx, markRedeliveredInbox,
+		arg.ConsumerName,
+		arg.MessageID,
+		arg.MessageType,
+		arg.MessageVersion,
+		arg.AggregateID,
+		arg.PayloadHash,
+		arg.CorrelationID,
+		arg.CausationID,
+		arg.TraceID,
 	)
 	return err
 }

@@ -149,8 +149,9 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id;
 -- oldest such row, received before this message's own (or before now, for
 -- a message not seen yet). Parked by the consumer (PERMANENT_FAILED,
 -- POISONED), or failed and then dead-lettered by the broker itself
--- (RETRYABLE_FAILED: the partition's worker retries a failure in place
--- before it takes the next message, so a later message finds an earlier
+-- (RETRYABLE_FAILED: the partition's worker retries a failure in place,
+-- and records a redelivery before it processes it, MarkRedeliveredInbox,
+-- before it takes the next message; so a later message finds an earlier
 -- one in that state only when it is no longer ahead of it in the queue).
 SELECT p.message_id
 FROM message_inbox p
@@ -161,6 +162,24 @@ WHERE p.consumer_name = @consumer_name AND p.aggregate_id = @aggregate_id
       now())
 ORDER BY p.first_received_at
 LIMIT 1;
+
+-- name: MarkRedeliveredInbox :exec
+-- With partitions, a redelivered message that has no row yet (its earlier
+-- deliveries ended without an ack and without a failure on record: a lost
+-- connection, a crash, a consumer timeout) gets one, RETRYABLE_FAILED,
+-- committed before it is processed. Each such return counts toward the
+-- queue's x-delivery-limit: should the broker dead-letter the message, the
+-- later messages of its aggregate find this row and wait behind it
+-- (EarlierParkedOfAggregate). Processing it takes the row over, as after
+-- any failed attempt (RestartInbox). Empty strings are NULLs.
+INSERT INTO message_inbox (
+    consumer_name, message_id, message_type, message_version, aggregate_id, status,
+    attempt_count, payload_hash, last_error_code, last_error_message, correlation_id, causation_id, trace_id
+)
+VALUES (@consumer_name, @message_id, @message_type, @message_version, nullif(@aggregate_id::text, ''), 'RETRYABLE_FAILED',
+        0, @payload_hash, 'redelivered', 'an earlier delivery ended without an ack (a lost connection, a crash, a consumer timeout)',
+        nullif(@correlation_id::text, ''), nullif(@causation_id::text, ''), nullif(@trace_id::text, ''))
+ON CONFLICT (consumer_name, message_id) DO NOTHING;
 
 -- name: ForgetFailedInbox :execrows
 -- An operator discarded a parked message for good: its failed row goes, so
