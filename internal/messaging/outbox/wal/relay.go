@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -72,7 +74,10 @@ type Relay struct {
 	standby   atomic.Bool            // another relay streams it; this one waits
 	down      atomic.Pointer[string] // why the stream is down, while it is
 	lastEnd   atomic.Pointer[txEnd]  // the newest transaction written back
-	metrics   *metrics
+	// streamedOnce: this relay has streamed the slot, so a slot missing
+	// later was lost.
+	streamedOnce atomic.Bool
+	metrics      *metrics
 }
 
 // errStandby ends a stream session that found the slot streamed by another
@@ -229,40 +234,97 @@ func (w *Relay) checkServer(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ensureSlot creates the slot when it does not exist, and says whether it
-// did. A slot created now starts at the current end of the log: the rows
-// written before it are the sweep's.
-func (w *Relay) ensureSlot(ctx context.Context, repl *pgconn.PgConn) (bool, error) {
+// newSlot is a slot ensureSlot created: where it starts, and the snapshot
+// it exported, valid until the replication connection's next command.
+type newSlot struct {
+	start    pglogrepl.LSN
+	snapshot string
+}
+
+// ensureSlot creates the slot when it does not exist, and returns it then
+// (nil when it existed). A slot created now starts at the current end of
+// the log: the rows committed before it are not in its stream. Creating
+// it waits for every transaction that holds an xid to end.
+func (w *Relay) ensureSlot(ctx context.Context, repl *pgconn.PgConn) (*newSlot, error) {
 	var db string
 	err := w.pool.QueryRow(ctx, "SELECT coalesce(database, '') FROM pg_replication_slots WHERE slot_name = $1", w.wal.Slot).Scan(&db)
 	switch {
 	case err == nil:
 		var mine string
 		if err := w.pool.QueryRow(ctx, "SELECT current_database()").Scan(&mine); err != nil {
-			return false, err
+			return nil, err
 		}
 		if db != mine {
-			return false, fmt.Errorf("replication slot %s belongs to database %q, not %q: choose another RELAY_WAL_SLOT", w.wal.Slot, db, mine)
+			return nil, fmt.Errorf("replication slot %s belongs to database %q, not %q: choose another RELAY_WAL_SLOT", w.wal.Slot, db, mine)
 		}
-		return false, nil
+		return nil, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return false, fmt.Errorf("look for replication slot %s: %w", w.wal.Slot, err)
+		return nil, fmt.Errorf("look for replication slot %s: %w", w.wal.Slot, err)
 	}
-	_, err = pglogrepl.CreateReplicationSlot(ctx, repl, w.wal.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, w.wal.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // another relay created it just now
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("create replication slot %s: %w", w.wal.Slot, err)
+		return nil, fmt.Errorf("create replication slot %s: %w", w.wal.Slot, err)
 	}
-	return true, nil
+	start, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return nil, fmt.Errorf("replication slot %s: consistent point: %w", w.wal.Slot, err)
+	}
+	return &newSlot{start: start, snapshot: res.SnapshotName}, nil
 }
 
-// metrics are the log stream's gauges; the counters and histograms are
-// the polling relay's (outbox/metrics.go), shared with the sweep.
-type metrics struct{}
+// rowsBeforeSlot lists, in write order, the PENDING rows a new slot will
+// never stream (those committed before it), read through the snapshot it
+// exported. Call it before the replication connection's next command.
+func (w *Relay) rowsBeforeSlot(ctx context.Context, slot *newSlot) ([]uuid.UUID, error) {
+	if strings.ContainsFunc(slot.snapshot, func(r rune) bool { return !strings.ContainsRune("0123456789ABCDEFabcdef-", r) }) {
+		return nil, fmt.Errorf("replication slot %s exported snapshot %q", w.wal.Slot, slot.snapshot)
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
+	defer cancel()
+	var ids []uuid.UUID
+	err := pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+slot.snapshot+"'"); err != nil {
+			return err
+		}
+		var err error
+		ids, err = queries.PendingIDs(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the rows written before replication slot %s (the sweep takes them after RELAY_WAL_SWEEP_AFTER): %w", w.wal.Slot, err)
+	}
+	return ids, nil
+}
+
+// slotCreated says that the session created the slot. A slot missing
+// where one was expected (this relay streamed it before, or rows wait
+// before it) is an error, logged and counted with the rows it left
+// behind: the stream publishes them first.
+func (w *Relay) slotCreated(ctx context.Context, slot *newSlot, rows int) {
+	w.lastEnd.Store(nil) // the sweep waits for the new slot's first transaction
+	if !w.streamedOnce.Load() && rows == 0 {
+		w.log.InfoContext(ctx, "replication slot created: it starts at the end of the log", slog.String("start", slot.start.String()))
+		return
+	}
+	w.metrics.slotMissing.Add(ctx, 1)
+	w.metrics.slotMissingRows.Add(ctx, int64(rows))
+	w.log.ErrorContext(ctx, "replication slot missing (dropped, or lost with its server): created it again at the end of the log; "+
+		"publishing the PENDING rows written before it first", slog.String("start", slot.start.String()), slog.Int("rows", rows))
+}
+
+// metrics are the log stream's own instruments (docs/observability.md):
+// the gauges of the stream and its slot, and the counters of slots found
+// missing. The rest are the polling relay's (outbox/metrics.go), shared
+// with the sweep.
+type metrics struct {
+	slotMissing     metric.Int64Counter
+	slotMissingRows metric.Int64Counter
+}
 
 func newMetrics(meter metric.Meter, w *Relay) (*metrics, error) {
 	streaming, err := meter.Int64ObservableGauge("relay.wal.streaming",
@@ -278,6 +340,15 @@ func newMetrics(meter metric.Meter, w *Relay) (*metrics, error) {
 	retained, err := meter.Int64ObservableGauge("relay.wal.slot.retained", metric.WithUnit("By"),
 		metric.WithDescription("WAL the server keeps for the slot (since its restart position). It grows without bound while no relay streams the slot."))
 	if err != nil {
+		return nil, err
+	}
+	m := &metrics{}
+	if m.slotMissing, err = meter.Int64Counter("relay.wal.slot.missing",
+		metric.WithDescription("Times the relay found its replication slot missing where one was expected, and created it again.")); err != nil {
+		return nil, err
+	}
+	if m.slotMissingRows, err = meter.Int64Counter("relay.wal.slot.missing.rows",
+		metric.WithDescription("PENDING rows written before a replication slot the relay created again: the stream publishes them first.")); err != nil {
 		return nil, err
 	}
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -298,7 +369,7 @@ func newMetrics(meter metric.Meter, w *Relay) (*metrics, error) {
 		o.ObserveInt64(retained, retainedBytes)
 		return nil
 	}, streaming, lag, retained)
-	return &metrics{}, err
+	return m, err
 }
 
 // scope is the instrumentation scope of the log stream's metrics: the

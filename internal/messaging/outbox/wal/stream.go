@@ -47,6 +47,9 @@ type session struct {
 	relay *Relay
 	repl  *pgconn.PgConn
 	pub   *outbox.Publisher
+	// backlog is the rows written before the slot, when the session made
+	// it: published ahead of the stream (passBacklog).
+	backlog []uuid.UUID
 	// snapshot is the last snapshot the publish step looked at
 	// (waitVisible); only that step reads or writes it.
 	snapshot pgSnapshot
@@ -90,9 +93,16 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer func() { _ = repl.Close(context.Background()) }()
-	created, err := w.ensureSlot(ctx, repl)
+	slot, err := w.ensureSlot(ctx, repl)
 	if err != nil {
 		return false, err
+	}
+	var backlog []uuid.UUID
+	if slot != nil {
+		if backlog, err = w.rowsBeforeSlot(ctx, slot); err != nil {
+			return false, err
+		}
+		w.slotCreated(ctx, slot, len(backlog))
 	}
 	err = pglogrepl.StartReplication(ctx, repl, w.wal.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
@@ -113,16 +123,17 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
 	stop := pub.Stop
 	defer stop(nil)
-	s := &session{relay: w, repl: repl, pub: pub}
+	s := &session{relay: w, repl: repl, pub: pub, backlog: backlog}
+	if slot != nil {
+		s.advance(slot.start) // the slot's own position: report it while the backlog goes out
+	}
 
 	w.standby.Store(false)
 	w.down.Store(nil)
 	w.streaming.Store(true)
+	w.streamedOnce.Store(true)
 	defer w.streaming.Store(false)
-	if created {
-		w.log.WarnContext(ctx, "replication slot created: it starts at the end of the log; rows written before it are the sweep's")
-	}
-	w.log.InfoContext(ctx, "streaming the outbox from the slot's confirmed position")
+	w.log.InfoContext(ctx, "streaming the outbox from the slot's confirmed position", slog.Int("backlog", len(backlog)))
 	go w.heartbeat(sessCtx)
 
 	// drainCtx bounds steps 3 and 4 after the session ends: for at most
@@ -210,6 +221,9 @@ func (s *session) receive(ctx context.Context, items chan<- item) error {
 	next := time.Now().Add(w.wal.StatusInterval)
 	inTx := false
 	var xid uint32
+	if ok, err := s.passBacklog(ctx, items, &next); !ok {
+		return err
+	}
 	for {
 		if !time.Now().Before(next) {
 			if err := s.reportPosition(ctx, false); err != nil {
@@ -281,6 +295,41 @@ func (s *session) receive(ctx context.Context, items chan<- item) error {
 			}
 		}
 	}
+}
+
+// passBacklog hands the rows written before a slot the session made, and
+// still PENDING and not the sweep's, to the publish step ahead of the
+// slot's first transaction: in write order, so an aggregate's rows
+// committed while no slot existed go out before its rows the slot
+// streams. False when ctx ends or the rows cannot be read (the session
+// ends; the next one finds the slot, and the sweep takes them after
+// SweepAfter).
+func (s *session) passBacklog(ctx context.Context, items chan<- item, next *time.Time) (bool, error) {
+	w := s.relay
+	for ids := range slices.Chunk(s.backlog, w.cfg.BatchSize) {
+		dbCtx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
+		rows, err := queries.UnsweptRows(dbCtx, w.pool, ids)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			return false, fmt.Errorf("read the rows written before replication slot %s: %w", w.wal.Slot, err)
+		}
+		for _, r := range rows {
+			row := outbox.Row{ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
+				Exchange: r.ExchangeName, RoutingKey: r.RoutingKey, Payload: r.Payload, Headers: map[string]string{},
+				Attempt: 1, CreatedAt: r.CreatedAt, Partition: -1}
+			if json.Unmarshal(r.Headers, &row.Headers) != nil {
+				row.Headers = map[string]string{} // as decodeRow does
+			}
+			if !s.pass(ctx, items, item{Sent: outbox.Sent{Row: row}}, next) {
+				return false, nil
+			}
+		}
+	}
+	s.backlog = nil
+	return true, nil
 }
 
 // pass hands it to the publish step, reporting the position meanwhile: a
@@ -415,6 +464,9 @@ func (s *session) publishLoop(ctx context.Context, items <-chan item, published 
 // costs one small query (pg_current_snapshot, no table) when xid is newer
 // than the last snapshot looked at, and nothing otherwise.
 func (s *session) waitVisible(ctx context.Context, xid uint32) bool {
+	if xid == 0 { // a row read from the table (passBacklog): visible
+		return true
+	}
 	for try := 0; ; try++ {
 		if s.snapshot.sees(xid) {
 			return true

@@ -1,10 +1,14 @@
 package wal_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,6 +176,127 @@ func TestWALSlotLostFallsBackToTheRows(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(50))
 }
 
+// A slot dropped under a running relay is an error in the log and the
+// metrics, with the rows it left behind, and those rows go out at once,
+// ahead of the new slot's stream (an aggregate's earlier row first), not
+// SweepAfter later. A transaction that holds an xid, open while the slot
+// goes, holds the new slot back until it commits; so every row below is
+// committed while no slot exists, and the count is exact.
+func TestWALSlotDroppedUnderTheRelay(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	logs := &lockedBuffer{}
+	b.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	const sweepAfter = 30 * time.Second
+	b.Mode.NewRelay = func(b *outboxtest.Bundle, cfg outbox.Config, deps messaging.Deps) (outboxtest.Relay, error) {
+		wc := testWALConfig(b)
+		wc.SweepAfter = sweepAfter
+		return wal.NewRelay(cfg, wc, deps)
+	}
+	b.BindQueue("observer", "#")
+	r := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return streaming(r) })
+	b.Enqueue(10, messaging.Cause{})
+	b.Receive("observer", 10, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "the first rows to be PUBLISHED", b.AllPublished(10))
+
+	write := func(tx pgx.Tx, typ string, aggregate uuid.UUID) uuid.UUID {
+		t.Helper()
+		ids, err := outboxtest.Writer.Write(b.Ctx, tx, messaging.Cause{}, outboxtest.Message{Type: typ, ID: aggregate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids[0]
+	}
+	commit := func(typ string, aggregate uuid.UUID) uuid.UUID {
+		t.Helper()
+		var id uuid.UUID
+		if err := pgx.BeginFunc(b.Ctx, b.Pool, func(tx pgx.Tx) error { id = write(tx, typ, aggregate); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	open, err := b.Pool.Begin(b.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(context.Background()) }()
+	before := []uuid.UUID{write(open, outboxtest.TypeSubmitted, uuid.New())}
+
+	dropSlot(t, b.Pool, b.Slot)
+	aggregates := make([]uuid.UUID, 20)
+	for i := range aggregates {
+		aggregates[i] = uuid.New()
+		before = append(before, commit(outboxtest.TypeSubmitted, aggregates[i]))
+	}
+	testenv.WaitFor(t, 10*time.Second, "the relay to make a new slot, held back by the open transaction", func() bool {
+		var n int
+		err := b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", b.Slot).Scan(&n)
+		return err == nil && n == 1
+	})
+	if err := open.Commit(b.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream the new slot", func() bool { return streaming(r) })
+	var after []uuid.UUID
+	for _, a := range aggregates {
+		after = append(after, commit(outboxtest.TypeCancelled, a))
+	}
+
+	// Well under SweepAfter: the rows written while no slot existed do not
+	// wait for the sweep.
+	got := b.ReceiveEach("observer", append(slices.Clone(before), after...), 8*time.Second)
+	if took := time.Since(committed); took > sweepAfter/3 {
+		t.Fatalf("the rows written while no slot existed took %s to go out; want well under RELAY_WAL_SWEEP_AFTER (%s)", took, sweepAfter)
+	}
+	first := map[string]int{}
+	for i, d := range got {
+		if _, ok := first[d.MessageId]; !ok {
+			first[d.MessageId] = i
+		}
+	}
+	for i, a := range aggregates {
+		if first[before[i+1].String()] > first[after[i].String()] {
+			t.Fatalf("aggregate %s: the row the new slot streamed went out before the one written while no slot existed", a)
+		}
+	}
+	if n := b.Counter("relay.wal.slot.missing"); n != 1 {
+		t.Fatalf("relay.wal.slot.missing = %d, want 1", n)
+	}
+	if n := b.Counter("relay.wal.slot.missing.rows"); n != int64(len(before)) {
+		t.Fatalf("relay.wal.slot.missing.rows = %d, want the %d rows committed while no slot existed", n, len(before))
+	}
+	line := ""
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "replication slot missing") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "slot="+b.Slot) || !strings.Contains(line, fmt.Sprintf("rows=%d", len(before))) {
+		t.Fatalf("the log says %q; want an ERROR naming slot %s and its %d rows", line, b.Slot, len(before))
+	}
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(10+len(before)+len(after)))
+}
+
+// lockedBuffer is a log sink that a test reads while the relay writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // With the outbox quiet and the rest of the database busy, the heartbeat
 // moves the slot on: it does not keep WAL without bound.
 func TestWALHeartbeatMovesAQuietSlot(t *testing.T) {
@@ -283,6 +408,11 @@ func TestWALRunsAsTheRelayRole(t *testing.T) {
 		wc.ReplicationURL = replicationURL
 		return wal.NewRelay(cfg, wc, deps)
 	}
+	// No slot, and rows waiting: the relay makes the slot as the replicator
+	// and reads the rows before it through the slot's snapshot as the
+	// other role.
+	dropSlot(t, b.Pool, b.Slot)
+	b.Enqueue(5, messaging.Cause{})
 	r := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
 	testenv.WaitFor(t, 10*time.Second, "the relay to stream as "+replicator, func() bool { return streaming(r) })
 	var streamer string
@@ -291,8 +421,11 @@ func TestWALRunsAsTheRelayRole(t *testing.T) {
 		t.Fatalf("the replication connection is %q's (%v); want %s's", streamer, err, replicator)
 	}
 	b.Enqueue(10, messaging.Cause{})
-	b.Receive("observer", 10, 20*time.Second, 0)
-	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(10))
+	b.Receive("observer", 15, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(15))
+	if n := b.Counter("relay.wal.slot.missing.rows"); n != 5 {
+		t.Fatalf("relay.wal.slot.missing.rows = %d, want the 5 rows written before the slot", n)
+	}
 }
 
 // A write-back that keeps failing (here a trigger refuses to mark rows

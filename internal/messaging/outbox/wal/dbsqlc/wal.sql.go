@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -94,4 +95,84 @@ func (q *Queries) MarkStreamed(ctx context.Context, db DBTX, arg MarkStreamedPar
 		&i.FailedIds,
 	)
 	return i, err
+}
+
+const pendingIDs = `-- name: PendingIDs :many
+SELECT outbox_id FROM message_outbox WHERE status = 'PENDING' ORDER BY created_at, outbox_id
+`
+
+// The PENDING rows, in write order. Read through the snapshot a new
+// replication slot exports (stream.go, rowsBeforeSlot), they are the rows
+// the slot will never stream: those committed before it.
+func (q *Queries) PendingIDs(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, pendingIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var outbox_id uuid.UUID
+		if err := rows.Scan(&outbox_id); err != nil {
+			return nil, err
+		}
+		items = append(items, outbox_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const unsweptRows = `-- name: UnsweptRows :many
+SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name,
+       routing_key, payload, headers, created_at
+FROM message_outbox
+WHERE outbox_id = ANY ($1::uuid[]) AND status = 'PENDING' AND last_error IS NULL
+ORDER BY created_at, outbox_id
+`
+
+type UnsweptRowsRow struct {
+	OutboxID       uuid.UUID
+	AggregateID    string
+	MessageType    string
+	MessageVersion int32
+	ExchangeName   string
+	RoutingKey     string
+	Payload        []byte
+	Headers        []byte
+	CreatedAt      time.Time
+}
+
+// Those of ids still PENDING and not handed to the sweep (no last_error),
+// in write order: the rows written before a new slot, which the stream
+// publishes before the slot's first transaction (stream.go, passBacklog).
+func (q *Queries) UnsweptRows(ctx context.Context, db DBTX, ids []uuid.UUID) ([]UnsweptRowsRow, error) {
+	rows, err := db.Query(ctx, unsweptRows, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []UnsweptRowsRow
+	for rows.Next() {
+		var i UnsweptRowsRow
+		if err := rows.Scan(
+			&i.OutboxID,
+			&i.AggregateID,
+			&i.MessageType,
+			&i.MessageVersion,
+			&i.ExchangeName,
+			&i.RoutingKey,
+			&i.Payload,
+			&i.Headers,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

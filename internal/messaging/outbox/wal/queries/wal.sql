@@ -41,3 +41,19 @@ SELECT (SELECT count(*) FROM published)::bigint AS published,
        (SELECT count(*) FROM refused)::bigint AS refused,
        (SELECT count(*) FROM released)::bigint AS released,
        coalesce((SELECT array_agg(outbox_id) FROM refused WHERE status = 'FAILED'), '{}')::uuid[] AS failed_ids;
+
+-- name: PendingIDs :many
+-- The PENDING rows, in write order. Read through the snapshot a new
+-- replication slot exports (stream.go, rowsBeforeSlot), they are the rows
+-- the slot will never stream: those committed before it.
+SELECT outbox_id FROM message_outbox WHERE status = 'PENDING' ORDER BY created_at, outbox_id;
+
+-- name: UnsweptRows :many
+-- Those of ids still PENDING and not handed to the sweep (no last_error),
+-- in write order: the rows written before a new slot, which the stream
+-- publishes before the slot's first transaction (stream.go, passBacklog).
+SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name,
+       routing_key, payload, headers, created_at
+FROM message_outbox
+WHERE outbox_id = ANY (@ids::uuid[]) AND status = 'PENDING' AND last_error IS NULL
+ORDER BY created_at, outbox_id;
