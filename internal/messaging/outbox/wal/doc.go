@@ -20,8 +20,17 @@
 // to rows the stream has handed over (their last publish failed: a return
 // or a nack, retried with the usual attempts, backoff and FAILED) or
 // missed (written SweepAfter before the newest transaction the stream has
-// finished, and still PENDING: rows from before the slot existed, or from
-// while it was lost). The sweep runs only while this relay streams.
+// finished, and still PENDING). The sweep runs only while this relay
+// streams.
+//
+// A slot the relay makes (at its first start, or when the slot was
+// dropped or lost) starts at the end of the log. The PENDING rows
+// committed before it, read through the snapshot the slot exports, go out
+// first, in write order, ahead of its first transaction (passBacklog), so
+// that nothing waits for the sweep and an aggregate's earlier rows still
+// go first; a slot missing where one was expected is an error in the log,
+// counted (relay.wal.slot.missing) with those rows. Making a slot waits
+// for every transaction that holds an xid.
 //
 // One relay streams a slot at a time; a second one finds the slot active,
 // stands by, and takes over when the first one's connection goes.

@@ -38,7 +38,8 @@ type Config struct {
 	// the outbox is quiet. Default 10s.
 	Heartbeat time.Duration
 	// SweepAfter is how long after the newest transaction the stream has
-	// finished a row must still be PENDING for the sweep to publish it.
+	// finished a row must still be PENDING for the sweep to publish it
+	// (the rows before a slot the relay makes go out at once instead).
 	// Keep it above the longest transaction that writes outbox rows: a row
 	// written earlier and committed later than that is published twice.
 	// Default 30s.
@@ -74,10 +75,10 @@ type Relay struct {
 	standby   atomic.Bool            // another relay streams it; this one waits
 	down      atomic.Pointer[string] // why the stream is down, while it is
 	lastEnd   atomic.Pointer[txEnd]  // the newest transaction written back
-	// streamedOnce: this relay has streamed the slot, so a slot missing
+	// slotSeen: this relay has found or made the slot, so a slot missing
 	// later was lost.
-	streamedOnce atomic.Bool
-	metrics      *metrics
+	slotSeen atomic.Bool
+	metrics  *metrics
 }
 
 // errStandby ends a stream session that found the slot streamed by another
@@ -257,6 +258,7 @@ func (w *Relay) ensureSlot(ctx context.Context, repl *pgconn.PgConn) (*newSlot, 
 		if db != mine {
 			return nil, fmt.Errorf("replication slot %s belongs to database %q, not %q: choose another RELAY_WAL_SLOT", w.wal.Slot, db, mine)
 		}
+		w.slotSeen.Store(true)
 		return nil, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("look for replication slot %s: %w", w.wal.Slot, err)
@@ -265,6 +267,7 @@ func (w *Relay) ensureSlot(ctx context.Context, repl *pgconn.PgConn) (*newSlot, 
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // another relay created it just now
+		w.slotSeen.Store(true)
 		return nil, nil
 	}
 	if err != nil {
@@ -296,25 +299,33 @@ func (w *Relay) rowsBeforeSlot(ctx context.Context, slot *newSlot) ([]uuid.UUID,
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list the rows written before replication slot %s (the sweep takes them after RELAY_WAL_SWEEP_AFTER): %w", w.wal.Slot, err)
+		return nil, fmt.Errorf("list the rows written before replication slot %s: %w", w.wal.Slot, err)
 	}
 	return ids, nil
 }
 
-// slotCreated says that the session created the slot. A slot missing
-// where one was expected (this relay streamed it before, or rows wait
-// before it) is an error, logged and counted with the rows it left
-// behind: the stream publishes them first.
-func (w *Relay) slotCreated(ctx context.Context, slot *newSlot, rows int) {
+// slotCreated says that the session created the slot, and what is left
+// behind: the rows before it, or err when they could not be listed. A slot
+// missing where one was expected (this relay had seen it, or rows wait
+// before it) is an error, logged and counted with those rows: the stream
+// publishes them first (passBacklog).
+func (w *Relay) slotCreated(ctx context.Context, slot *newSlot, rows int, err error) {
 	w.lastEnd.Store(nil) // the sweep waits for the new slot's first transaction
-	if !w.streamedOnce.Load() && rows == 0 {
+	expected := w.slotSeen.Swap(true)
+	if !expected && rows == 0 && err == nil {
 		w.log.InfoContext(ctx, "replication slot created: it starts at the end of the log", slog.String("start", slot.start.String()))
 		return
 	}
 	w.metrics.slotMissing.Add(ctx, 1)
 	w.metrics.slotMissingRows.Add(ctx, int64(rows))
-	w.log.ErrorContext(ctx, "replication slot missing (dropped, or lost with its server): created it again at the end of the log; "+
-		"publishing the PENDING rows written before it first", slog.String("start", slot.start.String()), slog.Int("rows", rows))
+	const msg = "replication slot missing (dropped, lost with its server, or never made while rows waited): created it at the end of the log"
+	if err != nil {
+		w.log.ErrorContext(ctx, msg+"; the rows written before it could not be listed: the sweep takes them after RELAY_WAL_SWEEP_AFTER",
+			slog.String("start", slot.start.String()), slog.String("error", err.Error()))
+		return
+	}
+	w.log.ErrorContext(ctx, msg+"; publishing the PENDING rows written before it first",
+		slog.String("start", slot.start.String()), slog.Int("rows", rows))
 }
 
 // metrics are the log stream's own instruments (docs/observability.md):

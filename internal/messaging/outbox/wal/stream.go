@@ -99,10 +99,11 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	}
 	var backlog []uuid.UUID
 	if slot != nil {
-		if backlog, err = w.rowsBeforeSlot(ctx, slot); err != nil {
+		backlog, err = w.rowsBeforeSlot(ctx, slot)
+		w.slotCreated(ctx, slot, len(backlog), err)
+		if err != nil {
 			return false, err
 		}
-		w.slotCreated(ctx, slot, len(backlog))
 	}
 	err = pglogrepl.StartReplication(ctx, repl, w.wal.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
@@ -131,7 +132,6 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	w.standby.Store(false)
 	w.down.Store(nil)
 	w.streaming.Store(true)
-	w.streamedOnce.Store(true)
 	defer w.streaming.Store(false)
 	w.log.InfoContext(ctx, "streaming the outbox from the slot's confirmed position", slog.Int("backlog", len(backlog)))
 	go w.heartbeat(sessCtx)
@@ -319,7 +319,7 @@ func (s *session) passBacklog(ctx context.Context, items chan<- item, next *time
 		for _, r := range rows {
 			row := outbox.Row{ID: r.OutboxID, AggregateID: r.AggregateID, Type: r.MessageType, Version: int(r.MessageVersion),
 				Exchange: r.ExchangeName, RoutingKey: r.RoutingKey, Payload: r.Payload, Headers: map[string]string{},
-				Attempt: 1, CreatedAt: r.CreatedAt, Partition: -1}
+				Attempt: int(r.AttemptCount) + 1, CreatedAt: r.CreatedAt, Partition: -1}
 			if json.Unmarshal(r.Headers, &row.Headers) != nil {
 				row.Headers = map[string]string{} // as decodeRow does
 			}

@@ -146,8 +146,8 @@ func streaming(r *outboxtest.RunningRelay) bool {
 }
 
 // A slot dropped while no relay ran (or lost) takes with it the position
-// of the rows committed since: the relay makes a new slot, and the sweep
-// publishes the rows still PENDING. Nothing is lost.
+// of the rows committed since: the relay makes a new slot, and publishes
+// the rows still PENDING before it first. Nothing is lost.
 func TestWALSlotLostFallsBackToTheRows(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)

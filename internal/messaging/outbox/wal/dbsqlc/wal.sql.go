@@ -126,7 +126,7 @@ func (q *Queries) PendingIDs(ctx context.Context, db DBTX) ([]uuid.UUID, error) 
 
 const unsweptRows = `-- name: UnsweptRows :many
 SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name,
-       routing_key, payload, headers, created_at
+       routing_key, payload, headers, attempt_count, created_at
 FROM message_outbox
 WHERE outbox_id = ANY ($1::uuid[]) AND status = 'PENDING' AND last_error IS NULL
 ORDER BY created_at, outbox_id
@@ -141,6 +141,7 @@ type UnsweptRowsRow struct {
 	RoutingKey     string
 	Payload        []byte
 	Headers        []byte
+	AttemptCount   int32
 	CreatedAt      time.Time
 }
 
@@ -165,6 +166,7 @@ func (q *Queries) UnsweptRows(ctx context.Context, db DBTX, ids []uuid.UUID) ([]
 			&i.RoutingKey,
 			&i.Payload,
 			&i.Headers,
+			&i.AttemptCount,
 			&i.CreatedAt,
 		); err != nil {
 			return nil, err

@@ -53,7 +53,7 @@ SELECT outbox_id FROM message_outbox WHERE status = 'PENDING' ORDER BY created_a
 -- in write order: the rows written before a new slot, which the stream
 -- publishes before the slot's first transaction (stream.go, passBacklog).
 SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name,
-       routing_key, payload, headers, created_at
+       routing_key, payload, headers, attempt_count, created_at
 FROM message_outbox
 WHERE outbox_id = ANY (@ids::uuid[]) AND status = 'PENDING' AND last_error IS NULL
 ORDER BY created_at, outbox_id;
