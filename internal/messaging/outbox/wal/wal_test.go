@@ -174,6 +174,10 @@ func TestWALSlotLostFallsBackToTheRows(t *testing.T) {
 		}
 	}
 	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(50))
+	// At a start, a slot is expected when rows wait before it.
+	if n, rows := b.Counter("relay.wal.slot.missing"), b.Counter("relay.wal.slot.missing.rows"); n != 1 || rows != int64(len(missed)) {
+		t.Fatalf("relay.wal.slot.missing = %d with %d rows; want 1 with the %d rows written while no relay ran", n, rows, len(missed))
+	}
 }
 
 // A slot dropped under a running relay is an error in the log and the
