@@ -66,7 +66,8 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 
 	ld := startClusterLoad(s, clusterRate)
 	t.Cleanup(func() { ld.stop() }) // when the test fails before it stops the load
-	time.Sleep(5 * time.Second)     // steady state first
+	nackWait := watchNackWait(t, s.dbURL)
+	time.Sleep(5 * time.Second) // steady state first
 
 	// The first kill is the leader of the busiest queue, then the others.
 	first := c.Leader(t, s.amqpURL, "orders.fulfillment")
@@ -104,6 +105,14 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 		time.Sleep(3 * time.Second)
 	}
 	placed, loadTime := ld.stop()
+	// The survivors nack while a node's queues elect new leaders; the rows
+	// they nacked wait seconds, never minutes (outbox nackWaitMax), and
+	// are due again as soon as the broker confirms.
+	if longest, rows := nackWait(); longest > 6*time.Second {
+		t.Errorf("a row the broker nacked was set to wait %s (of %d nacked rows seen waiting); want 5 s at most", longest.Round(time.Second), rows)
+	} else {
+		t.Logf("nacked rows seen waiting: %d, the longest wait set %s", rows, longest.Round(10*time.Millisecond))
+	}
 	t.Logf("orders placed: %d in %s, 503s retried under the same key: %d", len(placed), loadTime.Round(time.Second), ld.retries())
 	if t.Failed() {
 		return
@@ -446,4 +455,52 @@ func (ld *clusterLoad) stop() ([]placed, time.Duration) {
 	ld.mu.Lock()
 	defer ld.mu.Unlock()
 	return ld.orders, ld.ran
+}
+
+// watchNackWait samples, four times a second until it is called, how far
+// ahead the outbox rows the broker nacked are set to wait, and returns the
+// longest wait seen and how many such rows were seen at most at once.
+func watchNackWait(t *testing.T, dbURL string) func() (time.Duration, int) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		longest time.Duration
+		most    int
+	)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer conn.Close(context.Background())
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var wait float64
+			var rows int
+			if err := conn.QueryRow(context.Background(), `SELECT coalesce(extract(epoch FROM max(next_attempt_at - updated_at)), 0), count(*)
+				FROM message_outbox WHERE status = 'PENDING' AND last_error = 'nacked by RabbitMQ' AND next_attempt_at > now()`).Scan(&wait, &rows); err != nil {
+				continue // the database is busy; the next sample
+			}
+			mu.Lock()
+			longest, most = max(longest, time.Duration(wait*float64(time.Second))), max(most, rows)
+			mu.Unlock()
+		}
+	}()
+	var once sync.Once
+	result := func() (time.Duration, int) {
+		once.Do(func() { close(stop); <-done })
+		mu.Lock()
+		defer mu.Unlock()
+		return longest, most
+	}
+	t.Cleanup(func() { result() })
+	return result
 }

@@ -70,7 +70,8 @@ const nackWaitMax = 5 * time.Second
 //   - nacked by the broker (a quorum queue without a leader, a full queue
 //     rejecting publishes, an internal error): back to PENDING with the
 //     attempt not counted, after a wait that grows with the batches the
-//     broker nacked in a row, up to nackWaitMax;
+//     broker nacked in a row, up to nackWaitMax, and cut short as soon as
+//     the broker confirms again (bringBackNacked);
 //   - cut short by the infrastructure (the connection lost, no confirm in
 //     time), never published (shutdown) or held (a reader's queue
 //     missing): back to PENDING with the attempt not counted.
@@ -78,11 +79,12 @@ const nackWaitMax = 5 * time.Second
 // So broker trouble never spends a row's attempts: only a return does.
 func (r *Relay) Record(ctx context.Context, outcomes []Outcome, write func(context.Context, Marks) (Marked, error)) (Marked, error) {
 	var m Marks
-	nackWait := r.cfg.BackoffBase
+	nackWait, recovered := r.cfg.BackoffBase, false
 	if slices.ContainsFunc(outcomes, func(o Outcome) bool { return o.Result == outcomeNacked }) {
 		nackWait = background.Backoff(int(r.refusals.Add(1)), r.cfg.BackoffBase, max(min(r.cfg.BackoffMax, nackWaitMax), r.cfg.BackoffBase))
 	} else {
-		r.refusals.Store(0)
+		confirmed := slices.ContainsFunc(outcomes, func(o Outcome) bool { return o.Result == outcomeConfirmed })
+		recovered = r.refusals.Swap(0) > 0 && confirmed
 	}
 	type group struct{ typ, result string }
 	counts := map[group]int64{} // the counters are added once per type and outcome, not once per row
@@ -137,12 +139,38 @@ func (r *Relay) Record(ctx context.Context, outcomes []Outcome, write func(conte
 		}
 	}
 	r.logFailures(ctx, outcomes)
+	if recovered {
+		r.bringBackNacked(ctx)
+	}
 	for _, id := range marked.Failed {
 		r.metrics.failed.Add(ctx, 1)
 		r.log.ErrorContext(ctx, "outbox row FAILED: attempts exhausted", slog.String("message_id", id.String()),
 			slog.Int("max_attempts", r.cfg.MaxAttempts))
 	}
 	return marked, err
+}
+
+// bringBackNacked makes the rows the broker nacked, still waiting for
+// their next attempt, due now: the broker confirms again, so the wait
+// after its nacks ends with its trouble, not at a time set while it
+// lasted. On failure the rows keep their time, nackWaitMax at most.
+func (r *Relay) bringBackNacked(ctx context.Context) {
+	if r.pool == nil {
+		return
+	}
+	var n int64
+	err := database.Run(ctx, r.pool, database.Policy{Timeout: r.cfg.DBTimeout}, func(ctx context.Context, tx pgx.Tx) (err error) {
+		n, err = queries.BringBackNackedOutbox(ctx, tx, reasonNacked)
+		return err
+	})
+	if err != nil {
+		r.log.WarnContext(ctx, "could not bring back the rows the broker nacked; they wait out their retry time",
+			slog.String("error", err.Error()))
+		return
+	}
+	if n > 0 {
+		r.log.InfoContext(ctx, "RabbitMQ confirms again: the rows it nacked are due now", slog.Int64("rows", n))
+	}
 }
 
 // Unsettled counts the publish attempt of a row the broker did not answer

@@ -173,6 +173,9 @@ func (p *Publisher) Await(ctx context.Context, batch []Sent) []Outcome {
 	return outcomes
 }
 
+// reasonNacked is a nacked row's last_error (bringBackNacked finds them by it).
+const reasonNacked = "nacked by RabbitMQ"
+
 // classify says what became of a sent row, once its confirm is done or
 // awaited in vain: the broker confirmed, returned or nacked it, or the
 // publish was cut short.
@@ -200,7 +203,7 @@ func (p *Publisher) classify(s Sent, stopping bool) Outcome {
 	case p.ch.IsClosed():
 		o.Result, o.Reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
 	default:
-		o.Result, o.Reason = outcomeNacked, "nacked by RabbitMQ"
+		o.Result, o.Reason = outcomeNacked, reasonNacked
 	}
 	return o
 }

@@ -12,6 +12,22 @@ import (
 	"github.com/google/uuid"
 )
 
+const bringBackNackedOutbox = `-- name: BringBackNackedOutbox :execrows
+UPDATE message_outbox
+SET next_attempt_at = now()
+WHERE status = 'PENDING' AND next_attempt_at > now() AND last_error = $1::text
+`
+
+// The broker confirms again after it nacked: the rows it nacked meanwhile,
+// PENDING until their next attempt, are due now.
+func (q *Queries) BringBackNackedOutbox(ctx context.Context, db DBTX, reason string) (int64, error) {
+	result, err := db.Exec(ctx, bringBackNackedOutbox, reason)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const claimOutbox = `-- name: ClaimOutbox :many
 UPDATE message_outbox
 SET status = 'PUBLISHING',

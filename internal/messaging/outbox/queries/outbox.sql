@@ -159,6 +159,13 @@ WITH left_relays AS (
 UPDATE outbox_partition_lease l SET relay_id = NULL, lease_until = '-infinity'
 WHERE l.relay_id = @owner;
 
+-- name: BringBackNackedOutbox :execrows
+-- The broker confirms again after it nacked: the rows it nacked meanwhile,
+-- PENDING until their next attempt, are due now.
+UPDATE message_outbox
+SET next_attempt_at = now()
+WHERE status = 'PENDING' AND next_attempt_at > now() AND last_error = @reason::text;
+
 -- name: MarkOutbox :one
 -- What became of the rows of one batch, in one statement (one round trip,
 -- one commit), each row in exactly one of three lists:
