@@ -191,7 +191,7 @@ func TestWALSlotDroppedUnderTheRelay(t *testing.T) {
 	b := setupRelay(t)
 	logs := &lockedBuffer{}
 	b.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	const sweepAfter = 30 * time.Second
+	const sweepAfter = 3 * time.Minute // far beyond the waits below, on a loaded machine too
 	b.Mode.NewRelay = func(b *outboxtest.Bundle, cfg outbox.Config, deps messaging.Deps) (outboxtest.Relay, error) {
 		wc := testWALConfig(b)
 		wc.SweepAfter = sweepAfter
@@ -233,7 +233,7 @@ func TestWALSlotDroppedUnderTheRelay(t *testing.T) {
 		aggregates[i] = uuid.New()
 		before = append(before, commit(outboxtest.TypeSubmitted, aggregates[i]))
 	}
-	testenv.WaitFor(t, 10*time.Second, "the relay to make a new slot, held back by the open transaction", func() bool {
+	testenv.WaitFor(t, 45*time.Second, "the relay to make a new slot, held back by the open transaction", func() bool {
 		var n int
 		err := b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", b.Slot).Scan(&n)
 		return err == nil && n == 1
@@ -242,7 +242,7 @@ func TestWALSlotDroppedUnderTheRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	committed := time.Now()
-	testenv.WaitFor(t, 10*time.Second, "the relay to stream the new slot", func() bool { return streaming(r) })
+	testenv.WaitFor(t, 45*time.Second, "the relay to stream the new slot", func() bool { return streaming(r) })
 	var after []uuid.UUID
 	for _, a := range aggregates {
 		after = append(after, commit(outboxtest.TypeCancelled, a))
@@ -250,7 +250,7 @@ func TestWALSlotDroppedUnderTheRelay(t *testing.T) {
 
 	// Well under SweepAfter: the rows written while no slot existed do not
 	// wait for the sweep.
-	got := b.ReceiveEach("observer", append(slices.Clone(before), after...), 8*time.Second)
+	got := b.ReceiveEach("observer", append(slices.Clone(before), after...), time.Minute)
 	if took := time.Since(committed); took > sweepAfter/3 {
 		t.Fatalf("the rows written while no slot existed took %s to go out; want well under RELAY_WAL_SWEEP_AFTER (%s)", took, sweepAfter)
 	}
