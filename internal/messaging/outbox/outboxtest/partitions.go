@@ -254,4 +254,39 @@ func testARelayThatJoinsLaterGetsItsShare(t *testing.T, mode Mode) {
 	testenv.WaitFor(t, 20*time.Second, "the two relays to hold four partitions each", func() bool {
 		return held("relay-a") == 4 && held("relay-b") == 4
 	})
+
+	// A third joins, through a proxy to the database that can freeze it:
+	// within a lease period each of the three holds at least 2 (3, 3, 2),
+	// and keeps them, sampled at every poll for a few seconds.
+	proxy := testenv.NewProxy(t, testenv.HostPort(b.DBURL))
+	direct := b.DBURL
+	b.DBURL = proxy.Rewrite(direct)
+	cfg.ID = "relay-c"
+	b.StartRelay(cfg, b.AMQPURL, nil)
+	b.DBURL = direct
+	shares := func() (a, bb, c int) { return held("relay-a"), held("relay-b"), held("relay-c") }
+	testenv.WaitFor(t, cfg.Lease+5*time.Second, "three relays to hold at least two partitions each", func() bool {
+		a, bb, c := shares()
+		return min(a, bb, c) >= 2 && a+bb+c == 8
+	})
+	for range 20 {
+		if a, bb, c := shares(); min(a, bb, c) < 2 || a+bb+c != 8 {
+			t.Fatalf("shares of three relays: %d, %d, %d; want each at least 2 of 8", a, bb, c)
+		}
+		time.Sleep(cfg.PollInterval)
+	}
+
+	// relay-c freezes (its database is cut off): its leases run out and
+	// the two others share its partitions, four each.
+	proxy.Cut()
+	testenv.WaitFor(t, cfg.Lease+5*time.Second, "the two live relays to take the frozen one's partitions", func() bool {
+		a, bb, _ := shares()
+		return a == 4 && bb == 4
+	})
+	// It comes back, and gets its share again.
+	proxy.Restore()
+	testenv.WaitFor(t, cfg.Lease+5*time.Second, "the thawed relay to get its share back", func() bool {
+		a, bb, c := shares()
+		return min(a, bb, c) >= 2 && a+bb+c == 8
+	})
 }
