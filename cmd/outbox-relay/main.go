@@ -117,9 +117,6 @@ func (c *Config) validateRelay() error {
 	switch c.Mode {
 	case "poll":
 	case "wal":
-		if c.MessagePartitions > 0 {
-			errs = append(errs, errors.New("MESSAGE_PARTITIONS needs RELAY_MODE=poll: the log stream does not hold an order's later messages behind a refused one"))
-		}
 		if !slotName.MatchString(c.WALSlot) {
 			errs = append(errs, fmt.Errorf("RELAY_WAL_SLOT %q: a slot name is 1 to 63 lower-case letters, digits and underscores", c.WALSlot))
 		}

@@ -145,7 +145,6 @@ func TestBadConfigurationFailsStartup(t *testing.T) {
 		{map[string]string{"RELAY_BACKOFF_BASE": "1m", "RELAY_BACKOFF_MAX": "1s"}, []string{"RELAY_BACKOFF_MAX", "RELAY_BACKOFF_BASE"}},
 		{map[string]string{"RELAY_RETENTION": "-1h"}, []string{"RELAY_RETENTION"}},
 		{map[string]string{"RELAY_MODE": "tail"}, []string{"RELAY_MODE", "poll or wal"}},
-		{map[string]string{"RELAY_MODE": "wal", "MESSAGE_PARTITIONS": "8"}, []string{"MESSAGE_PARTITIONS", "RELAY_MODE=poll"}},
 		{map[string]string{"RELAY_MODE": "wal", "RELAY_WAL_SLOT": "Bad-Slot"}, []string{"RELAY_WAL_SLOT"}},
 	} {
 		err := run(t.Context(), nil, tc.env, io.Discard, io.Discard)

@@ -22,6 +22,16 @@ func Held(row Row) Outcome {
 	return Outcome{Row: row, Result: outcomeHeld, Reason: "held back: a reader's queue of its type is missing (order-consumer declare)"}
 }
 
+// HeldBehind is the outcome of a row not published because an earlier
+// message of its aggregate was not (the log-tailing relay's stream): handed
+// back, not an attempt, for a claim, which publishes it after that one.
+func HeldBehind(row Row) Outcome {
+	return Outcome{Row: row, Result: outcomeHeld, Reason: "held back behind an earlier message of its aggregate that was not published"}
+}
+
+// Confirmed reports whether the broker confirmed the publish.
+func (o Outcome) Confirmed() bool { return o.Result == outcomeConfirmed }
+
 // Settled reports whether the broker answered the publish (confirmed,
 // returned or nacked it), or the row was held: whether its outcome can be
 // written. The others (no confirm in time, the connection lost, never

@@ -2,7 +2,4 @@ package outbox
 
 // The partition function's Go half, for the test that holds it to the SQL
 // half.
-var (
-	PartitionOf = partitionOf
-	HashText    = hashText
-)
+var HashText = hashText

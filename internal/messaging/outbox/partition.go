@@ -2,13 +2,14 @@ package outbox
 
 import "math/bits"
 
-// partitionOf is the partition of an aggregate's messages among
+// PartitionOf is the partition of an aggregate's messages among
 // partitions: the SQL function outbox_partition (migrations/
 // 00005_partition_function.sql), mod(hashtext(aggregateID) + 2^31,
-// partitions), computed here without a round trip. hashtext is
+// partitions), computed here without a round trip (the log-tailing relay
+// stamps its rows with it). hashtext is
 // PostgreSQL's hash_bytes (src/common/hashfn.c, Bob Jenkins' lookup3) on a
 // little-endian server; the test holds the two to the same answers.
-func partitionOf(aggregateID string, partitions int) int {
+func PartitionOf(aggregateID string, partitions int) int {
 	h := int64(int32(hashText([]byte(aggregateID))))
 	return int((h + 1<<31) % int64(max(partitions, 1)))
 }

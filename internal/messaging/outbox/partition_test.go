@@ -12,7 +12,7 @@ import (
 )
 
 // The partition function is written twice, in SQL (outbox_partition, which
-// the claim uses) and in Go (partitionOf): both give every id the same
+// the claim uses) and in Go (PartitionOf): both give every id the same
 // partition, for every partition count up to the bound.
 func TestPartitionOfAgreesWithTheDatabase(t *testing.T) {
 	t.Parallel()
@@ -36,7 +36,7 @@ func TestPartitionOfAgreesWithTheDatabase(t *testing.T) {
 		}
 		for i, id := range ids {
 			if want := outbox.PartitionOf(id, n); int(got[i]) != want {
-				t.Fatalf("partition of %q among %d: outbox_partition says %d, partitionOf %d", id, n, got[i], want)
+				t.Fatalf("partition of %q among %d: outbox_partition says %d, PartitionOf %d", id, n, got[i], want)
 			}
 		}
 	}

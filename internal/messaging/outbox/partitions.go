@@ -24,6 +24,16 @@ func (r *Relay) leasePartitions(ctx context.Context) {
 	if r.cfg.Partitions == 0 {
 		return
 	}
+	if r.everyPartition {
+		if r.partitions.Load() == nil {
+			all := make([]int32, r.cfg.Partitions)
+			for i := range all {
+				all[i] = int32(i)
+			}
+			r.partitions.Store(&all)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
 	if !r.partitionRows.Load() {
@@ -53,7 +63,7 @@ func (r *Relay) leasePartitions(ctx context.Context) {
 // releasePartitions gives this relay's partitions back as it stops, so
 // that the others take them at once instead of after the lease.
 func (r *Relay) releasePartitions(ctx context.Context) {
-	if r.cfg.Partitions == 0 {
+	if r.cfg.Partitions == 0 || r.everyPartition {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)

@@ -41,6 +41,9 @@ type Relay struct {
 	// partitions are those this relay holds (Config.Partitions); nil: none.
 	partitions    atomic.Pointer[[]int32]
 	partitionRows atomic.Bool // the lease rows are made
+	// everyPartition, set by ClaimEveryPartition: claim every partition's
+	// rows, leasing none.
+	everyPartition bool
 	// crashed ends when Config.Faults stands in for a crash: Run stops at
 	// once and returns its cause, and nothing more is marked.
 	crashed context.Context
@@ -93,6 +96,15 @@ func (r *Relay) Holds(messageType string) bool {
 // false, it claims nothing. The log-tailing relay (package wal) runs its
 // sweep so, the newer rows being its stream's. Call it before Run.
 func (r *Relay) ClaimOnlyBefore(cutoff func() (time.Time, bool)) { r.sweepCutoff = cutoff }
+
+// ClaimEveryPartition has a relay with Config.Partitions claim the rows of
+// every partition, leasing none, each message still carrying its
+// partition. For a relay that claims alone: the log-tailing relay's sweep,
+// which claims only while its relay streams the slot (a standby's sweep,
+// leasing a share, would leave that share unswept). Two such relays at once
+// (a slot changing hands) are safe: the claim holds an aggregate's later
+// rows behind an earlier one however many relays claim. Call it before Run.
+func (r *Relay) ClaimEveryPartition() { r.everyPartition = true }
 
 // Ready reports whether the relay can publish: it holds an open confirm
 // channel, every reader's queue is there (Config.Readers), and the

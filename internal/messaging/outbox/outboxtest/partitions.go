@@ -20,7 +20,6 @@ import (
 func testMessagesOfOneAggregateGoOutInOrder(t *testing.T, mode Mode) {
 	t.Parallel()
 	b := Setup(t, mode)
-	b.PollOnly("holding an aggregate's later messages behind a refused one")
 	b.FullQueue("full", TypeRejected) // the first message of the aggregate is nacked while it is there
 	b.BindQueue("observer", TypeCancelled)
 	aggregate := uuid.New()
@@ -55,6 +54,79 @@ func testMessagesOfOneAggregateGoOutInOrder(t *testing.T, mode Mode) {
 	}
 	if got := arrivalOrder(b.Receive("observer", len(want), 30*time.Second, 0)); !slices.Equal(got, want) {
 		t.Fatalf("received %v, want %v in that order", got, want)
+	}
+}
+
+// With partitions, every message carries its aggregate's partition
+// (outbox.PartitionOf: the consumers' partition queues route by it), from
+// the log stream and from the sweep alike, and an aggregate's messages
+// arrive in the order they were written, one the broker refused holding
+// the later ones back.
+func testPartitionedMessagesCarryTheirPartitionInOrder(t *testing.T, mode Mode) {
+	t.Parallel()
+	b := Setup(t, mode)
+	b.FullQueue("full", TypeRejected) // the refused aggregate's first message is nacked while it is there
+	b.BindQueue("observer", TypeCancelled)
+	const partitions = 8
+	cfg := Config()
+	cfg.Partitions = partitions
+	aggregateOf := map[string]uuid.UUID{}
+	written := map[uuid.UUID][]string{}
+	write := func(aggregate uuid.UUID, typ string) {
+		ids, err := Writer.Write(b.Ctx, b.Pool, messaging.Cause{}, Message{Type: typ, ID: aggregate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		aggregateOf[ids[0].String()] = aggregate
+		written[aggregate] = append(written[aggregate], ids[0].String())
+	}
+	refused := uuid.New()
+	write(refused, TypeRejected)
+	others := make([]uuid.UUID, 12)
+	for i := range others {
+		others[i] = uuid.New()
+	}
+	for range 3 { // each aggregate's messages in transactions of their own, interleaved
+		for _, a := range others {
+			write(a, TypeCancelled)
+		}
+		write(refused, TypeCancelled)
+	}
+	b.StartRelay(cfg, b.AMQPURL, nil)
+
+	check := func(ds []amqp.Delivery) map[uuid.UUID][]string {
+		t.Helper()
+		arrived := map[uuid.UUID][]string{}
+		for _, d := range ds {
+			a := aggregateOf[d.MessageId]
+			p, ok := d.Headers[outbox.HeaderPartition].(int32)
+			if want := outbox.PartitionOf(a.String(), partitions); !ok || int(p) != want {
+				t.Fatalf("message %s of aggregate %s has partition header %v, want %d", d.MessageId, a, d.Headers[outbox.HeaderPartition], want)
+			}
+			arrived[a] = append(arrived[a], d.MessageId)
+		}
+		return arrived
+	}
+	arrived := check(b.Receive("observer", 3*len(others), 20*time.Second, 0))
+	for _, a := range others {
+		if !slices.Equal(arrived[a], written[a]) {
+			t.Fatalf("aggregate %s: received %v, want %v in that order", a, arrived[a], written[a])
+		}
+	}
+	testenv.WaitFor(t, 15*time.Second, "the refused aggregate's first message to be nacked", func() bool {
+		return b.CounterWith("outbox.publish.attempts", "outcome", "nacked") >= 1
+	})
+	if n := b.QueueReady("observer"); n != 0 {
+		t.Fatalf("%d later messages of the aggregate overtook the one the broker refused", n)
+	}
+	if _, err := b.Ch.QueueDelete("full", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ch.QueueBind("observer", TypeRejected, Exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := check(b.Receive("observer", 4, 30*time.Second, 0))[refused]; !slices.Equal(got, written[refused]) {
+		t.Fatalf("the refused aggregate: received %v, want %v in that order", got, written[refused])
 	}
 }
 

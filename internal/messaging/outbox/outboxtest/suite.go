@@ -28,6 +28,7 @@ var suite = []struct {
 	{"TestBlockedBrokerPausesClaiming", testBlockedBrokerPausesClaiming},
 	{"TestMessagesOfOneAggregateGoOutInOrder", testMessagesOfOneAggregateGoOutInOrder},
 	{"TestRelaysSharePartitions", testRelaysSharePartitions},
+	{"TestPartitionedMessagesCarryTheirPartitionInOrder", testPartitionedMessagesCarryTheirPartitionInOrder},
 	{"TestARelayThatJoinsLaterGetsItsShare", testARelayThatJoinsLaterGetsItsShare},
 	{"TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted", testAnAggregatesMessagesGoOutInTheOrderTheyCommitted},
 	{"TestRelayHoldsATypeUntilEveryReaderHasItsQueue", testRelayHoldsATypeUntilEveryReaderHasItsQueue},

@@ -32,6 +32,11 @@
 // counted (relay.wal.slot.missing) with those rows. Making a slot waits
 // for every transaction that holds an xid.
 //
+// Like the polling relay's claim, the stream keeps each aggregate's
+// messages in the order they were written, and with Config.Partitions
+// stamps each with its partition (outbox.PartitionOf), so that partitioned
+// consumers get an order's messages in order in both modes.
+//
 // One relay streams a slot at a time; a second one finds the slot active,
 // stands by, and takes over when the first one's connection goes.
 // docs/outbox-relay.md compares the two designs. A team that only polls

@@ -87,11 +87,9 @@ var errStandby = errors.New("the slot is streamed by another relay")
 
 // NewRelay returns a log-tailing relay; Run starts it. cfg is the
 // polling relay's configuration, which the sweep and the publishing share
-// (attempts, backoff, confirm timeout, in-flight window, readers).
+// (attempts, backoff, confirm timeout, in-flight window, readers,
+// partitions).
 func NewRelay(cfg outbox.Config, wal Config, deps messaging.Deps) (*Relay, error) {
-	if cfg.Partitions > 0 {
-		return nil, errors.New("relay config: MESSAGE_PARTITIONS needs RELAY_MODE=poll: the log stream publishes in commit order and does not hold an order's later messages behind a refused one, which partitioned consumers count on")
-	}
 	wal.setDefaults()
 	sweepCfg := cfg
 	sweepCfg.NotifyOff = true // the stream sees every commit; the sweep only needs its poll
@@ -104,6 +102,7 @@ func NewRelay(cfg outbox.Config, wal Config, deps messaging.Deps) (*Relay, error
 		log: deps.Logger.With(slog.String("relay_id", sweep.ID()), slog.String("relay_mode", "wal"), slog.String("slot", wal.Slot)),
 	}
 	sweep.ClaimOnlyBefore(w.sweepCutoff)
+	sweep.ClaimEveryPartition()
 	if w.metrics, err = newMetrics(deps.MeterProvider.Meter(scope), w); err != nil {
 		return nil, err
 	}

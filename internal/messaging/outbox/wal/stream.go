@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,15 @@ import (
 //  3. confirm  wait for the broker's answer to each row                    confirmLoop
 //  4. write    the outcomes back in batches, then report the position      writeLoop
 //
+// The publish step keeps each aggregate's messages in the order they were
+// written, as the polling relay's claim does: a row waits for the confirm
+// of the row before it of its aggregate, and is handed to the sweep (held
+// behind) when that one was not published (returned, nacked, held, or
+// itself handed over), the sweep's claim then publishing them in order. So
+// per-aggregate order holds across a refusal, and with
+// Config.Partitions each row goes, stamped with its partition, to its
+// partition's queues.
+//
 // The position reported to the slot is the end of the newest transaction
 // all of whose rows, and all before them, went through step 4. Anything
 // short of that (a confirm that never came, a lost channel, a crash) ends
@@ -53,6 +63,9 @@ type session struct {
 	// snapshot is the last snapshot the publish step looked at
 	// (waitVisible); only that step reads or writes it.
 	snapshot pgSnapshot
+	// last is, by aggregate, the newest row the publish step has passed on
+	// (order); only that step reads or writes the map.
+	last map[string]*settle
 
 	// The receive step's view of the writes: the transactions it has passed
 	// on and those written back, and the LSN up to which everything is
@@ -69,6 +82,30 @@ type item struct {
 	xid         uint32 // the row's transaction
 	end         *txEnd
 	held        bool // not published: a reader queue of its type is missing
+	behind      bool // not published: an earlier row of its aggregate was not
+	settle      *settle
+}
+
+// settle says, once done is closed, whether a row was published (confirmed
+// by the broker): the confirm step decides, the publish step waits for it.
+type settle struct {
+	done      chan struct{}
+	published bool // written before done is closed
+}
+
+func (s *settle) resolve(published bool) {
+	s.published = published
+	close(s.done)
+}
+
+// resolved reports whether the row's fate is known, and it was published.
+func (s *settle) resolved() bool {
+	select {
+	case <-s.done:
+		return s.published
+	default:
+		return false
+	}
 }
 
 // txEnd is a committed transaction's end: its end LSN, the position to
@@ -128,6 +165,9 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	if slot != nil {
 		s.advance(slot.start) // the slot's own position: report it while the backlog goes out
 	}
+	if s.last, err = w.handedOver(ctx); err != nil {
+		return false, err
+	}
 
 	w.standby.Store(false)
 	w.down.Store(nil)
@@ -166,6 +206,31 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 		return true, nil
 	}
 	return true, causeOr(context.Cause(sessCtx), errors.New("stream ended"))
+}
+
+// handedOver starts a session's view of the aggregates (session.last):
+// those with a row left to the sweep (by an earlier session's refusal, or
+// FAILED) hold their later rows behind it, as in this session.
+func (w *Relay) handedOver(ctx context.Context) (map[string]*settle, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
+	defer cancel()
+	rows, err := w.pool.Query(ctx, `SELECT aggregate_id FROM message_outbox WHERE status = 'PENDING' AND last_error IS NOT NULL
+		UNION SELECT aggregate_id FROM message_outbox WHERE status = 'PUBLISHING'
+		UNION SELECT aggregate_id FROM message_outbox WHERE status = 'FAILED'`)
+	if err != nil {
+		return nil, fmt.Errorf("read the aggregates with rows left to the sweep: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the aggregates with rows left to the sweep: %w", err)
+	}
+	last := make(map[string]*settle, len(ids))
+	for _, id := range ids {
+		st := &settle{done: make(chan struct{})}
+		st.resolve(false)
+		last[id] = st
+	}
+	return last, nil
 }
 
 // causeOr returns err unless it is nil or a cancellation, else fallback.
@@ -433,14 +498,23 @@ func decodeRow(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, types
 // stream). A row whose type has a reader queue missing (Config.Readers) is
 // not published: it is written back for the sweep, which publishes it once
 // every reader's queue is there, while the stream goes on with the other
-// types. Once ctx has ended it publishes nothing more: what is left is
-// passed on unpublished.
+// types. A row waits for the fate of the one before it of its aggregate,
+// and is handed to the sweep too when that one was not published (order).
+// Once ctx has ended it publishes nothing more: what is left is passed on
+// unpublished.
 func (s *session) publishLoop(ctx context.Context, items <-chan item, published chan<- item) {
 	defer close(published)
 	w := s.relay
 	for it := range items {
-		it.held = it.end == nil && w.sweep.Holds(it.Row.Type)
-		if it.end == nil && !it.held && ctx.Err() == nil && s.waitVisible(ctx, it.xid) && s.pub.WaitToPublish(ctx, 1) {
+		if it.end == nil {
+			if w.cfg.Partitions > 0 {
+				it.Row.Partition = outbox.PartitionOf(it.Row.AggregateID, w.cfg.Partitions)
+			}
+			after := s.order(ctx, &it)
+			it.held = w.sweep.Holds(it.Row.Type)
+			it.behind = !it.held && !after
+		}
+		if it.end == nil && !it.held && !it.behind && ctx.Err() == nil && s.waitVisible(ctx, it.xid) && s.pub.WaitToPublish(ctx, 1) {
 			parent := messaging.Extract(context.Background(), propagation.MapCarrier(it.Row.Headers))
 			sent, err := s.pub.Publish(ctx, parent, it.Row)
 			if err != nil {
@@ -450,6 +524,30 @@ func (s *session) publishLoop(ctx context.Context, items <-chan item, published 
 			it.Sent = sent
 		}
 		published <- it
+	}
+}
+
+// order makes it the newest row of its aggregate, and reports whether it
+// may be published: the row before it of its aggregate, if any, was
+// published. It waits for that row's confirm; while ctx ends first it
+// reports true, and the row goes on unpublished anyway.
+func (s *session) order(ctx context.Context, it *item) bool {
+	it.settle = &settle{done: make(chan struct{})}
+	prev := s.last[it.Row.AggregateID]
+	s.last[it.Row.AggregateID] = it.settle
+	if len(s.last) > 4*s.relay.cfg.MaxInFlight+1024 {
+		// Forget the aggregates whose newest row went out: nothing waits
+		// on them. Those handed over stay, holding their later rows back.
+		maps.DeleteFunc(s.last, func(_ string, st *settle) bool { return st.resolved() })
+	}
+	if prev == nil {
+		return true
+	}
+	select {
+	case <-prev.done:
+		return prev.published
+	case <-ctx.Done():
+		return true
 	}
 }
 
@@ -575,6 +673,9 @@ func (s *session) confirmLoop(ctx context.Context, published <-chan item, outcom
 // their spans.
 func (s *session) forget(chunk []item) {
 	for _, it := range chunk {
+		if it.settle != nil {
+			it.settle.resolve(false)
+		}
 		s.pub.Forget(it.Sent)
 	}
 }
@@ -584,7 +685,7 @@ func (s *session) forget(chunk []item) {
 func (s *session) awaitConfirms(ctx context.Context, chunk []item) []outcome {
 	var rows []outbox.Sent
 	for _, it := range chunk {
-		if it.end == nil && !it.held {
+		if it.end == nil && !it.held && !it.behind {
 			rows = append(rows, it.Sent)
 		}
 	}
@@ -596,11 +697,16 @@ func (s *session) awaitConfirms(ctx context.Context, chunk []item) []outcome {
 			out[i].end = it.end
 		case it.held:
 			out[i].Outcome = outbox.Held(it.Row)
+		case it.behind:
+			out[i].Outcome = outbox.HeldBehind(it.Row)
 		default:
 			out[i].Outcome, outcomes = outcomes[0], outcomes[1:]
 			if it.Published() {
 				s.pub.Release(1)
 			}
+		}
+		if it.settle != nil {
+			it.settle.resolve(out[i].Outcome.Confirmed())
 		}
 	}
 	return out
