@@ -13,6 +13,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/domain/schema"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/store"
 )
 
@@ -53,13 +54,15 @@ func Names() []string {
 }
 
 // Readers lists, by message type, the work queues (with partitions, the
-// partition queues) of every consumer that reads it: what the relay checks
-// before it publishes a message of that type (outbox.Config.Readers).
-func Readers(partitions int) map[string][]string {
-	readers := map[string][]string{}
+// partition queues) of every consumer that reads it, with their bindings:
+// what the relay checks and binds before it publishes a message of that
+// type (outbox.Config.Readers).
+func Readers(partitions int) map[string][]outbox.Reader {
+	readers := map[string][]outbox.Reader{}
 	for _, c := range All(Deps{}) {
-		for _, typ := range c.Types() {
-			readers[typ] = append(readers[typ], inbox.Topology{Consumer: c.Name(), Partitions: partitions}.WorkQueues()...)
+		t := inbox.Topology{Consumer: c.Name(), Exchange: domain.EventsExchange, Types: c.Types(), Partitions: partitions}
+		for typ, rs := range t.Readers() {
+			readers[typ] = append(readers[typ], rs...)
 		}
 	}
 	return readers

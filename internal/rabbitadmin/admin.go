@@ -23,6 +23,7 @@ type Admin interface {
 	DeleteUser(ctx context.Context, user string) error
 	Users(ctx context.Context) ([]string, error)
 	SetPermissions(ctx context.Context, vhost, user string, p Permissions) error
+	SetTopicPermissions(ctx context.Context, vhost, user string, p TopicPermissions) error
 }
 
 // Local returns the administration of the broker of amqpURL, logged in as
@@ -128,6 +129,11 @@ func (m *ManagementAPI) SetPermissions(ctx context.Context, vhost, user string, 
 	return err
 }
 
+func (m *ManagementAPI) SetTopicPermissions(ctx context.Context, vhost, user string, p TopicPermissions) error {
+	_, err := m.do(ctx, http.MethodPut, "/api/topic-permissions/"+url.PathEscape(vhost)+"/"+url.PathEscape(user), p)
+	return err
+}
+
 // Rabbitmqctl is rabbitmqctl on this machine, talking to the local node.
 type Rabbitmqctl struct{}
 
@@ -194,5 +200,10 @@ func (r Rabbitmqctl) Users(ctx context.Context) ([]string, error) {
 
 func (r Rabbitmqctl) SetPermissions(ctx context.Context, vhost, user string, p Permissions) error {
 	_, err := r.run(ctx, "set_permissions", "-p", vhost, user, p.Configure, p.Write, p.Read)
+	return err
+}
+
+func (r Rabbitmqctl) SetTopicPermissions(ctx context.Context, vhost, user string, p TopicPermissions) error {
+	_, err := r.run(ctx, "set_topic_permissions", "-p", vhost, user, p.Exchange, p.Write, p.Read)
 	return err
 }

@@ -56,8 +56,9 @@ type Definitions struct {
 	Vhosts []struct {
 		Name string `json:"name"`
 	} `json:"vhosts"`
-	Users       []User       `json:"users"`
-	Permissions []Permission `json:"permissions"`
+	Users            []User            `json:"users"`
+	Permissions      []Permission      `json:"permissions"`
+	TopicPermissions []TopicPermission `json:"topic_permissions,omitempty"`
 }
 
 // User is a user of a definitions file. The repository's files hold no
@@ -82,6 +83,22 @@ type Permissions struct {
 
 // All is every permission: a test's own login in its own vhost.
 var All = Permissions{Configure: ".*", Write: ".*", Read: ".*"}
+
+// TopicPermissions narrow a user's permissions on one topic exchange to
+// routing keys: those it may publish with (write) and bind a queue by
+// (read). A user without them on an exchange may use any key there.
+type TopicPermissions struct {
+	Exchange string `json:"exchange"`
+	Write    string `json:"write"`
+	Read     string `json:"read"`
+}
+
+// TopicPermission is one entry of a definitions file's topic_permissions.
+type TopicPermission struct {
+	User  string `json:"user"`
+	Vhost string `json:"vhost"`
+	TopicPermissions
+}
 
 // Permission is one entry of a definitions file's permissions.
 type Permission struct {
@@ -115,6 +132,7 @@ func ReadDefinitions(paths ...string) (Definitions, error) {
 			all.Users = append(all.Users, u)
 		}
 		all.Permissions = append(all.Permissions, d.Permissions...)
+		all.TopicPermissions = append(all.TopicPermissions, d.TopicPermissions...)
 	}
 	return all, nil
 }
@@ -135,6 +153,18 @@ func (d Definitions) PermissionsOf(user, vhost string) (Permissions, bool) {
 		return Permissions{}, false
 	}
 	return d.Permissions[i].Permissions, true
+}
+
+// TopicPermissionsOf returns user's topic permissions in vhost, one per
+// exchange.
+func (d Definitions) TopicPermissionsOf(user, vhost string) []TopicPermissions {
+	var out []TopicPermissions
+	for _, p := range d.TopicPermissions {
+		if p.User == user && p.Vhost == vhost {
+			out = append(out, p.TopicPermissions)
+		}
+	}
+	return out
 }
 
 // DevPassword is the password make dev gives user unless told otherwise:
@@ -182,7 +212,7 @@ var ProcessUsers = []string{RelayUser, ConsumerUser, OperatorUser, WalkthroughUs
 
 // Apply creates each of users (the names of d) on the broker of admin as
 // rename(name), with password(name), and gives it in vhost the
-// permissions d gives name in "/". It changes nothing else: a user that
+// permissions (and topic permissions) d gives name in "/". It changes nothing else: a user that
 // exists gets its password and permissions set again.
 func Apply(ctx context.Context, admin Admin, d Definitions, vhost string, users []string, rename, password func(user string) string) error {
 	for _, name := range users {
@@ -199,6 +229,11 @@ func Apply(ctx context.Context, admin Admin, d Definitions, vhost string, users 
 		}
 		if err := admin.SetPermissions(ctx, vhost, rename(name), p); err != nil {
 			return fmt.Errorf("set the permissions of RabbitMQ user %s in vhost %s: %w", rename(name), vhost, err)
+		}
+		for _, tp := range d.TopicPermissionsOf(name, "/") {
+			if err := admin.SetTopicPermissions(ctx, vhost, rename(name), tp); err != nil {
+				return fmt.Errorf("set the topic permissions of RabbitMQ user %s in vhost %s: %w", rename(name), vhost, err)
+			}
 		}
 	}
 	return nil

@@ -51,7 +51,7 @@ func newBroker(t *testing.T, vhostURL string) *broker {
 		if !ok {
 			t.Fatalf("%s gives %s no permissions in /", rabbitadmin.DefinitionsFile, user)
 		}
-		b.as[user] = testenv.NewBrokerUser(t, vhostURL, user, p)
+		b.as[user] = testenv.NewBrokerUser(t, vhostURL, user, p, d.TopicPermissionsOf(user, "/")...)
 	}
 	return b
 }
@@ -188,12 +188,41 @@ func TestRelayUser(t *testing.T) {
 	b.allowed(relay, "declare orders.events", declareExchange)
 	b.allowed(relay, "publish to orders.events", publish(domain.EventsExchange, domain.TypeOrderSubmitted))
 	b.declareTopology()
+	partitioned := topology
+	partitioned.Consumer, partitioned.Partitions = "shipping", 4
+	b.allowed("", "declare a partitioned topology", partitioned.Declare)
+	bindReaders := func(t inbox.Topology) func(ch *amqp.Channel) error {
+		return func(ch *amqp.Channel) error {
+			for typ, readers := range t.Readers() {
+				for _, r := range readers {
+					if err := r.Bind(ch, typ); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	}
+	b.allowed(relay, "bind the readers' queues for their types (outbox.Config.Readers)", bindReaders(topology))
+	b.allowed(relay, "bind the readers' partition queues and partition exchanges", bindReaders(partitioned))
 	b.refused(relay, "declare a queue", declareQueue("orders.shipping"))
 	b.refused(relay, "consume a work queue", consume(workQueue))
 	b.refused(relay, "get from a parking lot", get(parkingLot))
 	b.refused(relay, "publish to the default exchange (amq.default)", publish("", workQueue))
 	b.refused(relay, "bind a queue", func(ch *amqp.Channel) error {
 		return ch.QueueBind(workQueue, "#", domain.EventsExchange, false, nil)
+	})
+	b.refused(relay, "bind a queue by a pattern of types", func(ch *amqp.Channel) error {
+		return ch.QueueBind(workQueue, "order.*", domain.EventsExchange, false, nil)
+	})
+	b.refused(relay, "bind a parking lot", func(ch *amqp.Channel) error {
+		return ch.QueueBind(parkingLot, domain.TypeOrderSubmitted, domain.EventsExchange, false, nil)
+	})
+	b.refused(relay, "bind a retry queue", func(ch *amqp.Channel) error {
+		return ch.QueueBind(retryQueue, domain.TypeOrderSubmitted, domain.EventsExchange, false, nil)
+	})
+	b.refused(relay, "bind a queue outside orders.*", func(ch *amqp.Channel) error {
+		return ch.QueueBind("billing.work", domain.TypeOrderSubmitted, domain.EventsExchange, false, nil)
 	})
 }
 
@@ -352,6 +381,9 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 		BatchSize: 10, MaxInFlight: 10, PollInterval: 100 * time.Millisecond, Lease: 5 * time.Second,
 		ConfirmTimeout: 2 * time.Second, MaxAttempts: 5, BackoffBase: 10 * time.Millisecond,
 		BackoffMax: 100 * time.Millisecond, ShutdownTimeout: 2 * time.Second,
+		// The relay binds the consumer's queue before it publishes (as
+		// outbox-relay does the order service's consumers).
+		Readers: inbox.Topology{Consumer: c.Name(), Exchange: domain.EventsExchange, Types: c.Types(), Partitions: consumertest.Config().Partitions}.Readers(),
 	}, messaging.Deps{Pool: relayPool, AMQPURL: b.as[rabbitadmin.RelayUser], Logger: testenv.Logger(), MeterProvider: testenv.NewMetrics().Provider})
 	if err != nil {
 		t.Fatal(err)

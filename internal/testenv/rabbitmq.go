@@ -161,9 +161,10 @@ func BrokerUserPrefix(t testing.TB) string {
 
 // NewBrokerUser creates a RabbitMQ user for t (its name is name after a
 // prefix unique to t) with permissions p in the vhost of vhostURL (a
-// NewVhost URL), and returns vhostURL logged in as that user, whose
-// password is its name. The user is deleted when t ends.
-func NewBrokerUser(t testing.TB, vhostURL, name string, p rabbitadmin.Permissions) string {
+// NewVhost URL), and topic permissions topics there, and returns vhostURL
+// logged in as that user, whose password is its name. The user is deleted
+// when t ends.
+func NewBrokerUser(t testing.TB, vhostURL, name string, p rabbitadmin.Permissions, topics ...rabbitadmin.TopicPermissions) string {
 	t.Helper()
 	u, err := url.Parse(vhostURL)
 	if err != nil {
@@ -177,6 +178,11 @@ func NewBrokerUser(t testing.TB, vhostURL, name string, p rabbitadmin.Permission
 	DeleteBrokerUsers(t, user)
 	if err := broker.admin.SetPermissions(ctx, strings.TrimPrefix(u.Path, "/"), user, p); err != nil {
 		t.Fatalf("testenv: permissions of RabbitMQ user %s: %v", user, err)
+	}
+	for _, tp := range topics {
+		if err := broker.admin.SetTopicPermissions(ctx, strings.TrimPrefix(u.Path, "/"), user, tp); err != nil {
+			t.Fatalf("testenv: topic permissions of RabbitMQ user %s: %v", user, err)
+		}
 	}
 	u.User = url.UserPassword(user, user)
 	return u.String()

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/yourorg/orders/internal/consumer"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -95,7 +96,7 @@ func TestOrdersKeepTheirOrderAcrossReplicas(t *testing.T) {
 	for _, c := range consumer.All(consumer.Deps{}) {
 		reads := map[string]bool{}
 		for _, typ := range c.Types() {
-			reads[typ] = slices.Contains(readers[typ], "orders."+c.Name())
+			reads[typ] = slices.ContainsFunc(readers[typ], func(r outbox.Reader) bool { return r.Queue == "orders."+c.Name() })
 		}
 		checked := 0
 		for _, id := range ids {

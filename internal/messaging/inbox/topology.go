@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // The queues of a consumer named N (docs/messaging.md draws them):
@@ -130,11 +131,60 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		}
 	}
 	for _, typ := range t.Types {
-		if err := ch.QueueBind(queue, typ, t.Exchange, false, nil); err != nil {
-			return fmt.Errorf("bind %s to %s: %w", queue, typ, err)
+		if err := t.bindType(ch, typ); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// bindType binds the consumer's work queue (with partitions, its partition
+// exchange) to the exchange for message type typ.
+func (t Topology) bindType(ch *amqp.Channel, typ string) error {
+	if t.Partitions > 0 {
+		ex := t.PartitionExchange()
+		if err := ch.ExchangeBind(ex, typ, t.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind %s to %s for %s: %w", ex, t.Exchange, typ, err)
+		}
+		return nil
+	}
+	if err := ch.QueueBind(t.Queue(), typ, t.Exchange, false, nil); err != nil {
+		return fmt.Errorf("bind %s to %s: %w", t.Queue(), typ, err)
+	}
+	return nil
+}
+
+// bindPartition binds partition queue k to the partition exchange, by its
+// partition number. The partition header is an int32
+// (outbox.HeaderPartition): a headers exchange matches the value and its
+// type.
+func (t Topology) bindPartition(ch *amqp.Channel, k int) error {
+	queue := t.WorkQueues()[k]
+	if err := ch.QueueBind(queue, "", t.PartitionExchange(), false, amqp.Table{"x-match": "all", "partition": int32(k)}); err != nil {
+		return fmt.Errorf("bind %s to partition %d: %w", queue, k, err)
+	}
+	return nil
+}
+
+// Readers lists, by message type, the consumer's work queues (with
+// partitions, its partition queues), each with the bindings Declare makes
+// for it: the relay makes them again before it publishes the type
+// (outbox.Config.Readers), so that a message published between this
+// consumer's declare and its bind still reaches it. The same code binds
+// for both, so the relay's bindings are the consumer's, not new ones.
+func (t Topology) Readers() map[string][]outbox.Reader {
+	readers := map[string][]outbox.Reader{}
+	for _, typ := range t.Types {
+		for k, queue := range t.WorkQueues() {
+			readers[typ] = append(readers[typ], outbox.Reader{Queue: queue, Bind: func(ch *amqp.Channel, typ string) error {
+				if err := t.bindType(ch, typ); err != nil || t.Partitions == 0 {
+					return err
+				}
+				return t.bindPartition(ch, k)
+			}})
+		}
+	}
+	return readers
 }
 
 // declarePartitions declares the partition exchange of the consumer,
@@ -146,18 +196,16 @@ func (t Topology) declarePartitions(ch *amqp.Channel, declare func(string, amqp.
 		return fmt.Errorf("declare exchange %s: %w", ex, err)
 	}
 	for _, typ := range t.Types {
-		if err := ch.ExchangeBind(ex, typ, t.Exchange, false, nil); err != nil {
-			return fmt.Errorf("bind %s to %s for %s: %w", ex, t.Exchange, typ, err)
+		if err := t.bindType(ch, typ); err != nil {
+			return err
 		}
 	}
 	for k, queue := range t.WorkQueues() {
 		if err := declare(queue, maps.Clone(args)); err != nil {
 			return err
 		}
-		// The partition header is an int32 (outbox.HeaderPartition): a
-		// headers exchange matches the value and its type.
-		if err := ch.QueueBind(queue, "", ex, false, amqp.Table{"x-match": "all", "partition": int32(k)}); err != nil {
-			return fmt.Errorf("bind %s to partition %d: %w", queue, k, err)
+		if err := t.bindPartition(ch, k); err != nil {
+			return err
 		}
 	}
 	return nil

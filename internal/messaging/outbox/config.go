@@ -65,12 +65,13 @@ type Config struct {
 	// reads that type. mandatory has the broker return a message only when
 	// no queue at all matches it; a message that reaches one of its readers
 	// and not another, whose queue is missing (not declared yet, deleted
-	// and declared again), is confirmed, and lost for that reader. So the
-	// relay checks these queues when it connects and at every poll, and
-	// claims no row of a type while any of its readers' queues is missing:
-	// it is not ready then, and says which. Optional: a type not listed is
-	// published whatever queues exist.
-	Readers map[string][]string
+	// and declared again) or not bound yet, is confirmed, and lost for that
+	// reader. So the relay checks these queues when it connects and at
+	// every poll, binds each one it finds (Reader.Bind), and claims no row
+	// of a type while any of its readers' queues is missing: it is not
+	// ready then, and says which. Optional: a type not listed is published
+	// whatever queues exist.
+	Readers map[string][]Reader
 	// Partitions, when above 0, shares the outbox among the relays by
 	// partition: each relay leases a fair share of the partitions (for
 	// Lease, renewed at every poll) and claims only their rows, so relays

@@ -34,6 +34,11 @@
 // overwrite a newer claim, and a vanished relay's rows come back when its
 // lease ends. Run as many relays as you like.
 //
+// mandatory cannot tell that one reader of a type missed a message another
+// took, and AMQP cannot show a binding; so before it publishes a type, the
+// relay finds each of its readers' queues and binds it as its consumer
+// does (Config.Readers, readers.go), holding the type while one is missing.
+//
 // The log-tailing relay (package wal, RELAY_MODE=wal) publishes the same
 // rows from PostgreSQL's write-ahead log instead of claiming them. Only
 // the source of rows is its own: it publishes on a Publisher

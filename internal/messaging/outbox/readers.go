@@ -12,17 +12,50 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// Reader is a queue that must receive every message of a type: a
+// consumer's work queue, or one of its partition queues.
+type Reader struct {
+	Queue string
+	// Bind binds Queue for messageType as its consumer's topology does,
+	// on a channel of the relay's. A binding made again is the same
+	// binding, so the relay binds at every look that finds Queue, before
+	// it publishes the type: the route exists whenever the consumer's own
+	// bind comes, however long after its declare. The relay declares no
+	// queue: the consumer's declare, with its arguments, makes Queue. Nil:
+	// the relay only checks that Queue exists, and a consumer that binds
+	// polls after it declares misses what was published in between.
+	Bind func(ch *amqp.Channel, messageType string) error
+}
+
+// readerQueues is readers by their queues' names; with unbound set, only
+// those without a Bind.
+func readerQueues(readers map[string][]Reader, unbound bool) map[string][]string {
+	queues := map[string][]string{}
+	for typ, rs := range readers {
+		for _, rd := range rs {
+			if !unbound || rd.Bind == nil {
+				queues[typ] = append(queues[typ], rd.Queue)
+			}
+		}
+	}
+	return queues
+}
+
 // readerCheck is what the last look at the readers' queues found: by
 // message type, those missing.
 type readerCheck struct {
 	missing map[string][]string
-	// settling: by message type, the queues this look found and the one
-	// before did not. A consumer declares its queue, then binds it: a look
-	// between the two finds a queue that no message reaches yet, so a type
+	// settling: by message type, the queues without a Reader.Bind this
+	// look found and the one before did not. Their consumer declares its
+	// queue, then binds it, and the relay cannot bind it for them: a type
 	// is published only once two looks in a row, a poll apart, have found
-	// all its readers' queues.
+	// all such queues, which leaves the consumer a poll to bind (and loses
+	// messages for it when it binds later: give every reader a Bind).
 	settling map[string][]string
-	err      error // the look itself failed (the connection is going away)
+	// unbound: the queues found that Reader.Bind could not bind, with why
+	// (counted as missing too).
+	unbound []string
+	err     error // the look itself failed (the connection is going away)
 	// unchecked: nobody has looked yet, so every type with readers is held.
 	unchecked bool
 }
@@ -65,13 +98,16 @@ func (c *readerCheck) notReady() error {
 				typ, strings.Join(c.settling[typ], ", ")))
 		}
 	}
+	for _, u := range c.unbound {
+		parts = append(parts, "could not bind "+u)
+	}
 	return fmt.Errorf("not publishing %s: declare the consumers' topology first (order-consumer declare)", strings.Join(parts, "; "))
 }
 
-// after sets c.settling from the look before it: the queues c found that
-// before did not (all of them when before is the unchecked state, which
-// misses every queue). The first look of a relay thus holds every type for
-// one poll more.
+// after sets c.settling from the look before it: the queues of readers
+// (those without a Reader.Bind) c found that before did not (all of them
+// when before is the unchecked state, which misses every queue). The
+// first look of a relay thus holds their types for one poll more.
 func (c *readerCheck) after(before *readerCheck, readers map[string][]string) {
 	c.settling = map[string][]string{}
 	for typ, queues := range readers {
@@ -86,11 +122,12 @@ func (c *readerCheck) after(before *readerCheck, readers map[string][]string) {
 	}
 }
 
-// checkReaders looks (passively) for every queue of cfg.Readers on conn.
-// A passive declare of a missing queue closes its channel, so each missing
-// queue costs a channel; a check of queues that are all there is one
-// channel and one round trip per queue.
-func checkReaders(conn *amqp.Connection, readers map[string][]string) *readerCheck {
+// checkReaders looks (passively) for every queue of readers on conn, and
+// binds each one it finds that has a Reader.Bind. A passive declare of a
+// missing queue, or a refused bind, closes its channel, so each costs a
+// channel; a check of queues that are all there is one channel and one
+// round trip per queue and binding.
+func checkReaders(conn *amqp.Connection, readers map[string][]Reader) *readerCheck {
 	c := &readerCheck{missing: map[string][]string{}}
 	if len(readers) == 0 {
 		return c
@@ -102,32 +139,47 @@ func checkReaders(conn *amqp.Connection, readers map[string][]string) *readerChe
 			_ = ch.Close()
 		}
 	}()
+	// refused tells a channel error the broker answered (the channel is
+	// closed; the look goes on) from a failed look.
+	refused := func(err error, code int) bool {
+		var amqpErr *amqp.Error
+		return errors.As(err, &amqpErr) && (code == 0 || amqpErr.Code == code)
+	}
 	for _, typ := range slices.Sorted(maps.Keys(readers)) {
-		for _, queue := range readers[typ] {
-			found, seen := exists[queue]
-			if !seen {
-				if ch == nil || ch.IsClosed() {
-					var err error
-					if ch, err = conn.Channel(); err != nil {
-						c.err = fmt.Errorf("open a channel to look for reader queues: %w", err)
-						return c
-					}
+		for _, rd := range readers[typ] {
+			if ch == nil || ch.IsClosed() {
+				var err error
+				if ch, err = conn.Channel(); err != nil {
+					c.err = fmt.Errorf("open a channel to look for reader queues: %w", err)
+					return c
 				}
-				_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-				var amqpErr *amqp.Error
+			}
+			found, seen := exists[rd.Queue]
+			if !seen {
+				_, err := ch.QueueDeclarePassive(rd.Queue, true, false, false, false, nil)
 				switch {
 				case err == nil:
 					found = true
-				case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
+				case refused(err, amqp.NotFound):
 					found = false
 				default:
-					c.err = fmt.Errorf("look for reader queue %s: %w", queue, err)
+					c.err = fmt.Errorf("look for reader queue %s: %w", rd.Queue, err)
 					return c
 				}
-				exists[queue] = found
+				exists[rd.Queue] = found
+			}
+			if found && rd.Bind != nil {
+				if err := rd.Bind(ch, typ); err != nil {
+					if !refused(err, 0) || conn.IsClosed() {
+						c.err = fmt.Errorf("bind reader queue %s for %s: %w", rd.Queue, typ, err)
+						return c
+					}
+					c.unbound = append(c.unbound, fmt.Sprintf("%s for %s: %v", rd.Queue, typ, err))
+					found = false
+				}
 			}
 			if !found {
-				c.missing[typ] = append(c.missing[typ], queue)
+				c.missing[typ] = append(c.missing[typ], rd.Queue)
 			}
 		}
 	}
@@ -147,7 +199,7 @@ func (r *Relay) lookForReaders(ctx context.Context, conn *amqp.Connection) {
 		}
 		return
 	}
-	c.after(r.readers.Load(), r.cfg.Readers)
+	c.after(r.readers.Load(), readerQueues(r.cfg.Readers, true))
 	before := r.readers.Swap(c)
 	was, now := errString(before.notReady()), errString(c.notReady())
 	switch {

@@ -6,8 +6,9 @@ import (
 )
 
 // A type is published once two looks in a row have found all its readers'
-// queues: a consumer declares its queue, then binds it, and a look that
-// falls between the two must not release the type.
+// queues (those the relay cannot bind, without a Reader.Bind): a consumer
+// declares its queue, then binds it, and a look that falls between the two
+// must not release the type.
 func TestReaderQueuesAreFoundTwiceBeforeATypeIsPublished(t *testing.T) {
 	readers := map[string][]string{"order.cancelled": {"a", "b"}, "order.fulfilled": {"c"}}
 	look := func(before *readerCheck, missing map[string][]string) *readerCheck {

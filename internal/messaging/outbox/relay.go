@@ -69,7 +69,7 @@ func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 	}
 	r.crashed, r.crash = context.WithCancelCause(context.Background())
 	if len(cfg.Readers) > 0 {
-		r.readers.Store(uncheckedReaders(cfg.Readers))
+		r.readers.Store(uncheckedReaders(readerQueues(cfg.Readers, false)))
 	}
 	m, err := newRelayMetrics(deps.MeterProvider.Meter(scope), r)
 	if err != nil {

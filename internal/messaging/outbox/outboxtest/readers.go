@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -19,9 +22,9 @@ func testRelayHoldsATypeUntilEveryReaderHasItsQueue(t *testing.T, mode Mode) {
 	t.Parallel()
 	b := Setup(t, mode)
 	b.BindQueue("reader-a", TypeCancelled)
-	b.BindQueue("other", TypeFulfilled)
+	b.BindQueue("other", TypeFulfilled) // a reader the relay only looks for (no Bind)
 	cfg := Config()
-	cfg.Readers = map[string][]string{TypeCancelled: {"reader-a", "reader-b"}, TypeFulfilled: {"other"}}
+	cfg.Readers = map[string][]outbox.Reader{TypeCancelled: Readers("reader-a", "reader-b"), TypeFulfilled: {{Queue: "other"}}}
 	held := b.Enqueue(5, messaging.Cause{}) // typeCancelled: reader-b has no queue yet
 	if _, err := Writer.Write(b.Ctx, b.Pool, messaging.Cause{}, Message{Type: TypeFulfilled, ID: testenv.NewID()}); err != nil {
 		t.Fatal(err)
@@ -67,4 +70,44 @@ func (b *Bundle) QueueReady(queue string) int {
 		b.T.Fatal(err)
 	}
 	return q.Messages
+}
+
+// A consumer declares its queue, then binds it: on a loaded machine, or
+// across a restart, the bind can come polls later. A reader whose queue
+// exists but is not bound yet must not be skipped: the relay binds it
+// before it publishes, so every held message reaches it, however late
+// its consumer's own bind comes.
+func testAReaderThatBindsLateGetsEveryMessage(t *testing.T, mode Mode) {
+	t.Parallel()
+	b := Setup(t, mode)
+	b.BindQueue("reader-a", TypeCancelled)
+	cfg := Config()
+	cfg.Readers = map[string][]outbox.Reader{TypeCancelled: Readers("reader-a", "reader-b")}
+	held := b.Enqueue(5, messaging.Cause{})
+	r := b.StartRelay(cfg, b.AMQPURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to hold the type", func() bool {
+		err := r.Ready(b.Ctx)
+		return err != nil && strings.Contains(err.Error(), "reader-b")
+	})
+
+	b.BindQueue("reader-b")                // declared, not bound yet
+	time.Sleep(5 * Config().PollInterval)  // several looks find it there
+	b.BindQueue("reader-b", TypeCancelled) // the bind, late
+	for _, q := range []string{"reader-a", "reader-b"} {
+		if got := messageIDSet(b.Receive(q, len(held), 15*time.Second, 0)); len(got) != len(held) {
+			t.Fatalf("%s received %d of %d messages", q, len(got), len(held))
+		}
+	}
+}
+
+// Readers are queues bound to Exchange by message type, as BindQueue binds
+// them: what the relay binds before it publishes a type they read.
+func Readers(queues ...string) []outbox.Reader {
+	readers := make([]outbox.Reader, len(queues))
+	for i, q := range queues {
+		readers[i] = outbox.Reader{Queue: q, Bind: func(ch *amqp.Channel, messageType string) error {
+			return ch.QueueBind(q, messageType, Exchange, false, nil)
+		}}
+	}
+	return readers
 }

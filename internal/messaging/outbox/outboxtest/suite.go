@@ -32,6 +32,7 @@ var suite = []struct {
 	{"TestARelayThatJoinsLaterGetsItsShare", testARelayThatJoinsLaterGetsItsShare},
 	{"TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted", testAnAggregatesMessagesGoOutInTheOrderTheyCommitted},
 	{"TestRelayHoldsATypeUntilEveryReaderHasItsQueue", testRelayHoldsATypeUntilEveryReaderHasItsQueue},
+	{"TestAReaderThatBindsLateGetsEveryMessage", testAReaderThatBindsLateGetsEveryMessage},
 }
 
 // Run runs the suite against the relays of mode, each test in a subtest
