@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,25 +36,25 @@ type PoolConfig struct {
 	ConnectTimeout time.Duration
 	// Tracer, when set, instruments every query.
 	Tracer pgx.QueryTracer
-	// StatementTimeout and LockTimeout bound every statement of the
-	// transactions Run runs on the pool, and their waits for locks (0: no
-	// limit). A statement cut short fails with SQLSTATE 57014 or 55P03,
-	// both transient.
+	// StatementTimeout and LockTimeout bound every statement, and its waits
+	// for locks (0: no limit); behind a pooler, those of the transactions
+	// Run runs and of RunStatement. A statement cut short fails with
+	// SQLSTATE 57014 or 55P03, both transient.
 	StatementTimeout, LockTimeout time.Duration
-	// AsyncCommit turns synchronous_commit off for the transactions Run
-	// runs on the pool: a commit returns before its WAL is flushed, and a
-	// database crash may forget the last few hundred milliseconds of
-	// commits. Only for work that is safe to lose and redo: the relay's
+	// AsyncCommit turns synchronous_commit off for the pool's commits
+	// (behind a pooler, those of Run and RunStatement): a commit returns
+	// before its WAL is flushed, and a database crash may forget the last
+	// few hundred milliseconds of commits. Only for work that is safe to lose and redo: the relay's
 	// claims and marks (a lost one means a message is published again,
 	// which consumers absorb), never for business writes.
 	AsyncCommit bool
 }
 
-// settings is what a transaction of the pool sets for itself (SET LOCAL),
-// "" for none. They are not startup parameters of the pool's sessions: a
-// pooler in transaction mode (PgBouncer) refuses those it does not know,
-// and hands each transaction whichever server session is free, so only a
-// setting a transaction makes itself holds for it.
+// settings is what a transaction of the pool sets for itself (SET LOCAL)
+// behind a pooler, "" for none. They cannot be startup parameters there:
+// a pooler in transaction mode (PgBouncer) refuses those it does not
+// know, and hands each transaction whichever server session is free, so
+// only a setting a transaction makes itself holds for it.
 func (cfg PoolConfig) settings() string {
 	var set []string
 	if cfg.StatementTimeout > 0 {
@@ -67,6 +69,22 @@ func (cfg PoolConfig) settings() string {
 	return strings.Join(set, "; ")
 }
 
+// startupParams are the pool's settings as its sessions' own, for a pool
+// straight to the server.
+func (cfg PoolConfig) startupParams() map[string]string {
+	params := map[string]string{}
+	if cfg.StatementTimeout > 0 {
+		params["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	}
+	if cfg.LockTimeout > 0 {
+		params["lock_timeout"] = strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10)
+	}
+	if cfg.AsyncCommit {
+		params["synchronous_commit"] = "off"
+	}
+	return params
+}
+
 // settingsKey is where a connection of a pool NewPool made keeps the
 // pool's settings (pgconn's CustomData), for Run's BEGIN.
 const settingsKey = "database.settings"
@@ -76,22 +94,42 @@ const settingsKey = "database.settings"
 // once. It gives up after cfg.ConnectTimeout, and at once when the server
 // refuses the login or has no such database: waiting cannot mend those.
 //
-// Its connections work through a pooler in transaction mode (PgBouncer):
-// they send no startup parameter but the application name (see settings),
-// and unless the URL says otherwise (default_query_exec_mode) they run
-// statements in pgx's cache_describe mode, one round trip on the unnamed
-// statement, rather than in its default mode, whose named prepared
-// statements stay on the server session that prepared them while a pooler
-// hands the next transaction another. Behind no pooler,
-// default_query_exec_mode=cache_statement in the URL brings that mode back
-// (BenchmarkQueryExecMode measures the two).
+// It adapts to what it finds between it and the server. Behind a pooler
+// in transaction mode (PgBouncer; ThroughPooler), its connections send no
+// startup parameter but the application name, each transaction sets the
+// pool's settings itself (settings), and unless the URL says otherwise
+// (default_query_exec_mode) statements run in pgx's cache_describe mode,
+// one round trip on the unnamed statement: pgx's default mode keeps named
+// prepared statements on the server session that prepared them, while a
+// pooler hands the next transaction another. Straight to the server, the
+// settings are the sessions' own (startup parameters) and statements use
+// pgx's statement cache, the fastest (BenchmarkQueryExecMode measures the
+// two): what cannot work behind a pooler is used only where there is none.
 func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pool, err := newPool(ctx, cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	pooled, err := ThroughPooler(ctx, conn.Conn())
+	conn.Release()
+	if err != nil || pooled { // on an error, what works everywhere
+		return pool, nil
+	}
+	pool.Close()
+	return newPool(ctx, cfg, false)
+}
+
+// newPool opens a pool of cfg, its settings made per transaction
+// (pooled) or by its sessions, and waits for the database.
+func newPool(ctx context.Context, cfg PoolConfig, pooled bool) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
-	}
-	if !strings.Contains(cfg.URL, "default_query_exec_mode") {
-		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = cfg.MaxConns
@@ -102,10 +140,20 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	if cfg.Tracer != nil {
 		pcfg.ConnConfig.Tracer = cfg.Tracer
 	}
-	if set := cfg.settings(); set != "" {
+	switch set := cfg.settings(); {
+	case !pooled:
+		maps.Copy(pcfg.ConnConfig.RuntimeParams, cfg.startupParams())
+	case set != "":
+		if !strings.Contains(cfg.URL, "default_query_exec_mode") {
+			pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		}
 		pcfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 			conn.PgConn().CustomData()[settingsKey] = set
 			return nil
+		}
+	default:
+		if !strings.Contains(cfg.URL, "default_query_exec_mode") {
+			pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -117,6 +165,23 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	return pool, nil
+}
+
+// RunStatement runs fn, the work of one statement, with the pool's
+// settings in force: on a connection of the pool when its session carries
+// them (no pooler between), one round trip; else in a transaction that
+// sets them (Run, with no policy but ctx).
+func RunStatement(ctx context.Context, pool *pgxpool.Pool, fn func(ctx context.Context, db DBTX) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return Fault(err)
+	}
+	if set, _ := conn.Conn().PgConn().CustomData()[settingsKey].(string); set == "" {
+		defer conn.Release()
+		return Fault(fn(ctx, conn.Conn()))
+	}
+	conn.Release()
+	return Run(ctx, pool, Policy{}, func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, tx) })
 }
 
 func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) error {

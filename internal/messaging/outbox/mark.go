@@ -18,9 +18,8 @@ import (
 
 // mark records the outcomes of a claimed batch (Record) and writes them
 // with markRows: one statement and one commit per batch, whatever the mix,
-// in a transaction of its own so that the pool's settings hold for it
-// behind a pooler too (database.PoolConfig).
-// The statement is fenced by the claims' tokens and takes effect whole or
+// with the pool's settings in force behind a pooler too
+// (database.RunStatement). The statement is fenced by the claims' tokens and takes effect whole or
 // not at all, so its retries never repeat a change that took effect. If
 // the database stays away, the rows stay PUBLISHING and come back when
 // their lease ends: published again (a duplicate the inbox absorbs), never
@@ -28,8 +27,8 @@ import (
 func (r *Relay) mark(ctx context.Context, outcomes []Outcome) error {
 	marked, err := r.Record(ctx, outcomes, func(ctx context.Context, m Marks) (Marked, error) {
 		var marked Marked
-		err := database.Run(ctx, r.pool, database.Policy{}, func(ctx context.Context, tx pgx.Tx) (err error) {
-			marked, err = markRows(ctx, tx, m, r.cfg.MaxAttempts)
+		err := database.RunStatement(ctx, r.pool, func(ctx context.Context, db database.DBTX) (err error) {
+			marked, err = markRows(ctx, db, m, r.cfg.MaxAttempts)
 			return err
 		})
 		return marked, err

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.32.0"
@@ -152,8 +151,8 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			// to its end (DBTimeout at most), and what it claimed goes on to
 			// the publish step, which hands it back unpublished.
 			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
-			err = database.Run(claimCtx, r.pool, database.Policy{}, func(ctx context.Context, tx pgx.Tx) (err error) {
-				rows, err = claimRows(ctx, tx, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, scope)
+			err = database.RunStatement(claimCtx, r.pool, func(ctx context.Context, db database.DBTX) (err error) {
+				rows, err = claimRows(ctx, db, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, scope)
 				return err
 			})
 			cancel()

@@ -753,8 +753,8 @@ func (w *Relay) writeBack(ctx context.Context, batch []outcome) error {
 	}
 	_, err := w.sweep.Record(ctx, outcomes, func(ctx context.Context, m outbox.Marks) (outbox.Marked, error) {
 		var marked outbox.Marked
-		err := database.Run(ctx, w.pool, database.Policy{}, func(ctx context.Context, tx pgx.Tx) (err error) {
-			marked, err = markStreamed(ctx, tx, m, w.cfg.MaxAttempts)
+		err := database.RunStatement(ctx, w.pool, func(ctx context.Context, db database.DBTX) (err error) {
+			marked, err = markStreamed(ctx, db, m, w.cfg.MaxAttempts)
 			return err
 		})
 		return marked, err
