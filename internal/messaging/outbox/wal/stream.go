@@ -706,7 +706,7 @@ func (s *session) awaitConfirms(ctx context.Context, chunk []item) []outcome {
 			}
 		}
 		if it.settle != nil {
-			it.settle.resolve(out[i].Outcome.Confirmed())
+			it.settle.resolve(out[i].Confirmed())
 		}
 	}
 	return out
