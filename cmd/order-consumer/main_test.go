@@ -30,7 +30,10 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
 	dbURL, amqpURL, admin := testenv.ServerURL(t, name), testenv.NewVhost(t), testenv.FreeAddr(t)
-	environ := map[string]string{"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ADMIN_ADDR": admin, "CONSUMERS": "fulfillment"}
+	// Without partitions: the work queue, where a message with no partition
+	// header lands and replay puts it back.
+	environ := map[string]string{"DATABASE_URL": dbURL, "AMQP_URL": amqpURL, "ADMIN_ADDR": admin, "CONSUMERS": "fulfillment",
+		"MESSAGE_PARTITIONS": "0"}
 
 	ctx, cancel := context.WithCancel(t.Context())
 	var (
@@ -177,7 +180,9 @@ func TestDeclareCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range consumer.All(consumer.Deps{}) {
-		queueExists(t, amqpURL, inbox.QueueName(c.Name()))
+		for _, q := range (inbox.Topology{Consumer: c.Name(), Partitions: 8}).WorkQueues() { // MESSAGE_PARTITIONS' default
+			queueExists(t, amqpURL, q)
+		}
 		queueExists(t, amqpURL, inbox.ParkingLotName(inbox.QueueName(c.Name())))
 	}
 }

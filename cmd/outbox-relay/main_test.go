@@ -77,7 +77,8 @@ func TestRelayProcess(t *testing.T) {
 		reason = string(body)
 		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(reason, "orders.warehouse")
 	})
-	if err := inbox.Declare(t.Context(), amqpURL, consumer.Inbox(inbox.Config{}), consumer.All(consumer.Deps{})...); err != nil {
+	// The consumers' queues at MESSAGE_PARTITIONS' default, the relay's.
+	if err := inbox.Declare(t.Context(), amqpURL, consumer.Inbox(inbox.Config{Partitions: 8}), consumer.All(consumer.Deps{})...); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitOK(t, 20*time.Second, "http://"+admin+"/readyz")
@@ -203,7 +204,7 @@ func TestRelayProcessInWALMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	amqpURL, admin := testenv.NewVhost(t), testenv.FreeAddr(t)
-	if err := inbox.Declare(t.Context(), amqpURL, consumer.Inbox(inbox.Config{}), consumer.All(consumer.Deps{})...); err != nil {
+	if err := inbox.Declare(t.Context(), amqpURL, consumer.Inbox(inbox.Config{Partitions: 8}), consumer.All(consumer.Deps{})...); err != nil {
 		t.Fatal(err)
 	}
 	ch := testenv.NewChannel(t, amqpURL)

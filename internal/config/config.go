@@ -226,11 +226,15 @@ func Named(variable string, err error) error {
 // Partitions is the partition count the relays and the consumers share
 // (MESSAGE_PARTITIONS): set it to the same number for both.
 type Partitions struct {
-	// MessagePartitions is 0 (the messages of one order may be handled out of order by
-	// two consumer replicas, and relays compete for rows) or the number of
-	// partitions: relays share them, and each consumer has a queue per
-	// partition with a single active consumer, in order per order.
-	MessagePartitions int `env:"MESSAGE_PARTITIONS" envDefault:"0"`
+	// MessagePartitions is the number of partitions: relays share them,
+	// and each consumer has a queue per partition with a single active
+	// consumer, so one order's messages are handled in order. 0 turns them
+	// off (one work queue: two consumer replicas may handle an order's
+	// messages out of order, and relays compete for rows). Default 8: up
+	// to 8 relays and 8 consumer replicas share the work, at 8 quorum
+	// queues per consumer; changing it later is a migration
+	// (docs/scaling.md#changing-the-partitions).
+	MessagePartitions int `env:"MESSAGE_PARTITIONS" envDefault:"8"`
 }
 
 // Validate checks the partition count.

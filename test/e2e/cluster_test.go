@@ -42,7 +42,8 @@ func TestANodeDiesUnderLoad(t *testing.T) {
 	t.Parallel()
 	c := testenv.NewRabbitCluster(t)
 	s := newSystemOn(t, c.NewVhost)
-	s.startConsumer("consumer-1") // first: it declares the queues the relays publish to
+	s.env = append(s.env, "MESSAGE_PARTITIONS=0") // one work queue per consumer, whose leader is killed first
+	s.startConsumer("consumer-1")                 // first: it declares the queues the relays publish to
 	relays := []string{s.startRelay("relay-1"), s.startRelay("relay-2")}
 	s.startAPI()
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/yourorg/orders/api/apicheck"
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -236,9 +238,18 @@ func (s *system) waitStatus(id, status string) {
 	})
 }
 
-// publishRaw publishes msg to the events exchange, routed by its type.
+// publishRaw publishes msg to the events exchange, routed by its type (and
+// by its partition header, partition 0 when it has none: the partition
+// exchanges route by it, a work queue's binding ignores it).
 func (s *system) publishRaw(msg amqp.Publishing) {
 	s.t.Helper()
+	if _, ok := msg.Headers[outbox.HeaderPartition]; !ok {
+		msg.Headers = maps.Clone(msg.Headers)
+		if msg.Headers == nil {
+			msg.Headers = amqp.Table{}
+		}
+		msg.Headers[outbox.HeaderPartition] = int32(0)
+	}
 	conn, err := amqp.Dial(s.amqpURL)
 	if err != nil {
 		s.t.Fatal(err)

@@ -59,7 +59,7 @@ func TestOneTraceIDAcrossTheProcesses(t *testing.T) {
 			t.Errorf("%s printed no span of trace %s", p, traceID)
 		}
 	}
-	if !strings.Contains(s.output("relay"), `"Name":"publish orders.events"`) || !strings.Contains(s.output("consumer"), `"Name":"process orders.fulfillment"`) {
+	if !strings.Contains(s.output("relay"), `"Name":"publish orders.events"`) || !strings.Contains(s.output("consumer"), `"Name":"process orders.fulfillment`) {
 		t.Error("the publish and process spans are missing from the console output")
 	}
 	t.Logf("trace %s: %d spans in order-api's output, %d in the relay's, %d in the consumer's", traceID,
