@@ -228,7 +228,28 @@ func (s *system) outboxRow(ctx context.Context, orderID, messageType string) (ou
 	if i < 0 {
 		return outbox.Row{}, failf("order %s has no %s message", orderID, messageType)
 	}
-	return outboxadmin.Get(ctx, s.db, messages[i].ID)
+	row, err := outboxadmin.Get(ctx, s.db, messages[i].ID)
+	if err != nil {
+		return outbox.Row{}, err
+	}
+	if n := s.partitions(); n > 0 { // the relays put the partition on it
+		row.Partition = outbox.PartitionOf(row.AggregateID, n)
+	}
+	return row, nil
+}
+
+// partitions is the system's MESSAGE_PARTITIONS as its queues say: the
+// number of fulfillment's partition queues, orders.fulfillment.p0 on (0:
+// none).
+func (s *system) partitions() int {
+	n := 0
+	for ; n < outbox.MaxPartitions; n++ {
+		q := (inbox.Topology{Consumer: "fulfillment", Partitions: n + 1}).WorkQueues()[n]
+		if _, err := s.queueDepth(q); err != nil {
+			break
+		}
+	}
+	return n
 }
 
 // publish sends msg to the exchange, mandatory and under a publisher

@@ -92,6 +92,17 @@ func TestOrdersKeepTheirOrderAcrossReplicas(t *testing.T) {
 		return pending == 0
 	})
 
+	checkEachOrderInOrder(t, conn, ids)
+}
+
+// checkEachOrderInOrder checks, from the database, that every consumer
+// applied each order's messages of the types it reads once each, in the
+// order they were written; that each order's history is one chain of
+// transitions; and that nothing is parked.
+func checkEachOrderInOrder(t *testing.T, conn *pgx.Conn, ids []string) {
+	t.Helper()
+	ctx := context.Background()
+	n := len(ids)
 	readers := consumer.Readers(0) // message type -> its readers' queues
 	for _, c := range consumer.All(consumer.Deps{}) {
 		reads := map[string]bool{}
