@@ -106,6 +106,19 @@ func TestComposeHostPortsAreSettable(t *testing.T) {
 	}
 }
 
+// The stack runs as production does: two relays and two consumer
+// processes, which keep one order's messages in order across them (the
+// demo runs one consumer, for its crash).
+func TestComposeRunsTwoRelaysAndTwoConsumers(t *testing.T) {
+	t.Parallel()
+	p := testenv.Compose(t, "docker-compose.yml")
+	for _, binary := range []string{"outbox-relay", "order-consumer"} {
+		if got := instances(servers(p, binary)); got != 2 {
+			t.Errorf("docker-compose.yml runs %d %s, want 2", got, binary)
+		}
+	}
+}
+
 func TestComposePostgresHealthcheckUsesTCP(t *testing.T) {
 	t.Parallel()
 	checkStacks(t, postgresHealthcheckProblems)
@@ -897,6 +910,7 @@ var stackServices = map[string]string{
 	"consumer": `
     image: orders:dev
     entrypoint: [/usr/local/bin/order-consumer]
+    deploy: {replicas: 2}
     depends_on:
       schema: {condition: service_completed_successfully}
       broker: {condition: service_healthy}`,

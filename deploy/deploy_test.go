@@ -551,7 +551,7 @@ func TestPrometheusScrapesEveryProcess(t *testing.T) {
 		{"order-api", []string{`["']?order-api:8080["']?`}},
 		// Every replica of the relay's compose service, through Docker's DNS.
 		{"outbox-relay", []string{`dns_sd_configs:`, `names:\s*\[\s*["']?outbox-relay["']?\s*\]|-\s*["']?outbox-relay["']?\s*$`, `type:\s*["']?A["']?\s*$`, `port:\s*9101\s*$`}},
-		{"order-consumer", []string{`["']?order-consumer:9102["']?`}},
+		{"order-consumer", []string{`dns_sd_configs:`, `names:\s*\[\s*["']?order-consumer["']?\s*\]|-\s*["']?order-consumer["']?\s*$`, `type:\s*["']?A["']?\s*$`, `port:\s*9102\s*$`}},
 		{"prometheus", []string{`:9090`}},
 	} {
 		block, ok := jobs[want.job]
