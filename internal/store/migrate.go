@@ -65,9 +65,17 @@ func EnsureDatabase(ctx context.Context, url string) error {
 	return nil
 }
 
-// connectRetrying connects with cfg, trying again until ctx is done.
+// connectRetrying connects with cfg, trying again until ctx is done. Its
+// error names the wait it was given (ctx's deadline), not the time the last
+// attempt happened to end at, so a 1s DB_CONNECT_TIMEOUT reads as 1s.
 func connectRetrying(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	start := time.Now()
+	waited := func() time.Duration {
+		if deadline, ok := ctx.Deadline(); ok {
+			return deadline.Sub(start).Round(100 * time.Millisecond)
+		}
+		return time.Since(start).Round(100 * time.Millisecond)
+	}
 	delay := 100 * time.Millisecond
 	for {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -77,7 +85,7 @@ func connectRetrying(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("PostgreSQL at %s not reachable: gave up after %s: %w",
-				net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), time.Since(start).Round(100*time.Millisecond), err)
+				net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), waited(), err)
 		case <-time.After(delay):
 			delay = min(2*delay, 2*time.Second)
 		}
