@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 )
 
 // Config configures an outbox relay. Zero fields take the defaults
@@ -83,18 +85,7 @@ type Config struct {
 	// outbox. Default 0.
 	Partitions int
 	// Faults, when set, injects failures (tests, drills). Nil in production.
-	Faults Faults
-}
-
-// Faults are the points where tests and drills inject failures into a
-// running relay. Production leaves Config.Faults nil; each is called from
-// one line.
-type Faults interface {
-	// BeforeMark runs after the broker confirmed the published rows of a
-	// batch and before they are marked PUBLISHED. An error stops the relay
-	// right there, as a crash would: the rows stay PUBLISHING until their
-	// lease ends, and are published again.
-	BeforeMark(published []Claim) error
+	Faults pipeline.Faults
 }
 
 func (c *Config) setDefaults() {

@@ -26,9 +26,9 @@
 // order, and the loop that runs each. It claims due PENDING rows with FOR
 // UPDATE SKIP LOCKED and a lease (rows.go, queries/outbox.sql), publishes
 // them on one confirm channel with mandatory set and the confirms
-// pipelined (publish.go builds each message's envelope), awaits the
-// confirms (publisher.go) and marks each row by what the broker said
-// (mark.go): PUBLISHED when confirmed; back to PENDING with a backoff on
+// pipelined, awaits the confirms and says what became of each row (the
+// Publisher of package internal/pipeline, which the log-tailing relay
+// shares), and marks each row by it (mark.go): PUBLISHED when confirmed; back to PENDING with a backoff on
 // a return, a nack or no confirm in time; FAILED after the last attempt. Every mark names the
 // attempt that claimed the row, so a relay whose lease ran out cannot
 // overwrite a newer claim, and a vanished relay's rows come back when its
@@ -41,13 +41,13 @@
 //
 // The log-tailing relay (package wal, RELAY_MODE=wal) publishes the same
 // rows from PostgreSQL's write-ahead log instead of claiming them. Only
-// the source of rows is its own: it publishes on a Publisher
-// (Relay.Connect), writes the outcomes down with Relay.Record, and runs a
-// polling relay beside it as its sweep (Relay.ClaimOnlyBefore). A team
+// the source of rows is its own: it publishes and records through the
+// polling relay's pipeline (Relay.Pipeline), and runs a polling relay
+// beside it as its sweep (Relay.ClaimOnlyBefore). A team
 // that only polls deletes that folder and its wiring in cmd/outbox-relay.
 //
 // Tests and drills inject failures through Config.Faults, called from one
-// line of Relay.Record, before the marks; production leaves it nil. The
+// line of the pipeline's Record, before the marks; production leaves it nil. The
 // relays' shared test suite and the fixtures of other packages' tests are
 // package outboxtest; the statements' test seams (ClaimRows, Mark, ...)
 // are in export_test.go.

@@ -7,6 +7,16 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
+)
+
+// The pipeline's types, under the names the tests use.
+type (
+	Claim          = pipeline.Claim
+	PublishFailure = pipeline.PublishFailure
+	Marks          = pipeline.Marks
+	Marked         = pipeline.Marked
+	Outcome        = pipeline.Outcome
 )
 
 // The statements' test seams: the relay's claim and marks, called one by

@@ -9,18 +9,11 @@ import (
 	"github.com/yourorg/orders/internal/messaging"
 )
 
-// relayMetrics are the relay's instruments (docs/observability.md lists
-// them with the alerts to set).
+// relayMetrics are the relay's instruments beside the pipeline's
+// (docs/observability.md lists them with the alerts to set).
 type relayMetrics struct {
-	published          metric.Int64Counter
-	attempts           metric.Int64Counter
-	unroutable         metric.Int64Counter
-	failed             metric.Int64Counter
-	recovered          metric.Int64Counter
-	confirmLatency     metric.Float64Histogram
-	publishDelay       metric.Float64Histogram
-	attemptsPerMessage metric.Int64Histogram
-	batchSize          metric.Int64Histogram
+	recovered metric.Int64Counter
+	batchSize metric.Int64Histogram
 }
 
 func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
@@ -30,38 +23,11 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	)
 	mc := &messaging.Counters{Meter: meter}
 	counter := mc.Counter
-	m.published = counter("outbox.published", "Outbox rows published and confirmed by the broker, by message type.")
-	m.attempts = counter("outbox.publish.attempts", "Publish attempts by outcome: confirmed, nacked, unroutable, timeout, connection_lost, not_published, shutdown.")
-	m.unroutable = counter("outbox.unroutable", "Messages the broker returned as unroutable (mandatory, no queue bound), by message type.")
-	m.failed = counter("outbox.failed", "Outbox rows that became FAILED: publish attempts exhausted.")
 	m.recovered = counter("outbox.lease.recovered", "PUBLISHING rows taken back after their relay's lease expired.")
 	if mc.Err != nil {
 		return nil, mc.Err
 	}
-	// Counters start at zero for every label value known in advance, so
-	// that rate() and alerts see a series before the first event.
-	ctx := context.Background()
-	for _, typ := range r.cfg.MessageTypes {
-		attrs := metric.WithAttributes(messaging.AttrMessageType.String(typ))
-		m.published.Add(ctx, 0, attrs)
-		m.unroutable.Add(ctx, 0, attrs)
-	}
-	m.failed.Add(ctx, 0)
-	m.recovered.Add(ctx, 0)
-	if m.confirmLatency, err = meter.Float64Histogram("outbox.confirm.latency", metric.WithUnit("s"), messaging.SecondsBuckets,
-		metric.WithDescription("From publish to the broker's confirm.")); err != nil {
-		return nil, err
-	}
-	if m.publishDelay, err = meter.Float64Histogram("outbox.publish.delay", metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
-		metric.WithDescription("From the outbox row's commit (created_at) to the broker's confirm.")); err != nil {
-		return nil, err
-	}
-	if m.attemptsPerMessage, err = meter.Int64Histogram("outbox.publish.attempt_number",
-		metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20),
-		metric.WithDescription("The attempt on which each confirmed row was published (1 = first try).")); err != nil {
-		return nil, err
-	}
+	m.recovered.Add(context.Background(), 0)
 	if m.batchSize, err = meter.Int64Histogram("outbox.claim.batch_size", metric.WithUnit("{message}"),
 		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000),
 		metric.WithDescription("Rows per claim.")); err != nil {
@@ -106,7 +72,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		return nil, err
 	}
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		o.ObserveInt64(inFlight, r.inFlight.Load())
+		o.ObserveInt64(inFlight, r.pipe.InFlight())
 		o.ObserveInt64(connected, boolInt(r.connected.Load()))
 		if check := r.readers.Load(); check != nil {
 			for typ := range r.cfg.Readers {

@@ -27,7 +27,7 @@ func TestNackWaitStaysShort(t *testing.T) {
 	var longest time.Duration
 	for range 50 { // 50 nacked batches in a row
 		nacked := []outbox.Outcome{{Row: outbox.Row{Type: "t"}, Result: "nacked", Reason: "nacked by RabbitMQ"}}
-		_, err := r.Record(context.Background(), nacked, func(_ context.Context, m outbox.Marks) (outbox.Marked, error) {
+		_, err := r.Pipeline().Record(context.Background(), nacked, func(_ context.Context, m outbox.Marks) (outbox.Marked, error) {
 			for _, f := range m.Released {
 				longest = max(longest, f.RetryIn)
 			}
@@ -68,17 +68,17 @@ func TestNackedRowsAreDueWhenTheBrokerConfirmsAgain(t *testing.T) {
 		return n
 	}
 	for _, result := range []string{"nacked", "connection_lost"} { // still in trouble
-		if _, err := r.Record(b.Ctx, []outbox.Outcome{{Row: outbox.Row{Type: "t"}, Result: result}}, none); err != nil {
+		if _, err := r.Pipeline().Record(b.Ctx, []outbox.Outcome{{Row: outbox.Row{Type: "t"}, Result: result}}, none); err != nil {
 			t.Fatal(err)
 		}
 		if n := due(); n != 0 {
 			t.Fatalf("after a %s batch, %d rows due; want them waiting", result, n)
 		}
 	}
-	if _, err := r.Record(b.Ctx, []outbox.Outcome{{Row: outbox.Row{Type: "t"}, Result: "nacked"}}, none); err != nil {
+	if _, err := r.Pipeline().Record(b.Ctx, []outbox.Outcome{{Row: outbox.Row{Type: "t"}, Result: "nacked"}}, none); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Record(b.Ctx, []outbox.Outcome{{Row: outbox.Row{Type: "t"}, Result: "confirmed"}}, none); err != nil {
+	if _, err := r.Pipeline().Record(b.Ctx, []outbox.Outcome{{Row: outbox.Row{Type: "t"}, Result: "confirmed"}}, none); err != nil {
 		t.Fatal(err)
 	}
 	if n := due(); n != 2 {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 )
 
 // MaxPartitions bounds Config.Partitions.
@@ -13,7 +14,7 @@ const MaxPartitions = 1024
 
 // HeaderPartition is the AMQP header that carries a message's partition
 // when the relays share the outbox by partition (Config.Partitions).
-const HeaderPartition = "partition"
+const HeaderPartition = pipeline.HeaderPartition
 
 // leasePartitions renews this relay's partition leases and takes or gives
 // back partitions toward its fair share (the LeasePartitions query), and

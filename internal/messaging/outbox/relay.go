@@ -16,6 +16,7 @@ import (
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 )
 
 // Relay publishes committed outbox rows. Run several at once if you like:
@@ -24,18 +25,13 @@ import (
 type Relay struct {
 	cfg     Config
 	pool    *pgxpool.Pool
-	url     string
 	log     *slog.Logger
 	metrics *relayMetrics
 	tracer  trace.Tracer
+	pipe    *pipeline.Pipeline // publishing and recording (internal/pipeline)
 
 	wake      chan struct{} // a rows-may-be-due signal; holds at most one
 	connected atomic.Bool   // a confirm channel is open
-	inFlight  atomic.Int64  // published, not yet confirmed
-	// refusals counts the batches in a row that the broker nacked some of:
-	// the broker's own trouble, so the wait before the next try grows with
-	// it, not with the rows' attempts.
-	refusals atomic.Int64
 	// readers is the last look at the readers' queues (Config.Readers).
 	readers atomic.Pointer[readerCheck]
 	// partitions are those this relay holds (Config.Partitions); nil: none.
@@ -62,16 +58,28 @@ func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 	r := &Relay{
 		cfg:    cfg,
 		pool:   deps.Pool,
-		url:    deps.AMQPURL,
 		log:    deps.Logger.With(slog.String("relay_id", cfg.ID)),
 		wake:   make(chan struct{}, 1),
 		tracer: messaging.Tracer(deps.TracerProvider, scope),
 	}
 	r.crashed, r.crash = context.WithCancelCause(context.Background())
+	meter := deps.MeterProvider.Meter(scope)
+	pipe, err := pipeline.New(pipeline.Settings{
+		MaxInFlight: cfg.MaxInFlight, ConfirmTimeout: cfg.ConfirmTimeout, PollInterval: cfg.PollInterval,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MaxAttempts: cfg.MaxAttempts, DBTimeout: cfg.DBTimeout,
+		MessageTypes: cfg.MessageTypes, Faults: cfg.Faults,
+	}, pipeline.Deps{
+		AMQPURL: deps.AMQPURL, Pool: deps.Pool, Logger: r.log, Tracer: r.tracer, Meter: meter,
+		Wake: r.signal, Crash: r.crash,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.pipe = pipe
 	if len(cfg.Readers) > 0 {
 		r.readers.Store(uncheckedReaders(readerQueues(cfg.Readers, false)))
 	}
-	m, err := newRelayMetrics(deps.MeterProvider.Meter(scope), r)
+	m, err := newRelayMetrics(meter, r)
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +92,10 @@ func (r *Relay) ID() string { return r.cfg.ID }
 
 // Config is the relay's configuration, defaults applied.
 func (r *Relay) Config() Config { return r.cfg }
+
+// Pipeline is the relay's publishing and recording, for a relay of another
+// row source that shares them (the log-tailing relay's stream).
+func (r *Relay) Pipeline() *pipeline.Pipeline { return r.pipe }
 
 // Holds reports whether the relay holds messages of messageType back: a
 // queue of one of its readers is missing (Config.Readers).

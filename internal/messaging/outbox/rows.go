@@ -13,42 +13,14 @@ import (
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 )
 
 // The relay's side of the outbox table: claim rows, then mark each one by
 // what the broker said. See docs/state-machines.md for the row's life cycle.
 
 // Row is a claimed outbox row: a message to publish.
-type Row struct {
-	ID          uuid.UUID // the AMQP message_id, the same on every attempt
-	AggregateID string
-	Type        string
-	Version     int
-	Exchange    string
-	RoutingKey  string
-	Payload     []byte
-	Headers     map[string]string
-	Attempt     int    // 1 on the first claim
-	ClaimToken  string // claimed_by: unique to the claim that took the row
-	CreatedAt   time.Time
-	// Partition is the row's partition when the relay shares the outbox by
-	// partition (Config.Partitions), -1 when not. It travels as the
-	// message's partition header, which routes it to its partition's queue.
-	Partition int
-}
-
-// Claim names one claim of a row: the row, the attempt that claimed it,
-// and the claim's token. Marks match the token, so a relay can only mark
-// rows it still holds: once a lease runs out and another claim takes the
-// row, the first relay's marks (and their retries) change nothing.
-type Claim struct {
-	ID      uuid.UUID
-	Attempt int
-	Token   string
-}
-
-// Claim returns the claim of row r.
-func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt, Token: r.ClaimToken} }
+type Row = pipeline.Row
 
 // claimScope narrows a claim: the message types held back, and the
 // partitions the relay holds (none: the whole outbox).
@@ -133,39 +105,16 @@ func claimSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// PublishFailure is a claimed row the broker did not accept, or whose
-// publish was cut short.
-type PublishFailure struct {
-	Claim
-	Reason  string        // stored in last_error
-	RetryIn time.Duration // the wait before the next attempt
-}
-
-// Marks are the outcomes of the rows of one batch: each row in one list.
-type Marks struct {
-	Published []Claim          // confirmed: PUBLISHED
-	Refused   []PublishFailure // returned as unroutable: the attempt counted, FAILED after the last
-	Released  []PublishFailure // never published, nacked, or cut short: the attempt not counted
-}
-
-// Marked is what Mark changed: how many rows of each list it marked (fewer
-// than given when a lease was lost meanwhile), and the refused rows that
-// became FAILED.
-type Marked struct {
-	Published, Refused, Released int64
-	Failed                       []uuid.UUID
-}
-
 // markRows writes the outcomes of a batch of claimed rows in one
 // statement (one round trip, one commit), each row fenced by its claim's
 // token, so that a retry of a markRows that took effect changes nothing.
 // Released rows are due after each one's RetryIn, with its Reason (if
 // any) in last_error; refused ones likewise, or FAILED once maxAttempts
 // is spent.
-func markRows(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Marked, error) {
+func markRows(ctx context.Context, db database.DBTX, m pipeline.Marks, maxAttempts int) (pipeline.Marked, error) {
 	n := len(m.Published) + len(m.Refused) + len(m.Released)
 	if n == 0 {
-		return Marked{}, nil
+		return pipeline.Marked{}, nil
 	}
 	p := dbsqlc.MarkOutboxParams{MaxAttempts: int32(maxAttempts)}
 	for _, c := range m.Published {
@@ -186,10 +135,10 @@ func markRows(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (
 	}
 	row, err := queries.MarkOutbox(ctx, db, p)
 	if err != nil {
-		return Marked{}, fmt.Errorf("mark %d outbox rows (%d published, %d refused, %d released): %w",
+		return pipeline.Marked{}, fmt.Errorf("mark %d outbox rows (%d published, %d refused, %d released): %w",
 			n, len(m.Published), len(m.Refused), len(m.Released), database.Translate(err))
 	}
-	return Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
+	return pipeline.Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
 
 // recoverExpiredClaims returns rows whose lease has run out to PENDING,

@@ -13,6 +13,7 @@ import (
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 )
 
 // session is one broker connection's worth of publishing: the publisher
@@ -20,14 +21,14 @@ import (
 // awaits confirms and marks (run).
 type session struct {
 	relay *Relay
-	pub   *Publisher
+	pub   *pipeline.Publisher
 }
 
 // batch is one claim: its rows, each sent or not, in order, and the span
 // of the batch (linked to every row's trace).
 type batch struct {
 	rows      []Row
-	sent      []Sent // one per published row, in order
+	sent      []pipeline.Sent // one per published row, in order
 	batchSpan trace.Span
 }
 
@@ -49,7 +50,7 @@ func newSession(r *Relay) *session { return &session{relay: r} }
 // marking what the broker confirms and handing back the rest.
 func (s *session) run(ctx context.Context) error {
 	r := s.relay
-	conn, pub, sessCtx, err := r.Connect(ctx, "outbox-relay "+r.cfg.ID)
+	conn, pub, sessCtx, err := r.pipe.Connect(ctx, "outbox-relay "+r.cfg.ID)
 	if err != nil {
 		return err
 	}
@@ -191,7 +192,7 @@ func (s *session) publishLoop(ctx context.Context, claimed <-chan []Row, publish
 	defer close(published)
 	r := s.relay
 	for rows := range claimed {
-		b := &batch{rows: rows, sent: make([]Sent, 0, len(rows))}
+		b := &batch{rows: rows, sent: make([]pipeline.Sent, 0, len(rows))}
 		parents := make([]context.Context, len(rows))
 		links := make([]trace.Link, len(rows))
 		for i, row := range rows {

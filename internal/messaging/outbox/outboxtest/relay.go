@@ -21,6 +21,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -138,7 +139,7 @@ func (b *Bundle) PollOnly(what string) {
 }
 
 // StartRelay runs a relay until the test ends or Stop is called.
-func (b *Bundle) StartRelay(cfg outbox.Config, amqpURL string, faults outbox.Faults) *RunningRelay {
+func (b *Bundle) StartRelay(cfg outbox.Config, amqpURL string, faults pipeline.Faults) *RunningRelay {
 	b.T.Helper()
 	// Each relay has a pool of its own, as in production, named so that a
 	// test can find (and kill) its sessions.
@@ -314,8 +315,8 @@ func testThreeRelaysShareTheBacklog(t *testing.T, mode Mode) {
 
 	var mu sync.Mutex
 	markedBy := map[uuid.UUID][]string{}
-	hook := func(name string) outbox.Faults {
-		return BeforeMark(func(claims []outbox.Claim) error {
+	hook := func(name string) pipeline.Faults {
+		return BeforeMark(func(claims []pipeline.Claim) error {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, c := range claims {
@@ -369,7 +370,7 @@ func testCrashBetweenConfirmAndMarkRepublishesSameMessageID(t *testing.T, mode M
 
 	cfg := Config()
 	cfg.Lease = 3 * time.Second
-	crashed := b.StartRelay(cfg, b.AMQPURL, BeforeMark(func([]outbox.Claim) error { return errors.New("injected crash") }))
+	crashed := b.StartRelay(cfg, b.AMQPURL, BeforeMark(func([]pipeline.Claim) error { return errors.New("injected crash") }))
 	first := b.Receive("observer", 3, 10*time.Second, 0)
 	select {
 	case <-crashed.Done:
@@ -696,8 +697,8 @@ func testDatabaseConnectionsKilled(t *testing.T, mode Mode) {
 	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(10))
 }
 
-// BeforeMark is an outbox.Faults whose BeforeMark calls the function.
-type BeforeMark func([]outbox.Claim) error
+// BeforeMark is an pipeline.Faults whose BeforeMark calls the function.
+type BeforeMark func([]pipeline.Claim) error
 
 // BeforeMark calls f.
-func (f BeforeMark) BeforeMark(published []outbox.Claim) error { return f(published) }
+func (f BeforeMark) BeforeMark(published []pipeline.Claim) error { return f(published) }

@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -43,7 +43,7 @@ func testReturnsAreNeverLostWhileMarksWait(t *testing.T, mode Mode) {
 	cfg.ConfirmTimeout, cfg.Lease = 30*time.Second, 60*time.Second
 	cfg.BackoffBase, cfg.BackoffMax = time.Hour, time.Hour // one attempt each in this test
 	held := false
-	b.StartRelay(cfg, b.AMQPURL, BeforeMark(func([]outbox.Claim) error {
+	b.StartRelay(cfg, b.AMQPURL, BeforeMark(func([]pipeline.Claim) error {
 		if !held {
 			held = true
 			time.Sleep(12 * time.Second) // marks wait; the broker keeps returning
@@ -176,7 +176,7 @@ func testLiveRelayThatOutlivesItsLease(t *testing.T, mode Mode) {
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
-	slow := b.StartRelay(slowCfg, b.AMQPURL, BeforeMark(func([]outbox.Claim) error {
+	slow := b.StartRelay(slowCfg, b.AMQPURL, BeforeMark(func([]pipeline.Claim) error {
 		<-release // alive, but its marks wait past the lease
 		return nil
 	}))

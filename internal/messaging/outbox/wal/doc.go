@@ -14,8 +14,8 @@
 // 0/0), never from one the relay remembers.
 //
 // Only the rows' source is its own (stream.go: read session's doc first):
-// it publishes and records through the polling relay's stages
-// (outbox.Publisher, outbox.Relay.Record). Beside the stream runs a
+// it publishes and records through the polling relay's pipeline
+// (outbox.Relay.Pipeline: a Publisher, and Record). Beside the stream runs a
 // sweep: the polling relay (outbox.Relay.ClaimOnlyBefore) restricted
 // to rows the stream has handed over (their last publish failed: a return
 // or a nack, retried with the usual attempts, backoff and FAILED) or

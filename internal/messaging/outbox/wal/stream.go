@@ -26,6 +26,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 	"github.com/yourorg/orders/internal/messaging/outbox/wal/dbsqlc"
 )
 
@@ -56,7 +57,7 @@ import (
 type session struct {
 	relay *Relay
 	repl  *pgconn.PgConn
-	pub   *outbox.Publisher
+	pub   *pipeline.Publisher
 	// backlog is the rows written before the slot, when the session made
 	// it: published ahead of the stream (passBacklog).
 	backlog []uuid.UUID
@@ -78,12 +79,12 @@ type session struct {
 // item is one step of the log, in order: a row to publish, or the end of
 // a transaction.
 type item struct {
-	outbox.Sent        // the row, and its publish
-	xid         uint32 // the row's transaction
-	end         *txEnd
-	held        bool // not published: a reader queue of its type is missing
-	behind      bool // not published: an earlier row of its aggregate was not
-	settle      *settle
+	pipeline.Sent        // the row, and its publish
+	xid           uint32 // the row's transaction
+	end           *txEnd
+	held          bool // not published: a reader queue of its type is missing
+	behind        bool // not published: an earlier row of its aggregate was not
+	settle        *settle
 }
 
 // settle says, once done is closed, whether a row was published (confirmed
@@ -117,7 +118,7 @@ type txEnd struct {
 
 // outcome is an item with what became of it.
 type outcome struct {
-	outbox.Outcome
+	pipeline.Outcome
 	end *txEnd
 }
 
@@ -154,7 +155,7 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 		return false, fmt.Errorf("start replication from slot %s: %w", w.wal.Slot, err)
 	}
 
-	conn, pub, sessCtx, err := w.sweep.Connect(ctx, "outbox-relay "+w.cfg.ID+" (wal)")
+	conn, pub, sessCtx, err := w.sweep.Pipeline().Connect(ctx, "outbox-relay "+w.cfg.ID+" (wal)")
 	if err != nil {
 		return false, err
 	}
@@ -348,7 +349,7 @@ func (s *session) receive(ctx context.Context, items chan<- item) error {
 					if err != nil {
 						return fmt.Errorf("decode an outbox row at %s: %w", xld.WALStart, err)
 					}
-					it = &item{Sent: outbox.Sent{Row: row}, xid: xid}
+					it = &item{Sent: pipeline.Sent{Row: row}, xid: xid}
 				case *pglogrepl.CommitMessage:
 					inTx = false
 					s.received.Add(1)
@@ -388,7 +389,7 @@ func (s *session) passBacklog(ctx context.Context, items chan<- item, next *time
 			if json.Unmarshal(r.Headers, &row.Headers) != nil {
 				row.Headers = map[string]string{} // as decodeRow does
 			}
-			if !s.pass(ctx, items, item{Sent: outbox.Sent{Row: row}}, next) {
+			if !s.pass(ctx, items, item{Sent: pipeline.Sent{Row: row}}, next) {
 				return false, nil
 			}
 		}
@@ -683,7 +684,7 @@ func (s *session) forget(chunk []item) {
 // awaitConfirms waits for the confirms of chunk (publisher.await) and
 // says what became of each row; a transaction's end passes through.
 func (s *session) awaitConfirms(ctx context.Context, chunk []item) []outcome {
-	var rows []outbox.Sent
+	var rows []pipeline.Sent
 	for _, it := range chunk {
 		if it.end == nil && !it.held && !it.behind {
 			rows = append(rows, it.Sent)
@@ -696,9 +697,9 @@ func (s *session) awaitConfirms(ctx context.Context, chunk []item) []outcome {
 		case it.end != nil:
 			out[i].end = it.end
 		case it.held:
-			out[i].Outcome = outbox.Held(it.Row)
+			out[i].Outcome = pipeline.Held(it.Row)
 		case it.behind:
-			out[i].Outcome = outbox.HeldBehind(it.Row)
+			out[i].Outcome = pipeline.HeldBehind(it.Row)
 		default:
 			out[i].Outcome, outcomes = outcomes[0], outcomes[1:]
 			if it.Published() {
@@ -740,9 +741,9 @@ func (s *session) writeLoop(ctx context.Context, outcomes <-chan outcome) error 
 }
 
 // writeBack records a batch's outcomes as the polling relay does
-// (outbox.Relay.Record) and writes them in one statement (markStreamed).
+// (the pipeline's Record) and writes them in one statement (markStreamed).
 func (w *Relay) writeBack(ctx context.Context, batch []outcome) error {
-	var outcomes []outbox.Outcome
+	var outcomes []pipeline.Outcome
 	for _, o := range batch {
 		if o.end == nil {
 			outcomes = append(outcomes, o.Outcome)
@@ -751,8 +752,8 @@ func (w *Relay) writeBack(ctx context.Context, batch []outcome) error {
 	if len(outcomes) == 0 {
 		return nil
 	}
-	_, err := w.sweep.Record(ctx, outcomes, func(ctx context.Context, m outbox.Marks) (outbox.Marked, error) {
-		var marked outbox.Marked
+	_, err := w.sweep.Pipeline().Record(ctx, outcomes, func(ctx context.Context, m pipeline.Marks) (pipeline.Marked, error) {
+		var marked pipeline.Marked
 		err := database.RunStatement(ctx, w.pool, func(ctx context.Context, db database.DBTX) (err error) {
 			marked, err = markStreamed(ctx, db, m, w.cfg.MaxAttempts)
 			return err
@@ -768,8 +769,8 @@ func (w *Relay) writeBack(ctx context.Context, batch []outcome) error {
 // unsettled counts and logs the row whose publish the broker did not
 // answer (no confirm in time, the connection lost): the session ends
 // there, and the slot streams the row, and all after it, again.
-func (w *Relay) unsettled(o outbox.Outcome) {
-	w.sweep.Unsettled(o)
+func (w *Relay) unsettled(o pipeline.Outcome) {
+	w.sweep.Pipeline().Unsettled(o)
 	w.log.Warn("publish unconfirmed; streaming it again from the slot", slog.String("message_id", o.Row.ID.String()),
 		slog.String("outcome", o.Result), slog.String("reason", o.Reason))
 }
@@ -818,7 +819,7 @@ func withWaiting[T any](first T, ch <-chan T, n int) []T {
 // statement (MarkStreamed): the stream claims nothing, so they are matched
 // by id alone, and only while still PENDING. Refused rows have the attempt
 // counted; released ones (nacked, or held) do not.
-func markStreamed(ctx context.Context, db database.DBTX, m outbox.Marks, maxAttempts int) (outbox.Marked, error) {
+func markStreamed(ctx context.Context, db database.DBTX, m pipeline.Marks, maxAttempts int) (pipeline.Marked, error) {
 	p := dbsqlc.MarkStreamedParams{PublishedIds: []uuid.UUID{}, MaxAttempts: int32(maxAttempts)}
 	for _, c := range m.Published {
 		p.PublishedIds = append(p.PublishedIds, c.ID)
@@ -835,10 +836,10 @@ func markStreamed(ctx context.Context, db database.DBTX, m outbox.Marks, maxAtte
 	}
 	row, err := queries.MarkStreamed(ctx, db, p)
 	if err != nil {
-		return outbox.Marked{}, fmt.Errorf("write back %d streamed outbox rows: %w",
+		return pipeline.Marked{}, fmt.Errorf("write back %d streamed outbox rows: %w",
 			len(m.Published)+len(m.Refused)+len(m.Released), database.Translate(err))
 	}
-	return outbox.Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
+	return pipeline.Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
 
 var queries = dbsqlc.New()

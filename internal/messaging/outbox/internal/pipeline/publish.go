@@ -1,4 +1,4 @@
-package outbox
+package pipeline
 
 import (
 	"context"
@@ -11,6 +11,10 @@ import (
 
 	"github.com/yourorg/orders/internal/messaging"
 )
+
+// HeaderPartition is the AMQP header that carries a message's partition
+// (outbox.Config.Partitions).
+const HeaderPartition = "partition"
 
 // Publishing builds the AMQP message of an outbox row: its envelope
 // (docs/messaging.md). The message_id is the row's id on every attempt, so

@@ -1,4 +1,4 @@
-package outbox
+package pipeline
 
 import (
 	"context"
@@ -21,10 +21,10 @@ import (
 // source: one channel in confirm mode, the book of its returns, the window
 // of messages published and not yet confirmed, and whether the broker
 // blocks publishers. It publishes rows (Publish), waits for their confirms
-// and says what became of each (Await); Relay.Record writes that down.
-// Relay.Connect makes one.
+// and says what became of each (Await); Pipeline.Record writes that down.
+// Pipeline.Connect makes one.
 type Publisher struct {
-	relay   *Relay
+	pipe    *Pipeline
 	ch      *amqp.Channel
 	returns *returnBook         // the broker's basic.returns, kept until their confirm is read
 	window  *semaphore.Weighted // room for MaxInFlight unconfirmed messages
@@ -47,8 +47,8 @@ func (s Sent) Published() bool { return s.confirm != nil }
 // RabbitMQ's connection list, and returns its Publisher. The context it
 // returns ends when the channel closes or Stop is called; the caller
 // closes conn and calls Stop when its session ends.
-func (r *Relay) Connect(ctx context.Context, name string) (*amqp.Connection, *Publisher, context.Context, error) {
-	conn, ch, err := messaging.Open(ctx, r.url, name)
+func (pl *Pipeline) Connect(ctx context.Context, name string) (*amqp.Connection, *Publisher, context.Context, error) {
+	conn, ch, err := messaging.Open(ctx, pl.deps.AMQPURL, name)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -56,7 +56,7 @@ func (r *Relay) Connect(ctx context.Context, name string) (*amqp.Connection, *Pu
 		_ = conn.CloseDeadline(time.Now().Add(time.Second))
 		return nil, nil, nil, fmt.Errorf("confirm mode: %w", err)
 	}
-	p := &Publisher{relay: r, ch: ch, returns: newReturnBook(ch), window: semaphore.NewWeighted(int64(r.cfg.MaxInFlight))}
+	p := &Publisher{pipe: pl, ch: ch, returns: newReturnBook(ch), window: semaphore.NewWeighted(int64(pl.cfg.MaxInFlight))}
 	sessCtx, stop := context.WithCancelCause(ctx)
 	p.stop = stop
 	go p.watchChannel(ch.NotifyClose(make(chan *amqp.Error, 1)))
@@ -75,7 +75,7 @@ func (p *Publisher) Release(n int64) { p.window.Release(n) }
 func (p *Publisher) Forget(s Sent) {
 	if s.confirm != nil {
 		p.window.Release(1)
-		p.relay.inFlight.Add(-1)
+		p.pipe.inFlight.Add(-1)
 	}
 	if s.span != nil {
 		s.span.SetStatus(codes.Error, "not confirmed: published again")
@@ -93,14 +93,14 @@ func (p *Publisher) watchChannel(closed <-chan *amqp.Error) {
 // watchBlocked pauses publishing while the broker blocks publishers (a
 // memory or disk alarm).
 func (p *Publisher) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
-	r := p.relay
+	log := p.pipe.deps.Logger
 	for b := range blocked {
 		p.blocked.Store(b.Active)
 		if b.Active {
-			r.log.WarnContext(ctx, "RabbitMQ blocked publishing (resource alarm); publishing paused", slog.String("reason", b.Reason))
+			log.WarnContext(ctx, "RabbitMQ blocked publishing (resource alarm); publishing paused", slog.String("reason", b.Reason))
 		} else {
-			r.log.InfoContext(ctx, "RabbitMQ unblocked publishing; publishing again")
-			r.signal()
+			log.InfoContext(ctx, "RabbitMQ unblocked publishing; publishing again")
+			p.pipe.deps.Wake()
 		}
 	}
 }
@@ -111,7 +111,7 @@ func (p *Publisher) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocki
 // confirms that cannot come.
 func (p *Publisher) WaitToPublish(ctx context.Context, n int64) bool {
 	for p.blocked.Load() {
-		if !background.Sleep(ctx, min(p.relay.cfg.PollInterval, 200*time.Millisecond)) {
+		if !background.Sleep(ctx, min(p.pipe.cfg.PollInterval, 200*time.Millisecond)) {
 			return false
 		}
 	}
@@ -122,16 +122,15 @@ func (p *Publisher) WaitToPublish(ctx context.Context, n int64) bool {
 // that is a child of parent (the context that wrote the row). On failure
 // the channel cannot be trusted: the caller ends the session.
 func (p *Publisher) Publish(ctx, parent context.Context, row Row) (Sent, error) {
-	r := p.relay
 	msg := Publishing(row)
-	s := Sent{Row: row, span: publishSpan(r.tracer, parent, &msg, row.Exchange, row.RoutingKey), publishedAt: time.Now()}
+	s := Sent{Row: row, span: publishSpan(p.pipe.deps.Tracer, parent, &msg, row.Exchange, row.RoutingKey), publishedAt: time.Now()}
 	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, row.Exchange, row.RoutingKey, true, false, msg)
 	if err != nil {
 		s.span.End()
 		return Sent{Row: row}, fmt.Errorf("publish: %w", err)
 	}
 	s.confirm = dc
-	r.inFlight.Add(1)
+	p.pipe.inFlight.Add(1)
 	return s, nil
 }
 
@@ -144,7 +143,7 @@ func (p *Publisher) Await(ctx context.Context, batch []Sent) []Outcome {
 		if s.confirm == nil || timedOut || stopping {
 			continue
 		}
-		deadline := time.NewTimer(time.Until(s.publishedAt.Add(p.relay.cfg.ConfirmTimeout)))
+		deadline := time.NewTimer(time.Until(s.publishedAt.Add(p.pipe.cfg.ConfirmTimeout)))
 		select {
 		case <-s.confirm.Done():
 		case <-deadline.C:
@@ -160,11 +159,11 @@ func (p *Publisher) Await(ctx context.Context, batch []Sent) []Outcome {
 	for i, s := range batch {
 		outcomes[i] = p.classify(s, stopping)
 		if s.confirm != nil {
-			p.relay.inFlight.Add(-1)
+			p.pipe.inFlight.Add(-1)
 		}
 		if s.span != nil {
 			s.span.SetAttributes(messaging.AttrOutcome.String(outcomes[i].Result))
-			if outcomes[i].Result != outcomeConfirmed {
+			if outcomes[i].Result != ResultConfirmed {
 				s.span.SetStatus(codes.Error, outcomes[i].Reason)
 			}
 			s.span.End()
@@ -180,30 +179,30 @@ const reasonNacked = "nacked by RabbitMQ"
 // awaited in vain: the broker confirmed, returned or nacked it, or the
 // publish was cut short.
 func (p *Publisher) classify(s Sent, stopping bool) Outcome {
-	r, row := p.relay, s.Row
+	row := s.Row
 	o := Outcome{Row: row}
 	if s.confirm == nil {
-		o.Result, o.Reason = outcomeNotPublished, "not published: the session ended first"
+		o.Result, o.Reason = ResultNotPublished, "not published: the session ended first"
 		return o
 	}
 	ret, wasReturned := p.returns.take(row.ID.String())
 	switch {
 	case !isDone(s.confirm) && stopping:
-		o.Result, o.Reason = outcomeShutdown, "no confirm before shutdown"
+		o.Result, o.Reason = ResultShutdown, "no confirm before shutdown"
 	case !isDone(s.confirm):
-		o.Result = outcomeTimeout
-		o.Reason = fmt.Sprintf("no publisher confirm within %s (RELAY_CONFIRM_TIMEOUT; the broker may have the message: a duplicate is possible)", r.cfg.ConfirmTimeout)
+		o.Result = ResultTimeout
+		o.Reason = fmt.Sprintf("no publisher confirm within %s (RELAY_CONFIRM_TIMEOUT; the broker may have the message: a duplicate is possible)", p.pipe.cfg.ConfirmTimeout)
 	case wasReturned:
-		o.Result = outcomeUnroutable
+		o.Result = ResultUnroutable
 		o.Reason = fmt.Sprintf("unroutable: %d %s (no queue bound to exchange %s for routing key %s)",
 			ret.ReplyCode, ret.ReplyText, row.Exchange, row.RoutingKey)
 	case s.confirm.Acked():
-		o.Result = outcomeConfirmed
-		r.metrics.confirmLatency.Record(context.Background(), time.Since(s.publishedAt).Seconds())
+		o.Result = ResultConfirmed
+		p.pipe.metrics.confirmLatency.Record(context.Background(), time.Since(s.publishedAt).Seconds())
 	case p.ch.IsClosed():
-		o.Result, o.Reason = outcomeConnectionLost, "connection to RabbitMQ lost before the confirm"
+		o.Result, o.Reason = ResultConnectionLost, "connection to RabbitMQ lost before the confirm"
 	default:
-		o.Result, o.Reason = outcomeNacked, reasonNacked
+		o.Result, o.Reason = ResultNacked, reasonNacked
 	}
 	return o
 }
