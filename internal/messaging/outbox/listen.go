@@ -12,9 +12,9 @@ import (
 	"github.com/yourorg/orders/internal/database"
 )
 
-// NotifyChannel is the PostgreSQL channel the outbox trigger notifies when
+// notifyChannel is the PostgreSQL channel the outbox trigger notifies when
 // outbox rows commit (migrations/00001_message_outbox.sql).
-const NotifyChannel = "message_outbox"
+const notifyChannel = "message_outbox"
 
 // listen wakes the claim loop whenever outbox rows commit. A notification
 // is only a hint: it is lost while the connection is down, so after every
@@ -50,7 +50,7 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	r.signal() // notifications sent while we were not listening are gone: sweep
