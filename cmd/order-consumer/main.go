@@ -29,6 +29,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 )
 
 const service = "order-consumer"
@@ -230,7 +231,7 @@ func replay(ctx context.Context, cfg Config, args []string, log *slog.Logger) er
 		}
 		limit = n
 	}
-	moved, err := inbox.Replay(ctx, cfg.AMQPURL, args[0], inbox.ReplayRequest{Limit: limit})
+	moved, err := inboxadmin.Replay(ctx, cfg.AMQPURL, args[0], inboxadmin.ReplayRequest{Limit: limit})
 	log.InfoContext(ctx, "replayed parked messages", slog.String("consumer_name", args[0]),
 		slog.String("from", inbox.ParkingLotName(inbox.QueueName(args[0]))), slog.Int("moved", len(moved)))
 	return err

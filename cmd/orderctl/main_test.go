@@ -26,6 +26,7 @@ import (
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
@@ -106,8 +107,8 @@ func TestParkedMessages(t *testing.T) {
 	}
 	// parked waits until the parking lot holds both messages, replayed
 	// these many times, and returns them by id.
-	parked := func(replays ...int) map[string]inbox.Parked {
-		byID := map[string]inbox.Parked{}
+	parked := func(replays ...int) map[string]inboxadmin.Parked {
+		byID := map[string]inboxadmin.Parked{}
 		testenv.WaitFor(t, 15*time.Second, fmt.Sprintf("both messages parked, replayed %v times", replays), func() bool {
 			var list parkedListReport
 			ctl.json(&list, "parked", "list", fulfillment.Name)

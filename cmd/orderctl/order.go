@@ -49,7 +49,7 @@ type Transition struct {
 // ParkedOf is a parked message of the order, and whose parking lot holds it.
 type ParkedOf struct {
 	Consumer string `json:"consumer"`
-	inbox.Parked
+	inboxadmin.Parked
 }
 
 // OrderEvent is one line of the timeline.
@@ -88,7 +88,7 @@ func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 	// The parking lots, looked at and left as they are. The broker being
 	// away does not hide what the database knows.
 	for _, name := range consumer.Names() {
-		msgs, err := inbox.Browse(ctx, c.cfg.AMQPURL, name, 0)
+		msgs, err := inboxadmin.Browse(ctx, c.cfg.AMQPURL, name, 0)
 		var amqpErr *amqp.Error
 		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
 			continue // the consumer never ran here: no parking lot

@@ -16,18 +16,18 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 )
 
-// The parking lots: look (inbox.Browse leaves every message where it was),
-// replay (inbox.Replay), discard (inbox.Discard).
+// The parking lots: look (inboxadmin.Browse leaves every message where it was),
+// replay (inboxadmin.Replay), discard (inboxadmin.Discard).
 
 type parkedListReport struct {
-	Consumer string         `json:"consumer"`
-	Queue    string         `json:"parking_lot"`
-	Messages []inbox.Parked `json:"messages"`
+	Consumer string              `json:"consumer"`
+	Queue    string              `json:"parking_lot"`
+	Messages []inboxadmin.Parked `json:"messages"`
 }
 
 func parkedList(ctx context.Context, c *ctl) (report, error) {
 	name := c.args.pos[0]
-	msgs, err := inbox.Browse(ctx, c.cfg.AMQPURL, name, c.args.limit)
+	msgs, err := inboxadmin.Browse(ctx, c.cfg.AMQPURL, name, c.args.limit)
 	if err != nil {
 		return nil, err
 	}
@@ -49,20 +49,20 @@ func (r parkedListReport) human(w io.Writer) {
 }
 
 type parkedShowReport struct {
-	Consumer string          `json:"consumer"`
-	Message  inbox.Parked    `json:"message"`
-	Body     json.RawMessage `json:"body,omitempty"` // when it is JSON
-	RawBody  string          `json:"raw_body,omitempty"`
-	Inbox    *InboxRow       `json:"inbox_row,omitempty"`
+	Consumer string            `json:"consumer"`
+	Message  inboxadmin.Parked `json:"message"`
+	Body     json.RawMessage   `json:"body,omitempty"` // when it is JSON
+	RawBody  string            `json:"raw_body,omitempty"`
+	Inbox    *InboxRow         `json:"inbox_row,omitempty"`
 }
 
 func parkedShow(ctx context.Context, c *ctl) (report, error) {
 	name, id := c.args.pos[0], c.args.pos[1]
-	msgs, err := inbox.Browse(ctx, c.cfg.AMQPURL, name, 0)
+	msgs, err := inboxadmin.Browse(ctx, c.cfg.AMQPURL, name, 0)
 	if err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(msgs, func(p inbox.Parked) bool { return p.MessageID == id })
+	i := slices.IndexFunc(msgs, func(p inboxadmin.Parked) bool { return p.MessageID == id })
 	if i < 0 {
 		return nil, fmt.Errorf("%w: no message %s in %s", domain.ErrNotFound, id, inbox.ParkingLotName(inbox.QueueName(name)))
 	}
@@ -120,7 +120,7 @@ type replayReport struct {
 // in the work queue, and its inbox row shows it come back).
 func parkedReplay(ctx context.Context, c *ctl) (report, error) {
 	name := c.args.pos[0]
-	var req inbox.ReplayRequest
+	var req inboxadmin.ReplayRequest
 	switch {
 	case len(c.args.pos) == 2 && !c.args.all:
 		req.MessageID = c.args.pos[1]
@@ -129,7 +129,7 @@ func parkedReplay(ctx context.Context, c *ctl) (report, error) {
 	default:
 		return nil, errors.New("want a consumer and either a message id or --all")
 	}
-	moved, replayErr := inbox.Replay(ctx, c.cfg.AMQPURL, name, req)
+	moved, replayErr := inboxadmin.Replay(ctx, c.cfg.AMQPURL, name, req)
 	r := replayReport{Consumer: name, Moved: moved}
 	if len(moved) > 0 {
 		target := name
@@ -168,10 +168,10 @@ func (r replayReport) human(w io.Writer) {
 }
 
 type discardReport struct {
-	Consumer  string       `json:"consumer"`
-	Message   inbox.Parked `json:"discarded"`
-	Audit     Audit        `json:"audit"`
-	Forgotten bool         `json:"inbox_row_removed"` // its failed inbox row was removed
+	Consumer  string            `json:"consumer"`
+	Message   inboxadmin.Parked `json:"discarded"`
+	Audit     Audit             `json:"audit"`
+	Forgotten bool              `json:"inbox_row_removed"` // its failed inbox row was removed
 }
 
 // parkedDiscard removes one parked message for good. The audit row is
@@ -183,7 +183,7 @@ func parkedDiscard(ctx context.Context, c *ctl) (report, error) {
 	name := c.args.pos[0]
 	r := discardReport{Consumer: name}
 	var err error
-	r.Message, err = inbox.Discard(ctx, c.cfg.AMQPURL, name, c.args.pos[1], func(p inbox.Parked) error {
+	r.Message, err = inboxadmin.Discard(ctx, c.cfg.AMQPURL, name, c.args.pos[1], func(p inboxadmin.Parked) error {
 		r.Audit, err = c.record(ctx, c.pool, "parked.discard", name+" "+p.MessageID, c.args.reason, p)
 		return err
 	})
@@ -210,7 +210,7 @@ func (r discardReport) human(w io.Writer) {
 // orderOf is the order a parked message is about: the aggregate the
 // consumer named when it parked it, or the order_id of its body (a message
 // the broker parked at its delivery limit names none).
-func orderOf(m inbox.Parked) string {
+func orderOf(m inboxadmin.Parked) string {
 	if m.AggregateID != "" {
 		return m.AggregateID
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/yourorg/orders/internal/consumer/fulfillment"
 	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -78,10 +79,10 @@ func TestSchemaViolationsAreParked(t *testing.T) {
 			t.Errorf("%s: inbox row %+v, want PERMANENT_FAILED %s", bad[i].body, row, bad[i].code)
 		}
 	}
-	var parked []inbox.Parked
+	var parked []inboxadmin.Parked
 	testenv.WaitFor(t, 15*time.Second, "the bad messages in the parking lot", func() bool {
 		var err error
-		parked, err = inbox.Browse(h.Ctx, h.AMQPURL, fulfillment.Name, 0)
+		parked, err = inboxadmin.Browse(h.Ctx, h.AMQPURL, fulfillment.Name, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -263,18 +263,18 @@ func TestOperatorUser(t *testing.T) {
 	// orderctl parked list|show|replay|discard.
 	kept, dropped := b.park(), b.park()
 	testenv.WaitFor(t, 10*time.Second, "the two parked messages in the parking lot", func() bool { return b.depth(parkingLot) == 2 })
-	parked, err := inbox.Browse(ctx, url, topology.Consumer, 0)
+	parked, err := inboxadmin.Browse(ctx, url, topology.Consumer, 0)
 	if err != nil || len(parked) != 2 {
 		t.Fatalf("browse as %s: %v, %d messages", operator, err, len(parked))
 	}
 	// Browse and Discard give back what they looked at with a nack, which
 	// the broker applies a moment later; each next step waits for it.
 	testenv.WaitFor(t, 10*time.Second, "the browsed messages back", func() bool { return b.depth(parkingLot) == 2 })
-	if _, err := inbox.Discard(ctx, url, topology.Consumer, dropped, func(inbox.Parked) error { return nil }); err != nil {
+	if _, err := inboxadmin.Discard(ctx, url, topology.Consumer, dropped, func(inboxadmin.Parked) error { return nil }); err != nil {
 		t.Errorf("discard as %s: %v", operator, err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the kept message back", func() bool { return b.depth(parkingLot) == 1 })
-	moved, err := inbox.Replay(ctx, url, topology.Consumer, inbox.ReplayRequest{})
+	moved, err := inboxadmin.Replay(ctx, url, topology.Consumer, inboxadmin.ReplayRequest{})
 	if err != nil || len(moved) != 1 || moved[0] != kept {
 		t.Errorf("replay as %s: moved %v, %v; want [%s]", operator, moved, err, kept)
 	}
@@ -408,7 +408,7 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 	}
 	operator := b.as[rabbitadmin.OperatorUser]
 	testenv.WaitFor(t, 10*time.Second, "the message in the parking lot", func() bool {
-		msgs, err := inbox.Browse(ctx, operator, c.Name(), 0)
+		msgs, err := inboxadmin.Browse(ctx, operator, c.Name(), 0)
 		return err == nil && len(msgs) == 1 && msgs[0].MessageID == parkedID
 	})
 	// Browse returns once the message is back in the parking lot.
@@ -416,7 +416,7 @@ func TestProcessesRunAsTheirUsers(t *testing.T) {
 	if n := b.depth(lot); n != 1 {
 		t.Fatalf("right after browsing, the parking lot holds %d messages, want 1", n)
 	}
-	if moved, err := inbox.Replay(ctx, operator, c.Name(), inbox.ReplayRequest{MessageID: parkedID}); err != nil || len(moved) != 1 {
+	if moved, err := inboxadmin.Replay(ctx, operator, c.Name(), inboxadmin.ReplayRequest{MessageID: parkedID}); err != nil || len(moved) != 1 {
 		t.Fatalf("replay as %s: %v (moved %v)", rabbitadmin.OperatorUser, err, moved)
 	}
 	testenv.WaitFor(t, 15*time.Second, "the replayed message to be processed", func() bool {

@@ -25,7 +25,7 @@ type report struct {
 	wrong                []string       // orders final in another status than their story (out of stock, cancelled) calls for
 
 	lost    map[string]int            // per consumer: published messages of a type it binds, neither received (no inbox row) nor parked
-	parked  map[string]map[string]int // per consumer: parked messages by reason (inbox.ParkedReason)
+	parked  map[string]map[string]int // per consumer: parked messages by reason (inboxadmin.ParkedReason)
 	outbox  map[string]int            // outbox rows by status
 	unready map[string]int            // inbox rows not PROCESSED, by status
 
@@ -244,7 +244,7 @@ func drainParkingLot(ch *amqp.Channel, queue string) (map[string]bool, map[strin
 			return ids, reasons, nil
 		}
 		ids[d.MessageId] = true
-		code, _ := inbox.ParkedReason(d.Headers)
+		code, _ := inboxadmin.ParkedReason(d.Headers)
 		reasons[code]++
 	}
 }

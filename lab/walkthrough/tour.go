@@ -548,7 +548,7 @@ func stepPoison(ctx context.Context, s *system, n *narrator, _ *state) error {
 		}
 	}
 	n.table([]string{"header", "value"}, hdr)
-	if code, _ := inbox.ParkedReason(d.Headers); code != "schema_violation" {
+	if code, _ := inboxadmin.ParkedReason(d.Headers); code != "schema_violation" {
 		return failf("want parked_reason_code schema_violation, got %q", code)
 	}
 	n.ok("parked with its reason; the body is kept as it came, for whoever fixes the producer")

@@ -127,7 +127,7 @@ func TestParkedBeforeTheUpgradeReplaysAfterIt(t *testing.T) {
 		}
 	}
 	testenv.WaitFor(t, 15*time.Second, "both messages in the parking lot", func() bool {
-		p, err := inbox.Browse(h.Ctx, h.AMQPURL, shipping.Name, 0)
+		p, err := inboxadmin.Browse(h.Ctx, h.AMQPURL, shipping.Name, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestParkedBeforeTheUpgradeReplaysAfterIt(t *testing.T) {
 	old.Stop()
 
 	h.Run(consumertest.Config(), h.DBURL, h.Metrics, shipping.New())
-	moved, err := inbox.Replay(h.Ctx, h.AMQPURL, shipping.Name, inbox.ReplayRequest{})
+	moved, err := inboxadmin.Replay(h.Ctx, h.AMQPURL, shipping.Name, inboxadmin.ReplayRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestParkedBeforeTheUpgradeReplaysAfterIt(t *testing.T) {
 	if got := reservationOf(h, v2); got != reservation.String() {
 		t.Errorf("the replayed version 2 message: shipment reservation %q, want %s", got, reservation)
 	}
-	if p, err := inbox.Browse(h.Ctx, h.AMQPURL, shipping.Name, 0); err != nil || len(p) != 0 {
+	if p, err := inboxadmin.Browse(h.Ctx, h.AMQPURL, shipping.Name, 0); err != nil || len(p) != 0 {
 		t.Fatalf("parking lot after the replay: %d messages (%v), want none", len(p), err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
+	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 )
 
 // Consumers runs the consumers of a process, each subscribed to its own
@@ -44,7 +45,7 @@ type subscription struct {
 
 	consuming atomic.Bool
 	held      atomic.Int64                     // deliveries held while the database is unavailable
-	pub       atomic.Pointer[confirmPublisher] // the session's, for tests
+	pub       atomic.Pointer[resend.Publisher] // the session's, for tests
 }
 
 // NewConsumers prepares the given consumers; Run starts them.
@@ -146,7 +147,7 @@ func (s *subscription) session(ctx context.Context) error {
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("set prefetch: %w", err)
 	}
-	pub, err := newConfirmPublisher(conn)
+	pub, err := resend.NewPublisher(conn)
 	if err != nil {
 		return err
 	}

@@ -582,7 +582,7 @@ func TestReplayFromTheParkingLot(t *testing.T) {
 	})
 
 	b.handler.set(func(h *effectHandler) { h.permanent = nil }) // the fix
-	moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{Limit: 10})
+	moved, err := inboxadmin.Replay(b.ctx, b.amqpURL, testConsumer, inboxadmin.ReplayRequest{Limit: 10})
 	if err != nil || len(moved) != 2 {
 		t.Fatalf("replayed %v: %v", moved, err)
 	}
@@ -747,7 +747,7 @@ func TestReplayedMessageLinksItsOriginalTrace(t *testing.T) {
 	b.publish(msg)
 	b.waitInbox(msg.MessageId, inbox.StatusPermanentFailed)
 	b.handler.set(func(h *effectHandler) { h.permanent = nil })
-	if _, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{Limit: 1}); err != nil {
+	if _, err := inboxadmin.Replay(b.ctx, b.amqpURL, testConsumer, inboxadmin.ReplayRequest{Limit: 1}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitInbox(msg.MessageId, inbox.StatusProcessed)

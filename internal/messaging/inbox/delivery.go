@@ -6,11 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 )
 
 // Delivery is a message as a handler sees it: the envelope, validated, and
@@ -75,23 +75,8 @@ func Applied(publish ...messaging.Message) Outcome { return Outcome{Publish: pub
 // Ignore is the outcome of a handler that changed nothing, and why.
 func Ignore(reason string) Outcome { return Outcome{Ignored: reason} }
 
-// AMQP headers the consumers read and write.
-const (
-	// HeaderRetryAttempt counts a message's trips through the retry queues.
-	HeaderRetryAttempt = "retry_attempt"
-
-	headerParkedCode        = "parked_reason_code"
-	headerParkedReason      = "parked_reason"
-	headerParkedConsumer    = "parked_consumer"
-	headerParkedAttempts    = "parked_attempts"
-	headerParkedAt          = "parked_at"
-	headerParkedFromQueue   = "parked_from_queue"
-	headerParkedAggregateID = "parked_aggregate_id"
-	headerOriginalKey       = "original_routing_key"
-	headerReplayedAt        = "replayed_at"
-	headerReplayCount       = "replay_count"
-	headerReplayID          = "replay_id"
-)
+// HeaderRetryAttempt counts a message's trips through the retry queues.
+const HeaderRetryAttempt = "retry_attempt"
 
 // Header is an AMQP header the consumers write on a message they retry,
 // park or replay: its name, its JSON schema type (integer, string or
@@ -103,17 +88,17 @@ type Header struct{ Name, Type, Description string }
 // them from here.
 var Headers = []Header{
 	{HeaderRetryAttempt, "integer", "On a retry: the attempt this delivery is (2 for the first retry)."},
-	{headerParkedCode, "string", "In a parking lot: why, as a short code (schema_violation, malformed_message, unsupported_version, handler_error, ...)."},
-	{headerParkedReason, "string", "In a parking lot: why, in words (the error)."},
-	{headerParkedConsumer, "string", "In a parking lot: the consumer that parked it."},
-	{headerParkedAttempts, "integer", "In a parking lot: the attempts made."},
-	{headerParkedAt, "date-time", "In a parking lot: when it was parked."},
-	{headerParkedFromQueue, "string", "In a parking lot: the work queue it came from."},
-	{headerParkedAggregateID, "string", "In a parking lot: the entity the message is about, when its payload could be read."},
-	{headerOriginalKey, "string", "In a parking lot: the routing key it was first published with."},
-	{headerReplayedAt, "date-time", "After a replay from the parking lot: when."},
-	{headerReplayCount, "integer", "After a replay from the parking lot: how many times it was replayed."},
-	{headerReplayID, "string", "After a replay from the parking lot: the replay that moved it last (a replay leaves alone what it moved once)."},
+	{resend.HeaderParkedCode, "string", "In a parking lot: why, as a short code (schema_violation, malformed_message, unsupported_version, handler_error, ...)."},
+	{resend.HeaderParkedReason, "string", "In a parking lot: why, in words (the error)."},
+	{resend.HeaderParkedConsumer, "string", "In a parking lot: the consumer that parked it."},
+	{resend.HeaderParkedAttempts, "integer", "In a parking lot: the attempts made."},
+	{resend.HeaderParkedAt, "date-time", "In a parking lot: when it was parked."},
+	{resend.HeaderParkedFromQueue, "string", "In a parking lot: the work queue it came from."},
+	{resend.HeaderParkedAggregateID, "string", "In a parking lot: the entity the message is about, when its payload could be read."},
+	{resend.HeaderOriginalKey, "string", "In a parking lot: the routing key it was first published with."},
+	{resend.HeaderReplayedAt, "date-time", "After a replay from the parking lot: when."},
+	{resend.HeaderReplayCount, "integer", "After a replay from the parking lot: how many times it was replayed."},
+	{resend.HeaderReplayID, "string", "After a replay from the parking lot: the replay that moved it last (a replay leaves alone what it moved once)."},
 }
 
 // parseDelivery validates the envelope of raw. The Delivery is returned
@@ -125,7 +110,7 @@ func parseDelivery(raw amqp.Delivery) (*Delivery, error) {
 		Type:          raw.Type,
 		CorrelationID: raw.CorrelationId,
 		CausationID:   messaging.HeaderString(raw.Headers, messaging.HeaderCausationID),
-		Attempt:       max(headerInt(raw.Headers, HeaderRetryAttempt), 1),
+		Attempt:       max(resend.Int(raw.Headers, HeaderRetryAttempt), 1),
 		Redelivered:   raw.Redelivered,
 		Body:          raw.Body,
 		Headers:       raw.Headers,
@@ -140,7 +125,7 @@ func parseDelivery(raw amqp.Delivery) (*Delivery, error) {
 	if !ok {
 		return d, Permanent("missing_version", errors.New("the message has no message_version header"))
 	}
-	if d.Version = toInt(v); d.Version < 1 {
+	if d.Version = resend.ToInt(v); d.Version < 1 {
 		return d, Permanent("unsupported_version", fmt.Errorf("message_version %v is not a positive integer", v))
 	}
 	if raw.ContentType != "" && raw.ContentType != messaging.ContentTypeJSON {
@@ -156,31 +141,4 @@ func (d *Delivery) inboxEntry(consumer string) entry {
 		AggregateID: d.AggregateID(), PayloadHash: hex.EncodeToString(sum[:]),
 		CorrelationID: d.CorrelationID, CausationID: d.CausationID, TraceID: d.TraceID,
 	}
-}
-
-func headerInt(h amqp.Table, key string) int { return toInt(h[key]) }
-
-func toInt(v any) int {
-	switch n := v.(type) {
-	case int:
-		return n
-	case int8:
-		return int(n)
-	case int16:
-		return int(n)
-	case int32:
-		return int(n)
-	case int64:
-		return int(n)
-	case uint8:
-		return int(n)
-	case uint16:
-		return int(n)
-	case uint32:
-		return int(n)
-	case string:
-		i, _ := strconv.Atoi(n)
-		return i
-	}
-	return 0
 }

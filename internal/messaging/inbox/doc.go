@@ -28,15 +28,15 @@
 // consumer's parking lot with headers that say why; the delivery is
 // acknowledged only once the message is safely somewhere else. An effect
 // outside the database (a webhook) takes two transactions (external.go).
-// Replay (replay.go) moves parked messages back, keeping their ids; Browse
-// and Discard (parked.go) look at parked messages without moving them, and
-// remove one for good.
+// Package inboxadmin holds the operator's side of the parking lots: Replay
+// moves parked messages back, keeping their ids; Browse and Discard look
+// at them without moving them, and remove one for good.
 //
 // Tests and drills inject failures through Config.Faults, called from one
 // line between a delivery's commit and its ack; production leaves it nil.
 //
-// The rest of the code reads message_inbox through package inboxadmin
-// (Get, Aggregate, Unprocessed, Stats), never with SQL of its own.
+// The rest of the code reads message_inbox through inboxadmin too (Get,
+// Aggregate, Unprocessed, Stats), never with SQL of its own.
 //
 // docs/messaging.md draws the queues and the wrapper; docs/extending.md is
 // the recipe for a new consumer.

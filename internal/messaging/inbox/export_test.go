@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 )
 
 // AfterCommit is a Faults whose AfterCommit calls the function.
@@ -12,28 +13,12 @@ type AfterCommit func(*Delivery)
 
 func (f AfterCommit) AfterCommit(_ context.Context, d *Delivery) { f(d) }
 
-// ReplayAs is Replay under the replay id id.
-func ReplayAs(ctx context.Context, amqpURL, consumer string, r ReplayRequest, id string) ([]string, error) {
-	lot, err := openParkingLot(ctx, amqpURL, consumer, "replay")
-	if err != nil {
-		return nil, err
-	}
-	defer lot.close()
-	pub, err := newConfirmPublisher(lot.conn)
-	if err != nil {
-		return nil, err
-	}
-	return replay(ctx, lot, pub, r, id)
-}
-
 // KillPublisherChannels closes the channel each consumer publishes its
 // retries and parkings on, as the broker does when it refuses a publish.
 func KillPublisherChannels(cs *Consumers) {
 	for _, s := range cs.subscriptions {
 		if p := s.pub.Load(); p != nil {
-			p.mu.Lock()
-			_ = p.ch.Close()
-			p.mu.Unlock()
+			p.Interrupt()
 		}
 	}
 }
@@ -70,15 +55,15 @@ func Begin(ctx context.Context, tx database.DBTX, e Entry, lease time.Duration) 
 
 // The parking-lot and replay headers.
 const (
-	HeaderParkedCode        = headerParkedCode
-	HeaderParkedReason      = headerParkedReason
-	HeaderParkedConsumer    = headerParkedConsumer
-	HeaderParkedAttempts    = headerParkedAttempts
-	HeaderParkedAt          = headerParkedAt
-	HeaderParkedFromQueue   = headerParkedFromQueue
-	HeaderParkedAggregateID = headerParkedAggregateID
-	HeaderOriginalKey       = headerOriginalKey
-	HeaderReplayedAt        = headerReplayedAt
-	HeaderReplayCount       = headerReplayCount
-	HeaderReplayID          = headerReplayID
+	HeaderParkedCode        = resend.HeaderParkedCode
+	HeaderParkedReason      = resend.HeaderParkedReason
+	HeaderParkedConsumer    = resend.HeaderParkedConsumer
+	HeaderParkedAttempts    = resend.HeaderParkedAttempts
+	HeaderParkedAt          = resend.HeaderParkedAt
+	HeaderParkedFromQueue   = resend.HeaderParkedFromQueue
+	HeaderParkedAggregateID = resend.HeaderParkedAggregateID
+	HeaderOriginalKey       = resend.HeaderOriginalKey
+	HeaderReplayedAt        = resend.HeaderReplayedAt
+	HeaderReplayCount       = resend.HeaderReplayCount
+	HeaderReplayID          = resend.HeaderReplayID
 )

@@ -3,18 +3,17 @@ package inbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 )
 
 // failure is a classified processing error.
@@ -139,10 +138,10 @@ func (w *worker) fail(d *delivery, cause error) {
 // acknowledges the original once the broker confirmed the copy.
 func (w *worker) retryLater(d *delivery, attempt int, code, reason string) {
 	ctx, start := d.ctx, d.start
-	msg := republish(d.raw)
+	msg := resend.Copy(d.raw)
 	msg.Headers[HeaderRetryAttempt] = int32(attempt)
 	queue := w.topology.retryQueueAfter(attempt - 1)
-	if err := w.pub.publish(ctx, queue, msg); err != nil {
+	if err := w.pub.Publish(ctx, queue, msg); err != nil {
 		w.requeue(d, "cannot schedule the retry: "+err.Error())
 		return
 	}
@@ -161,18 +160,18 @@ func (w *worker) retryLater(d *delivery, attempt int, code, reason string) {
 func (w *worker) park(d *delivery, code, reason string) {
 	ctx, start := d.ctx, d.start
 	queue := w.queue
-	msg := republish(d.raw)
-	msg.Headers[headerParkedCode] = code
-	msg.Headers[headerParkedReason] = reason
-	msg.Headers[headerParkedConsumer] = w.consumer.name
-	msg.Headers[headerParkedAttempts] = int32(d.Attempt)
-	msg.Headers[headerParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-	msg.Headers[headerParkedFromQueue] = queue
-	msg.Headers[headerOriginalKey] = d.raw.RoutingKey
+	msg := resend.Copy(d.raw)
+	msg.Headers[resend.HeaderParkedCode] = code
+	msg.Headers[resend.HeaderParkedReason] = reason
+	msg.Headers[resend.HeaderParkedConsumer] = w.consumer.name
+	msg.Headers[resend.HeaderParkedAttempts] = int32(d.Attempt)
+	msg.Headers[resend.HeaderParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	msg.Headers[resend.HeaderParkedFromQueue] = queue
+	msg.Headers[resend.HeaderOriginalKey] = d.raw.RoutingKey
 	if id := d.AggregateID(); id != "" {
-		msg.Headers[headerParkedAggregateID] = id
+		msg.Headers[resend.HeaderParkedAggregateID] = id
 	}
-	if err := w.pub.publish(ctx, ParkingLotName(w.topology.Queue()), msg); err != nil {
+	if err := w.pub.Publish(ctx, ParkingLotName(w.topology.Queue()), msg); err != nil {
 		w.requeue(d, "cannot park the message: "+err.Error())
 		return
 	}
@@ -197,31 +196,4 @@ func (w *worker) requeue(d *delivery, why string) {
 	w.log.WarnContext(ctx, "delivery requeued", slog.String("outcome", "requeued"), slog.String("reason", why))
 	w.metrics.requeued.Add(ctx, 1, metric.WithAttributes(attrConsumer.String(w.consumer.name)))
 	w.ordering.requeue(w, d)
-}
-
-// ParkedReason says why a message is in a parking lot: the parked_reason_code
-// and parked_reason headers the consumer wrote when it parked it; or, for a
-// message the broker dead-lettered on its own (the work queue's
-// x-delivery-limit: a consumer crashed on it again and again, or could never
-// settle it), "delivery_limit" and what that means. Such a message has no
-// inbox row that says why; replaying it is safe like any other.
-func ParkedReason(h amqp.Table) (code, reason string) {
-	if code := messaging.HeaderString(h, headerParkedCode); code != "" {
-		return code, messaging.HeaderString(h, headerParkedReason)
-	}
-	if deaths, ok := h["x-death"].([]any); ok {
-		for _, d := range deaths {
-			death, ok := d.(amqp.Table)
-			if !ok {
-				continue
-			}
-			if why := messaging.HeaderString(death, "reason"); why == "delivery_limit" {
-				return "delivery_limit", fmt.Sprintf("redelivered more than the delivery limit of %s (CONSUMER_DELIVERY_LIMIT): "+
-					"a consumer crashed on it, or could not settle it, each time", messaging.HeaderString(death, "queue"))
-			} else if why != "" {
-				return "dead_lettered", fmt.Sprintf("dead-lettered by the broker from %s (%s)", messaging.HeaderString(death, "queue"), why)
-			}
-		}
-	}
-	return "unknown", "no parking headers: not parked by this service"
 }

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -116,10 +117,10 @@ func TestPartitionedConsumerParksTheRestOfAnAggregateBehindItsFirst(t *testing.T
 			t.Fatalf("later message %s: %+v, want parked held_behind", id, row)
 		}
 	}
-	var parked []inbox.Parked
+	var parked []inboxadmin.Parked
 	testenv.WaitFor(t, 10*time.Second, "the three in the parking lot", func() bool {
 		var err error
-		parked, err = inbox.Browse(b.ctx, b.amqpURL, testConsumer, 0)
+		parked, err = inboxadmin.Browse(b.ctx, b.amqpURL, testConsumer, 0)
 		return err == nil && len(parked) == len(ids)
 	})
 	for i, p := range parked {
@@ -136,7 +137,7 @@ func TestPartitionedConsumerParksTheRestOfAnAggregateBehindItsFirst(t *testing.T
 
 	// The cause is fixed; the whole parking lot goes back, in order.
 	b.handler.set(func(h *effectHandler) { h.permanent = nil })
-	if moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{}); err != nil || len(moved) != len(ids) {
+	if moved, err := inboxadmin.Replay(b.ctx, b.amqpURL, testConsumer, inboxadmin.ReplayRequest{}); err != nil || len(moved) != len(ids) {
 		t.Fatalf("replayed %v, %v", moved, err)
 	}
 	for _, id := range ids {

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 )
 
 // processSpan starts the span of processing one delivery: a child of the
@@ -30,7 +31,7 @@ func processSpan(ctx context.Context, tracer trace.Tracer, raw amqp.Delivery, qu
 		),
 	}
 	parent := messaging.Extract(ctx, messaging.HeaderCarrier(raw.Headers))
-	if _, replayed := raw.Headers[headerReplayedAt]; replayed {
+	if _, replayed := raw.Headers[resend.HeaderReplayedAt]; replayed {
 		if remote := trace.SpanContextFromContext(parent); remote.IsValid() {
 			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: remote}))
 		}

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/testenv"
 )
 
@@ -181,7 +182,7 @@ func TestDeliveryLimitParksRecognisablyAndReplays(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("get from the parking lot: %v, %v", ok, err)
 	}
-	code, reason := inbox.ParkedReason(d.Headers)
+	code, reason := inboxadmin.ParkedReason(d.Headers)
 	if code != "delivery_limit" || !strings.Contains(reason, "CONSUMER_DELIVERY_LIMIT") {
 		t.Fatalf("ParkedReason = %q, %q; want delivery_limit", code, reason)
 	}
@@ -190,7 +191,7 @@ func TestDeliveryLimitParksRecognisablyAndReplays(t *testing.T) {
 	}
 
 	b.start(cfg, b.amqpURL, nil)
-	moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{Limit: 10})
+	moved, err := inboxadmin.Replay(b.ctx, b.amqpURL, testConsumer, inboxadmin.ReplayRequest{Limit: 10})
 	if err != nil || len(moved) != 1 {
 		t.Fatalf("replay moved %v, %v", moved, err)
 	}
@@ -401,7 +402,7 @@ func TestReplayCutOffMidway(t *testing.T) {
 	}
 	done := make(chan replayed, 1)
 	go func() {
-		moved, err := inbox.Replay(b.ctx, proxy.Rewrite(b.amqpURL), testConsumer, inbox.ReplayRequest{Limit: n})
+		moved, err := inboxadmin.Replay(b.ctx, proxy.Rewrite(b.amqpURL), testConsumer, inboxadmin.ReplayRequest{Limit: n})
 		done <- replayed{len(moved), err}
 	}()
 	testenv.WaitFor(t, 30*time.Second, "the replay to move some messages", func() bool { return b.ready(queue) >= 3 })
@@ -427,7 +428,7 @@ func TestReplayCutOffMidway(t *testing.T) {
 
 	// The first replay counts only what the broker confirmed: a message
 	// whose confirm the cut swallowed is in the work queue, uncounted.
-	if moved, err := inbox.Replay(b.ctx, b.amqpURL, testConsumer, inbox.ReplayRequest{Limit: 2 * n}); err != nil {
+	if moved, err := inboxadmin.Replay(b.ctx, b.amqpURL, testConsumer, inboxadmin.ReplayRequest{Limit: 2 * n}); err != nil {
 		t.Fatalf("the second replay moved %d: %v", len(moved), err)
 	}
 	if left := b.ready(dlq); left != 0 {

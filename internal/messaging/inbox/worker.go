@@ -17,6 +17,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/logctx"
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
@@ -27,7 +28,7 @@ type worker struct {
 	consumer *Consumer // its handlers
 	cfg      Config
 	pool     *pgxpool.Pool
-	pub      *confirmPublisher // the session's: retries and parkings
+	pub      *resend.Publisher // the session's: retries and parkings
 	topology Topology          // the consumer's queues
 	log      *slog.Logger
 	tracer   trace.Tracer

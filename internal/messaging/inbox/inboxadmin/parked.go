@@ -1,4 +1,4 @@
-package inbox
+package inboxadmin
 
 import (
 	"context"
@@ -11,11 +11,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 )
 
 // The operator's side of the parking lots (cmd/orderctl): look at parked
 // messages without taking them out (Browse), replay them (Replay, in
-// replay.go) or discard one for good (Discard).
+// replay.go) or discard one for good (Discard). The consumers park a
+// message with headers that say why (package inbox, failure.go); these
+// read them.
 
 // Parked is a message in a consumer's parking lot.
 type Parked struct {
@@ -36,9 +40,9 @@ func parkedMessage(d amqp.Delivery) Parked {
 	sum := sha256.Sum256(d.Body)
 	code, reason := ParkedReason(d.Headers)
 	return Parked{
-		MessageID: d.MessageId, Type: d.Type, AggregateID: messaging.HeaderString(d.Headers, headerParkedAggregateID), ReasonCode: code, Reason: reason,
-		Attempts: headerInt(d.Headers, headerParkedAttempts), ParkedAt: messaging.HeaderString(d.Headers, headerParkedAt),
-		ReplayCount: headerInt(d.Headers, headerReplayCount), PayloadHash: hex.EncodeToString(sum[:]),
+		MessageID: d.MessageId, Type: d.Type, AggregateID: messaging.HeaderString(d.Headers, resend.HeaderParkedAggregateID), ReasonCode: code, Reason: reason,
+		Attempts: resend.Int(d.Headers, resend.HeaderParkedAttempts), ParkedAt: messaging.HeaderString(d.Headers, resend.HeaderParkedAt),
+		ReplayCount: resend.Int(d.Headers, resend.HeaderReplayCount), PayloadHash: hex.EncodeToString(sum[:]),
 		Headers: d.Headers, Body: d.Body,
 	}
 }
@@ -61,8 +65,8 @@ func openParkingLot(ctx context.Context, amqpURL, consumer, purpose string) (*pa
 		_ = conn.Close()
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	queue := QueueName(consumer)
-	return &parkingLot{conn: conn, ch: ch, queue: queue, name: ParkingLotName(queue)}, nil
+	queue := inbox.QueueName(consumer)
+	return &parkingLot{conn: conn, ch: ch, queue: queue, name: inbox.ParkingLotName(queue)}, nil
 }
 
 // close closes the connection; the broker takes back any message still
@@ -209,4 +213,31 @@ func Discard(ctx context.Context, amqpURL, consumer, messageID string, record fu
 		return Parked{}, fmt.Errorf("%w: no message %s in %s", ErrNotParked, messageID, lot.name)
 	}
 	return found[0], nil
+}
+
+// ParkedReason says why a message is in a parking lot: the parked_reason_code
+// and parked_reason headers the consumer wrote when it parked it; or, for a
+// message the broker dead-lettered on its own (the work queue's
+// x-delivery-limit: a consumer crashed on it again and again, or could never
+// settle it), "delivery_limit" and what that means. Such a message has no
+// inbox row that says why; replaying it is safe like any other.
+func ParkedReason(h amqp.Table) (code, reason string) {
+	if code := messaging.HeaderString(h, resend.HeaderParkedCode); code != "" {
+		return code, messaging.HeaderString(h, resend.HeaderParkedReason)
+	}
+	if deaths, ok := h["x-death"].([]any); ok {
+		for _, d := range deaths {
+			death, ok := d.(amqp.Table)
+			if !ok {
+				continue
+			}
+			if why := messaging.HeaderString(death, "reason"); why == "delivery_limit" {
+				return "delivery_limit", fmt.Sprintf("redelivered more than the delivery limit of %s (CONSUMER_DELIVERY_LIMIT): "+
+					"a consumer crashed on it, or could not settle it, each time", messaging.HeaderString(death, "queue"))
+			} else if why != "" {
+				return "dead_lettered", fmt.Sprintf("dead-lettered by the broker from %s (%s)", messaging.HeaderString(death, "queue"), why)
+			}
+		}
+	}
+	return "unknown", "no parking headers: not parked by this service"
 }

@@ -1,12 +1,17 @@
-// Package inboxadmin is the inbox's table as operators, tools, pages and
-// tests see it: one message's row, one aggregate's rows, the rows not
-// PROCESSED, counts by status, and the repairs (forget a discarded
+// Package inboxadmin is the inbox as operators, tools, pages and tests see
+// it.
+//
+// The table (read.go): one message's row, one aggregate's rows, the rows
+// not PROCESSED, counts by status, and the repairs (forget a discarded
 // message's failure, delete the processed past their retention). The rest
 // of the code reads message_inbox through it (queries/read.sql of package
 // inbox), never with SQL of its own, so a change of the table changes
 // these functions alone. Each takes the caller's DBTX: a pool, or a
-// transaction. The parked messages themselves are in the parking lots
-// (inbox.Browse).
+// transaction.
+//
+// The parking lots: look at parked messages without taking them out and
+// discard one for good (Browse, Discard: parked.go), or move them back to
+// their work queues (Replay: replay.go).
 //
 // A team that runs the inbox without these tools deletes this folder.
 package inboxadmin

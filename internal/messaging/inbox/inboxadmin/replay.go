@@ -1,4 +1,4 @@
-package inbox
+package inboxadmin
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/inbox"
+	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 )
 
 // ReplayRequest says which parked messages Replay moves.
@@ -44,7 +46,7 @@ func Replay(ctx context.Context, amqpURL, consumer string, r ReplayRequest) ([]s
 		return nil, err
 	}
 	defer lot.close()
-	pub, err := newConfirmPublisher(lot.conn)
+	pub, err := resend.NewPublisher(lot.conn)
 	if err != nil {
 		return nil, err
 	}
@@ -52,25 +54,25 @@ func Replay(ctx context.Context, amqpURL, consumer string, r ReplayRequest) ([]s
 }
 
 // replay is Replay with the replay's id given (tests).
-func replay(ctx context.Context, lot *parkingLot, pub *confirmPublisher, r ReplayRequest, id string) ([]string, error) {
+func replay(ctx context.Context, lot *parkingLot, pub *resend.Publisher, r ReplayRequest, id string) ([]string, error) {
 	var moved []string
 	err := lot.scan(0, func(d amqp.Delivery) (bool, bool, error) {
 		switch {
 		case ctx.Err() != nil:
 			return false, true, ctx.Err()
 		case r.MessageID != "" && d.MessageId != r.MessageID,
-			messaging.HeaderString(d.Headers, headerReplayID) == id: // replayed by this run, and parked again
+			messaging.HeaderString(d.Headers, resend.HeaderReplayID) == id: // replayed by this run, and parked again
 			return false, false, nil
 		}
-		msg := republish(d)
-		for _, h := range []string{headerParkedCode, headerParkedReason, headerParkedConsumer, headerParkedAttempts,
-			headerParkedAt, headerParkedFromQueue, headerOriginalKey, HeaderRetryAttempt} {
+		msg := resend.Copy(d)
+		for _, h := range []string{resend.HeaderParkedCode, resend.HeaderParkedReason, resend.HeaderParkedConsumer, resend.HeaderParkedAttempts,
+			resend.HeaderParkedAt, resend.HeaderParkedFromQueue, resend.HeaderOriginalKey, inbox.HeaderRetryAttempt} {
 			delete(msg.Headers, h)
 		}
-		msg.Headers[headerReplayedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-		msg.Headers[headerReplayCount] = int32(headerInt(d.Headers, headerReplayCount) + 1)
-		msg.Headers[headerReplayID] = id
-		if err := pub.publish(ctx, replayQueue(d, lot.queue), msg); err != nil {
+		msg.Headers[resend.HeaderReplayedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+		msg.Headers[resend.HeaderReplayCount] = int32(resend.Int(d.Headers, resend.HeaderReplayCount) + 1)
+		msg.Headers[resend.HeaderReplayID] = id
+		if err := pub.Publish(ctx, replayQueue(d, lot.queue), msg); err != nil {
 			return false, true, fmt.Errorf("replay %s: %w", d.MessageId, err)
 		}
 		if err := d.Ack(false); err != nil {
@@ -86,7 +88,7 @@ func replay(ctx context.Context, lot *parkingLot, pub *confirmPublisher, r Repla
 // was parked from, as the consumer's parked_from_queue header or the
 // broker's x-death says; else the consumer's work queue.
 func replayQueue(d amqp.Delivery, workQueue string) string {
-	if q := messaging.HeaderString(d.Headers, headerParkedFromQueue); q != "" {
+	if q := messaging.HeaderString(d.Headers, resend.HeaderParkedFromQueue); q != "" {
 		return q
 	}
 	if deaths, ok := d.Headers["x-death"].([]any); ok {
