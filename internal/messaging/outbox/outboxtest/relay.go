@@ -37,6 +37,18 @@ type Mode struct {
 	Prepare func(b *Bundle)
 	// NewRelay makes a relay of the mode.
 	NewRelay func(b *Bundle, cfg outbox.Config, deps messaging.Deps) (Relay, error)
+	// pooled: the relays' pools go through PgBouncer (ThroughPgBouncer).
+	pooled bool
+}
+
+// ThroughPgBouncer is m with the relays' pools going through PgBouncer in
+// transaction mode, with the pooler's default settings
+// (testenv.NewPgBouncer), in front of the test's database, and their
+// LISTEN and replication connections past it: a relay deployed as
+// docs/configuration.md#behind-a-connection-pooler says.
+func (m Mode) ThroughPgBouncer() Mode {
+	m.pooled = true
+	return m
 }
 
 // Poll is the polling relay (outbox.Relay).
@@ -47,16 +59,20 @@ var Poll = Mode{Name: "poll", NewRelay: func(_ *Bundle, cfg outbox.Config, deps 
 // Bundle is what a test of the relay works with: its own database and
 // vhost, with the exchange declared, and relays of its mode.
 type Bundle struct {
-	T       testing.TB
-	Mode    Mode
-	Slot    string // a name unique to the test's database (the wal relays' replication slot)
-	Ctx     context.Context
-	Pool    *pgxpool.Pool // the test's own connections
-	DBURL   string
-	AMQPURL string
-	Ch      *amqp.Channel
-	Metrics *testenv.Metrics // shared by the test's relays
-	Logger  *slog.Logger     // the relays' logger; default testenv.Logger()
+	T     testing.TB
+	Mode  Mode
+	Slot  string // a name unique to the test's database (the wal relays' replication slot)
+	Ctx   context.Context
+	Pool  *pgxpool.Pool // the test's own connections, straight to its database
+	DBURL string        // the relays' pools' (through the pooler, if any)
+	// DirectURL is the test's database past the pooler when the relays'
+	// pools go through one (Mode.ThroughPgBouncer): the relays' LISTEN
+	// and replication connections use it. "" without a pooler.
+	DirectURL string
+	AMQPURL   string
+	Ch        *amqp.Channel
+	Metrics   *testenv.Metrics // shared by the test's relays
+	Logger    *slog.Logger     // the relays' logger; default testenv.Logger()
 }
 
 // Setup gives a test its own database and vhost, with the exchange
@@ -70,6 +86,10 @@ func Setup(t testing.TB, mode Mode) *Bundle {
 		db = testenv.NewDatabase(t, outbox.Schema)
 	}
 	b := &Bundle{T: t, Mode: mode, Ctx: t.Context(), Pool: db.Pool, DBURL: db.URL, AMQPURL: testenv.NewVhost(t), Slot: "relay_" + db.Name}
+	if mode.pooled {
+		b.DirectURL = db.URL
+		b.DBURL = testenv.NewPgBouncer(t, db.URL).URL(db.URL)
+	}
 	if mode.Prepare != nil {
 		mode.Prepare(b)
 	}
@@ -148,6 +168,9 @@ func (b *Bundle) StartRelay(cfg outbox.Config, amqpURL string, faults pipeline.F
 		b.T.Fatal(err)
 	}
 	b.T.Cleanup(pool.Close)
+	if b.DirectURL != "" && cfg.ListenURL == "" {
+		cfg.ListenURL = b.DirectURL // a NOTIFY dies in the pooler
+	}
 	cfg.Faults = faults
 	deps := messaging.Deps{
 		Pool: pool, AMQPURL: amqpURL, Logger: cmp.Or(b.Logger, testenv.Logger()),
@@ -673,7 +696,9 @@ func testNotifyWakesTheRelay(t *testing.T, mode Mode) {
 
 // The database drops the relay's connections (its LISTEN connection, or
 // in wal mode its replication connection, too): the relay reconnects,
-// listens or streams again, and publishes what commits after.
+// listens or streams again, and publishes what commits after. Behind a
+// pooler its pool's sessions are the pooler's server connections to the
+// test's database, and those are what the database drops.
 func testDatabaseConnectionsKilled(t *testing.T, mode Mode) {
 	t.Parallel()
 	b := Setup(t, mode)
@@ -685,12 +710,20 @@ func testDatabaseConnectionsKilled(t *testing.T, mode Mode) {
 	b.Enqueue(5, messaging.Cause{})
 	b.Receive("observer", 5, 10*time.Second, 0)
 
+	// The relay's sessions are those of the test's database named after
+	// it: its own, and behind a pooler the pooler's server connections,
+	// which PgBouncer names after the client it lends each to (it sets
+	// the client's application_name on it). The test's own sessions, and
+	// the pooler's to other databases (other tests'), are left alone. At
+	// least two: one of the pool's, and the LISTEN or replication
+	// connection.
 	var killed int
 	err := b.Pool.QueryRow(b.Ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name LIKE $1 || '%'`, RelayAppName).Scan(&killed)
-	if err != nil || killed == 0 {
-		t.Fatalf("terminated %d sessions: %v", killed, err)
+	if err != nil || killed < 2 {
+		t.Fatalf("terminated %d sessions (%v); want the pool's and the LISTEN or replication connection", killed, err)
 	}
+	t.Logf("terminated the relay's %d sessions", killed)
 	time.Sleep(500 * time.Millisecond) // the LISTEN connection comes back
 	b.Enqueue(5, messaging.Cause{})
 	b.Receive("observer", 5, 20*time.Second, 0)

@@ -12,7 +12,7 @@ var suite = []struct {
 }{
 	{"TestRelayPublishesTheEnvelope", testRelayPublishesTheEnvelope},
 	{"TestThreeRelaysShareTheBacklog", testThreeRelaysShareTheBacklog},
-	{"TestCrashBetweenConfirmAndMarkRepublishesSameMessageID", testCrashBetweenConfirmAndMarkRepublishesSameMessageID},
+	{"TestCrashBetweenConfirmAndMarkRepublishesSameMessageID", alsoThroughPgBouncer(testCrashBetweenConfirmAndMarkRepublishesSameMessageID)},
 	{"TestUnroutableMessageEndsFailedWhileOthersFlow", testUnroutableMessageEndsFailedWhileOthersFlow},
 	{"TestBrokerDownNothingMarkedEverythingPublishedAfter", testBrokerDownNothingMarkedEverythingPublishedAfter},
 	{"TestConnectionLostMidBacklog", testConnectionLostMidBacklog},
@@ -20,7 +20,7 @@ var suite = []struct {
 	{"TestShutdownHandsBackUnconfirmedRows", testShutdownHandsBackUnconfirmedRows},
 	{"TestCommitOrderAndRollbacks", testCommitOrderAndRollbacks},
 	{"TestNotifyWakesTheRelay", testNotifyWakesTheRelay},
-	{"TestDatabaseConnectionsKilled", testDatabaseConnectionsKilled},
+	{"TestDatabaseConnectionsKilled", alsoThroughPgBouncer(testDatabaseConnectionsKilled)},
 	{"TestReturnsAreNeverLostWhileMarksWait", testReturnsAreNeverLostWhileMarksWait},
 	{"TestBrokerTroubleNeverSpendsAttempts", testBrokerTroubleNeverSpendsAttempts},
 	{"TestBrokerNackSpendsNoAttempt", testBrokerNackSpendsNoAttempt},
@@ -33,6 +33,17 @@ var suite = []struct {
 	{"TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted", testAnAggregatesMessagesGoOutInTheOrderTheyCommitted},
 	{"TestRelayHoldsATypeUntilEveryReaderHasItsQueue", testRelayHoldsATypeUntilEveryReaderHasItsQueue},
 	{"TestAReaderThatBindsLateGetsEveryMessage", testAReaderThatBindsLateGetsEveryMessage},
+}
+
+// alsoThroughPgBouncer runs test twice, in subtests: with the relays'
+// pools straight to the test's database ("direct"), and through PgBouncer
+// (Mode.ThroughPgBouncer).
+func alsoThroughPgBouncer(test func(t *testing.T, mode Mode)) func(t *testing.T, mode Mode) {
+	return func(t *testing.T, mode Mode) {
+		t.Parallel()
+		t.Run("direct", func(t *testing.T) { test(t, mode) })
+		t.Run("through PgBouncer", func(t *testing.T) { test(t, mode.ThroughPgBouncer()) })
+	}
 }
 
 // Run runs the suite against the relays of mode, each test in a subtest

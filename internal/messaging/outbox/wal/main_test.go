@@ -67,10 +67,12 @@ func setupRelay(t testing.TB) *outboxtest.Bundle {
 }
 
 // testWALConfig is fast: a heartbeat and position reports well under a
-// second, and a short sweep delay.
+// second, and a short sweep delay. Its replication connection goes past
+// the pooler, if the relays' pools go through one: PgBouncer carries no
+// replication connection.
 func testWALConfig(b *outboxtest.Bundle) wal.Config {
 	return wal.Config{Slot: b.Slot, Heartbeat: 200 * time.Millisecond, SweepAfter: 5 * time.Second,
-		StatusInterval: 100 * time.Millisecond}
+		StatusInterval: 100 * time.Millisecond, ReplicationURL: b.DirectURL}
 }
 
 // dropSlot drops a test's replication slot, ending the session that still
