@@ -97,43 +97,45 @@ func TestPoisonInsideABatch(t *testing.T) {
 
 // A batch cut off after its commit and before its acks (the broker
 // connection dies right then): every message of it comes back, each is
-// recognised as a duplicate, and every effect exists once.
+// recognised as a duplicate, and every effect exists once: with the
+// consumers' pool straight to the database and through PgBouncer.
 func TestBatchCrashAfterCommitBeforeAck(t *testing.T) {
 	t.Parallel()
-	b := setupConsumer(t)
-	cfg := testConsumerConfig()
-	cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 32, 16
-	cfg.BatchWait = time.Second // the whole backlog in the first batch
-	topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
-	if err := topo.Declare(b.ch); err != nil {
-		t.Fatal(err)
-	}
-	var msgs []amqp.Publishing
-	for range 10 {
-		msg := message()
-		msgs = append(msgs, msg)
-		b.publish(msg)
-	}
-	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
-	var cut atomic.Bool
-	b.start(cfg, proxy.Rewrite(b.amqpURL), inbox.AfterCommit(func(*inbox.Delivery) {
-		if cut.CompareAndSwap(false, true) {
-			proxy.Cut() // before the first ack of the committed batch
-			go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
+	directAndThroughPgBouncer(t, func(t *testing.T, b *consumerBundle) {
+		cfg := testConsumerConfig()
+		cfg.Workers, cfg.Prefetch, cfg.BatchSize = 1, 32, 16
+		cfg.BatchWait = time.Second // the whole backlog in the first batch
+		topo := inbox.Topology{Consumer: testConsumer, Exchange: testExchange, Types: []string{message().Type}, RetryDelays: cfg.RetryDelays, DeliveryLimit: cfg.DeliveryLimit}
+		if err := topo.Declare(b.ch); err != nil {
+			t.Fatal(err)
 		}
-	}))
-	testenv.WaitFor(t, 30*time.Second, "the redeliveries to be recognised", func() bool {
-		return b.counter("consumer.messages.duplicates") >= int64(len(msgs))-1 // the first ack may be out before the cut
+		var msgs []amqp.Publishing
+		for range 10 {
+			msg := message()
+			msgs = append(msgs, msg)
+			b.publish(msg)
+		}
+		proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+		var cut atomic.Bool
+		b.start(cfg, proxy.Rewrite(b.amqpURL), inbox.AfterCommit(func(*inbox.Delivery) {
+			if cut.CompareAndSwap(false, true) {
+				proxy.Cut() // before the first ack of the committed batch
+				go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
+			}
+		}))
+		testenv.WaitFor(t, 30*time.Second, "the redeliveries to be recognised", func() bool {
+			return b.counter("consumer.messages.duplicates") >= int64(len(msgs))-1 // the first ack may be out before the cut
+		})
+		for _, msg := range msgs {
+			if row := b.waitInbox(msg.MessageId, inbox.StatusProcessed); b.effects(msg.MessageId) != 1 {
+				t.Fatalf("message %s: %+v, %d effects", msg.MessageId, row, b.effects(msg.MessageId))
+			}
+		}
+		var transactions int
+		if err := b.pool.QueryRow(b.ctx, "SELECT count(DISTINCT txid) FROM test_effect").Scan(&transactions); err != nil || transactions != 1 {
+			t.Fatalf("%d transactions for %d messages (%v): want the cut batch to be one", transactions, len(msgs), err)
+		}
 	})
-	for _, msg := range msgs {
-		if row := b.waitInbox(msg.MessageId, inbox.StatusProcessed); b.effects(msg.MessageId) != 1 {
-			t.Fatalf("message %s: %+v, %d effects", msg.MessageId, row, b.effects(msg.MessageId))
-		}
-	}
-	var transactions int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(DISTINCT txid) FROM test_effect").Scan(&transactions); err != nil || transactions != 1 {
-		t.Fatalf("%d transactions for %d messages (%v): want the cut batch to be one", transactions, len(msgs), err)
-	}
 }
 
 // A batch inserts the inbox rows of all its deliveries in one statement;

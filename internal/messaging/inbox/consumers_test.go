@@ -88,6 +88,23 @@ func setupConsumer(t *testing.T) *consumerBundle {
 	return b
 }
 
+// directAndThroughPgBouncer runs test in two subtests, each on a bundle
+// of its own: with the consumers' pool straight to the test's database
+// ("direct"), and through PgBouncer in transaction mode, with the pooler's
+// default settings (testenv.NewPgBouncer), in front of it.
+func directAndThroughPgBouncer(t *testing.T, test func(t *testing.T, b *consumerBundle)) {
+	for _, pooled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "direct", true: "through PgBouncer"}[pooled], func(t *testing.T) {
+			t.Parallel()
+			b := setupConsumer(t)
+			if pooled {
+				b.consumerDB = testenv.NewPgBouncer(t, b.dbURL).URL(b.dbURL)
+			}
+			test(t, b)
+		})
+	}
+}
+
 func (b *consumerBundle) counter(name string) int64 {
 	b.t.Helper()
 	return b.metrics.Counter(b.t, name)
@@ -538,27 +555,29 @@ func TestSameMessageThreeTimesConcurrently(t *testing.T) {
 
 // The crash window: the transaction committed, the ack never reached the
 // broker (the connection is cut right there). The broker delivers the
-// message again, and the inbox makes the redelivery a duplicate.
+// message again, and the inbox makes the redelivery a duplicate: with the
+// consumers' pool straight to the database and through PgBouncer.
 func TestCrashAfterCommitBeforeAck(t *testing.T) {
 	t.Parallel()
-	b := setupConsumer(t)
-	proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
-	var cut atomic.Bool
-	b.start(testConsumerConfig(), proxy.Rewrite(b.amqpURL), inbox.AfterCommit(func(*inbox.Delivery) {
-		if cut.CompareAndSwap(false, true) {
-			proxy.Cut()
-			go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
+	directAndThroughPgBouncer(t, func(t *testing.T, b *consumerBundle) {
+		proxy := testenv.NewProxy(t, testenv.HostPort(b.amqpURL))
+		var cut atomic.Bool
+		b.start(testConsumerConfig(), proxy.Rewrite(b.amqpURL), inbox.AfterCommit(func(*inbox.Delivery) {
+			if cut.CompareAndSwap(false, true) {
+				proxy.Cut()
+				go func() { time.Sleep(300 * time.Millisecond); proxy.Restore() }()
+			}
+		}))
+		msg := message()
+		b.publish(msg)
+		testenv.WaitFor(t, 20*time.Second, "the redelivery to be recognised", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
+		if n := b.effects(msg.MessageId); n != 1 {
+			t.Fatalf("%d effects", n)
 		}
-	}))
-	msg := message()
-	b.publish(msg)
-	testenv.WaitFor(t, 20*time.Second, "the redelivery to be recognised", func() bool { return b.counter("consumer.messages.duplicates") >= 1 })
-	if n := b.effects(msg.MessageId); n != 1 {
-		t.Fatalf("%d effects", n)
-	}
-	if got := b.counter("consumer.messages.redelivered"); got < 1 {
-		t.Fatalf("consumer.messages.redelivered = %d", got)
-	}
+		if got := b.counter("consumer.messages.redelivered"); got < 1 {
+			t.Fatalf("consumer.messages.redelivered = %d", got)
+		}
+	})
 }
 
 // Replaying from the parking lot: a message PROCESSED before is ignored by
