@@ -83,7 +83,27 @@ func newSystemOn(t *testing.T, vhost func(testing.TB) string) *system {
 	t.Helper()
 	name := testenv.TestDatabaseName()
 	testenv.DropDatabaseAtCleanup(t, name)
-	dbURL, amqpURL := testenv.ServerURL(t, name), vhost(t) // first: under -short they skip, before the build
+	return newSystemAt(t, testenv.ServerURL(t, name), vhost(t)) // first: under -short they skip, before the build
+}
+
+// newWALSystem is newSystem with its relays in RELAY_MODE=wal: its
+// database is on the test binary's PostgreSQL with wal_level=logical
+// (testenv.LogicalPostgres), migrate makes the replication role, and the
+// relays stream a slot of the test's own as it (RELAY_WAL_DATABASE_URL),
+// with a heartbeat and sweep delay as short as the relay's own tests'.
+func newWALSystem(t *testing.T) *system {
+	t.Helper()
+	db := testenv.LogicalPostgres(t).NewDatabase(t, migrations.Schemas...)
+	s := newSystemAt(t, db.URL, testenv.NewVhost(t), "MIGRATE_RELAY_WAL_ROLE=true")
+	s.env = append(s.env, "RELAY_MODE=wal", "RELAY_WAL_SLOT=relay_"+db.Name,
+		"RELAY_WAL_DATABASE_URL="+db.URLAs(migrations.RoleRelayWAL), "RELAY_WAL_HEARTBEAT=500ms", "RELAY_WAL_SWEEP_AFTER=5s")
+	return s
+}
+
+// newSystemAt is a system on the database of dbURL, which migrate makes
+// if it is missing, with migrate's environment migrateEnv.
+func newSystemAt(t *testing.T, dbURL, amqpURL string, migrateEnv ...string) *system {
+	t.Helper()
 	bin, err := binaries()
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +113,7 @@ func newSystemOn(t *testing.T, vhost func(testing.TB) string) *system {
 	// migrate service does in compose; each process then connects as its
 	// own role (start), so a grant it lacks fails the flow.
 	migrate := exec.Command(filepath.Join(bin, "order-api"), "migrate", "up")
-	migrate.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_FORMAT=json")
+	migrate.Env = append(append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_FORMAT=json"), migrateEnv...)
 	if out, err := migrate.CombinedOutput(); err != nil {
 		t.Fatalf("order-api migrate up: %v\n%s", err, out)
 	}

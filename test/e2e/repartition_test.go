@@ -24,10 +24,26 @@ import (
 // queues: stop the relays, let the consumers drain their queues, restart
 // the consumers at the new count, delete the queues it no longer uses
 // (empty), start the relays at it. Every consumer
-// applies every message once, each order's in the order written.
+// applies every message once, each order's in the order written. With the
+// polling relay, and with the log-tailing one (RELAY_MODE=wal), whose
+// waiting messages wait in its slot too: in a wal run only (make
+// test/wal).
 func TestChangingThePartitionsLosesAndReordersNothing(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t)
+	t.Run("poll", func(t *testing.T) {
+		t.Parallel()
+		changeThePartitions(t, newSystem(t))
+	})
+	t.Run("wal", func(t *testing.T) {
+		t.Parallel()
+		testenv.SkipUnlessWAL(t)
+		changeThePartitions(t, newWALSystem(t))
+	})
+}
+
+// changeThePartitions is TestChangingThePartitionsLosesAndReordersNothing
+// on s.
+func changeThePartitions(t *testing.T, s *system) {
 	// One worker: at 0 partitions, a second would apply an order's
 	// messages in either order, whatever the change does.
 	s.env = append(s.env, "MESSAGE_PARTITIONS=0", "CONSUMER_WORKERS=1")

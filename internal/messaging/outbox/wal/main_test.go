@@ -1,9 +1,7 @@
 package wal_test
 
 import (
-	"cmp"
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -54,9 +52,7 @@ var walMode = outboxtest.Mode{
 // asks for it (OUTBOX_TEST_RELAY_MODE=wal: make test/wal).
 func skipUnlessWAL(t testing.TB) {
 	t.Helper()
-	if mode := cmp.Or(os.Getenv("OUTBOX_TEST_RELAY_MODE"), "poll"); mode != "wal" {
-		t.Skipf("the log-tailing relay's: run with OUTBOX_TEST_RELAY_MODE=wal (make test/wal); this run: %s", mode)
-	}
+	testenv.SkipUnlessWAL(t)
 }
 
 // setupRelay is outboxtest.Setup for the log-tailing relay.
