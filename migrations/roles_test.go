@@ -49,9 +49,9 @@ var grants = map[string]map[string]string{
 	},
 	"order_items": {api: "SELECT, INSERT", relay: "", consumer: "", operator: "SELECT"},
 	"order_state_transition": {
-		api:      "SELECT, INSERT(order_id, from_status, to_status, message_id, correlation_id, created_at)",
+		api:      "SELECT, INSERT(order_id, from_status, to_status, message_id, correlation_id, created_at, reason)",
 		relay:    "",
-		consumer: "SELECT(order_id, message_id), INSERT(order_id, from_status, to_status, message_id, correlation_id)",
+		consumer: "SELECT(order_id, message_id), INSERT(order_id, from_status, to_status, message_id, correlation_id, reason)",
 		operator: "SELECT",
 	},
 	"message_outbox": {

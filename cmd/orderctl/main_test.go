@@ -360,6 +360,39 @@ func TestOrderTimeline(t *testing.T) {
 	if _, err := ctl.run("order", uuid.NewString()); err == nil {
 		t.Fatal("an order that does not exist: want an error")
 	}
+
+	// A rejected order says why, and names the sku: in its status line,
+	// its timeline and its history.
+	oos, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "OOS-7", Quantity: 1, UnitPriceCents: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(t.Context(), h.Pool, func(tx pgx.Tx) error {
+		created, err := store.CreateOrder(t.Context(), tx, oos, domain.Cause{CorrelationID: "corr-oos"})
+		if err != nil {
+			return err
+		}
+		_, err = store.OutboxWriter("test").Write(t.Context(), tx, messaging.Cause{CorrelationID: "corr-oos"}, domain.SubmittedMessage(created))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the order to be REJECTED", func() bool {
+		var s string
+		return h.Pool.QueryRow(t.Context(), `SELECT status FROM orders WHERE order_id = $1`, oos.ID()).Scan(&s) == nil && s == string(domain.StatusRejected)
+	})
+	out = ctl.ok("order", oos.ID().String())
+	for _, want := range []string{": REJECTED, out of stock: OOS-7 (customer c-1", "FULFILLMENT_REQUESTED -> REJECTED (by message "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the rejected order lacks %q:\n%s", want, out)
+		}
+	}
+	var rejected OrderTimeline
+	ctl.json(&rejected, "order", oos.ID().String())
+	if n := len(rejected.History); n != 3 || rejected.History[n-1].Reason != "out of stock: OOS-7" {
+		t.Errorf("history %+v: want the rejection's reason naming OOS-7", rejected.History)
+	}
 }
 
 // retention deletes what the retention settings allow, with the functions

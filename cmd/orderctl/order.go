@@ -43,6 +43,7 @@ type Transition struct {
 	To            string    `json:"to_status"`
 	MessageID     string    `json:"message_id"` // empty: an HTTP request
 	CorrelationID string    `json:"correlation_id"`
+	Reason        string    `json:"reason,omitempty"` // why, when the move alone does not say (a rejection)
 	At            time.Time `json:"created_at"`
 }
 
@@ -76,7 +77,7 @@ func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 		return nil, err
 	}
 	for _, h := range history {
-		t.History = append(t.History, Transition{From: string(h.From), To: string(h.To), MessageID: database.Deref(h.MessageID), CorrelationID: h.CorrelationID, At: h.CreatedAt})
+		t.History = append(t.History, Transition{From: string(h.From), To: string(h.To), MessageID: database.Deref(h.MessageID), CorrelationID: h.CorrelationID, Reason: h.Reason, At: h.CreatedAt})
 	}
 	if t.Outbox, err = outboxadmin.Aggregate(ctx, c.pool, domain.AggregateOrder, id.String()); err != nil {
 		return nil, err
@@ -136,7 +137,7 @@ func (t *OrderTimeline) events() {
 		if h.MessageID != "" {
 			cause = "message " + h.MessageID
 		}
-		add(h.At, "order", "%s -> %s (by %s)", cmp.Or(h.From, "(new)"), h.To, cause)
+		add(h.At, "order", "%s -> %s (by %s)%s", cmp.Or(h.From, "(new)"), h.To, cause, strings.TrimSuffix(": "+h.Reason, ": "))
 	}
 	for _, x := range t.Outbox {
 		add(x.CreatedAt, "outbox", "%s written, message id %s", x.Type, x.ID)
@@ -169,7 +170,11 @@ func (t *OrderTimeline) events() {
 }
 
 func (t *OrderTimeline) human(w io.Writer) {
-	_, _ = fmt.Fprintf(w, "order %s: %s (customer %s, created %s)\n\n", t.OrderID, t.Status, t.CustomerID, when(&t.CreatedAt))
+	status := t.Status
+	if n := len(t.History); n > 0 && t.History[n-1].To == t.Status && t.History[n-1].Reason != "" {
+		status += ", " + t.History[n-1].Reason // why it is where it is: a rejection's skus
+	}
+	_, _ = fmt.Fprintf(w, "order %s: %s (customer %s, created %s)\n\n", t.OrderID, status, t.CustomerID, when(&t.CreatedAt))
 	var rows [][]string
 	for _, e := range t.Events {
 		rows = append(rows, []string{when(&e.At), e.Who, e.What})

@@ -120,6 +120,7 @@ type historyJSON struct {
 	ToStatus      domain.Status `json:"to_status"`
 	MessageID     *string       `json:"message_id"`
 	CorrelationID string        `json:"correlation_id"`
+	Reason        string        `json:"reason,omitempty"` // why, when the move alone does not say (a rejection)
 	CreatedAt     time.Time     `json:"created_at"`
 }
 
@@ -145,7 +146,7 @@ func newOrderDetailJSON(o *domain.Order, history []store.HistoryEntry) orderJSON
 	h := make([]historyJSON, len(history))
 	for i, e := range history {
 		h[i] = historyJSON{FromStatus: e.From, ToStatus: e.To, MessageID: e.MessageID,
-			CorrelationID: e.CorrelationID, CreatedAt: e.CreatedAt.UTC()}
+			CorrelationID: e.CorrelationID, Reason: e.Reason, CreatedAt: e.CreatedAt.UTC()}
 	}
 	out.History = &h
 	return out

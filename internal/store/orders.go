@@ -19,7 +19,10 @@ type HistoryEntry struct {
 	To            domain.Status
 	MessageID     *string // nil when an HTTP request caused it
 	CorrelationID string
-	CreatedAt     time.Time
+	// Reason says why, when the move alone does not: the warehouse's
+	// answer to a REJECTED order ("out of stock: OOS-1"). "" otherwise.
+	Reason    string
+	CreatedAt time.Time
 }
 
 // CreateOrder inserts a new order, its items and the first row of its
@@ -107,7 +110,8 @@ type Move struct {
 // MoveOrder applies trigger t to order id in one statement: it locks the
 // order, moves it only if its status is one t starts from (the guard, with
 // version + 1), and records the move in the order's history with cause.
-// It returns the move and the status the order had.
+// It returns the move and the status the order had. A move that needs
+// its reason recorded is MoveOrderBecause's.
 //
 // When the order does not move, the error wraps domain.ErrStaleTransition
 // (the order is past t: a duplicate, a late message, a lost race) or
@@ -115,12 +119,20 @@ type Move struct {
 // domain.ErrNotFound; cause.MessageID moving the same order twice is
 // domain.ErrConflict.
 func MoveOrder(ctx context.Context, db database.DBTX, id uuid.UUID, t domain.Trigger, cause domain.Cause) (Move, domain.Status, error) {
+	return MoveOrderBecause(ctx, db, id, t, cause, "")
+}
+
+// MoveOrderBecause is MoveOrder that records, with the move and in the
+// same statement, why the order made it (HistoryEntry.Reason): what a
+// reader of the history could not tell from the trigger alone, such as
+// the skus an order was rejected for. reason "" records none.
+func MoveOrderBecause(ctx context.Context, db database.DBTX, id uuid.UUID, t domain.Trigger, cause domain.Cause, reason string) (Move, domain.Status, error) {
 	to, from, err := domain.Target(t)
 	if err != nil {
 		return Move{}, "", err
 	}
 	if len(from) == 1 {
-		return moveFrom(ctx, db, id, t, from[0], to, cause)
+		return moveFrom(ctx, db, id, t, from[0], to, cause, reason)
 	}
 	froms := make([]string, len(from))
 	for i, f := range from {
@@ -129,6 +141,7 @@ func MoveOrder(ctx context.Context, db database.DBTX, id uuid.UUID, t domain.Tri
 	row, err := queries.MoveOrder(ctx, db, dbsqlc.MoveOrderParams{
 		OrderID: id, ToStatus: string(to), FromStatuses: froms,
 		MessageID: database.NilIfEmpty(cause.MessageID), CorrelationID: database.NilIfEmpty(cause.CorrelationID),
+		Reason: database.NilIfEmpty(reason),
 	})
 	if err != nil {
 		return Move{}, "", fmt.Errorf("move order %s on %s: %w", id, t, Translate(err))
@@ -144,10 +157,11 @@ func MoveOrder(ctx context.Context, db database.DBTX, id uuid.UUID, t domain.Tri
 // moveFrom is MoveOrder for a trigger with one starting status: a guarded
 // UPDATE (its row lock is the only one needed), and, only when it moved
 // nothing, a read of the status to say why.
-func moveFrom(ctx context.Context, db database.DBTX, id uuid.UUID, t domain.Trigger, from, to domain.Status, cause domain.Cause) (Move, domain.Status, error) {
+func moveFrom(ctx context.Context, db database.DBTX, id uuid.UUID, t domain.Trigger, from, to domain.Status, cause domain.Cause, reason string) (Move, domain.Status, error) {
 	row, err := queries.MoveOrderFrom(ctx, db, dbsqlc.MoveOrderFromParams{
 		OrderID: id, FromStatus: string(from), ToStatus: string(to),
 		MessageID: database.NilIfEmpty(cause.MessageID), CorrelationID: database.NilIfEmpty(cause.CorrelationID),
+		Reason: database.NilIfEmpty(reason),
 	})
 	if err == nil {
 		return Move{From: from, To: to, Version: int(row.Version), CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt}, from, nil
@@ -187,6 +201,7 @@ func History(ctx context.Context, db database.DBTX, id uuid.UUID) ([]HistoryEntr
 			To:            domain.Status(r.ToStatus),
 			MessageID:     r.MessageID,
 			CorrelationID: database.Deref(r.CorrelationID),
+			Reason:        database.Deref(r.Reason),
 			CreatedAt:     r.CreatedAt,
 		}
 	}

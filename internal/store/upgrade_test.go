@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -53,7 +54,8 @@ func TestUpgradeFromOneSequence(t *testing.T) {
 	if _, err := pool.Exec(ctx, everyState); err != nil {
 		t.Fatal(err)
 	}
-	rows := tableRows(t, pool)
+	columns := tableColumns(t, pool)
+	rows := tableRows(t, pool, columns)
 
 	m, err := store.NewMigrator(pool, logger)
 	if err != nil {
@@ -65,7 +67,7 @@ func TestUpgradeFromOneSequence(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := tableRows(t, pool); got != rows {
+	if got := tableRows(t, pool, columns); got != rows {
 		t.Fatalf("rows after the upgrade:\n%s\nwant\n%s", got, rows)
 	}
 
@@ -146,15 +148,33 @@ func newEmptyDatabase(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
-// tableRows is every row of every table but the version tables, as text,
-// table by table.
-func tableRows(t *testing.T, pool *pgxpool.Pool) string {
+// tableColumns is the columns of every table but the version tables, in
+// their order, table by table.
+func tableColumns(t *testing.T, pool *pgxpool.Pool) map[string][]string {
 	t.Helper()
 	tables := queryStrings(t, pool, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename NOT LIKE '%version' ORDER BY 1`)
-	var out strings.Builder
+	columns := make(map[string][]string, len(tables))
 	for _, table := range tables {
-		id := pgx.Identifier{table}.Sanitize()
-		for _, row := range queryStrings(t, pool, "SELECT r::text FROM "+id+" AS r ORDER BY 1") {
+		columns[table] = queryStrings(t, pool, `SELECT column_name::text FROM information_schema.columns
+			WHERE table_schema = 'public' AND table_name = '`+table+`' ORDER BY ordinal_position`)
+	}
+	return columns
+}
+
+// tableRows is every row of each table of columns, as text, table by
+// table: the values of the columns given, those the tables had before an
+// upgrade (a column the upgrade adds is not in the rows that were there;
+// one it drops fails the query).
+func tableRows(t *testing.T, pool *pgxpool.Pool, columns map[string][]string) string {
+	t.Helper()
+	var out strings.Builder
+	for _, table := range slices.Sorted(maps.Keys(columns)) {
+		cols := make([]string, len(columns[table]))
+		for i, c := range columns[table] {
+			cols[i] = pgx.Identifier{c}.Sanitize()
+		}
+		query := "SELECT ROW(" + strings.Join(cols, ", ") + ")::text FROM " + pgx.Identifier{table}.Sanitize() + " ORDER BY 1"
+		for _, row := range queryStrings(t, pool, query) {
 			out.WriteString(table + " " + row + "\n")
 		}
 	}

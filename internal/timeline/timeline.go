@@ -216,6 +216,10 @@ func transitionHop(h store.HistoryEntry, types map[string]string, applied map[st
 		hop.Summary = fmt.Sprintf("%s → %s on %s", h.From, h.To, cmp.Or(types[*h.MessageID], "a message"))
 		hop.Details = append(hop.Details, Detail{"message id", *h.MessageID})
 	}
+	if h.Reason != "" { // why: a rejection's skus
+		hop.Summary += ": " + h.Reason
+		hop.Details = append([]Detail{{"reason", h.Reason}}, hop.Details...)
+	}
 	if h.CorrelationID != "" {
 		hop.Details = append(hop.Details, Detail{"correlation id", h.CorrelationID})
 	}

@@ -271,6 +271,40 @@ func TestTransitionIsLabelledByItsConsumer(t *testing.T) {
 	}
 }
 
+// A rejected order's timeline says why on the rejection's hop: the
+// reason the consumer recorded with the move, read as order-api's role.
+func TestRejectionHopSaysWhy(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t, migrations.Schemas...)
+	ctx := t.Context()
+	order, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{{SKU: "OOS-1", Quantity: 1, UnitPriceCents: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.CreateOrder(ctx, db.Pool, order, domain.Cause{CorrelationID: "corr-1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		trigger domain.Trigger
+		reason  string
+	}{{domain.TriggerSubmitted, ""}, {domain.TriggerFulfillmentRejected, "out of stock: OOS-1"}} {
+		cause := domain.Cause{MessageID: uuid.NewString(), CorrelationID: "corr-1"}
+		if _, _, err := store.MoveOrderBecause(ctx, db.Pool, order.ID(), step.trigger, cause, step.reason); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rejection *timeline.Hop
+	for _, h := range readTimeline(t, db, order.ID()).Hops() {
+		if h.Kind == timeline.KindTransition && strings.Contains(h.Summary, "→ REJECTED") {
+			rejection = &h
+		}
+	}
+	if rejection == nil || !strings.HasSuffix(rejection.Summary, ": out of stock: OOS-1") ||
+		!slices.Contains(rejection.Details, timeline.Detail{Label: "reason", Value: "out of stock: OOS-1"}) {
+		t.Fatalf("the rejection's hop %+v: want its summary and its facts to say out of stock: OOS-1", rejection)
+	}
+}
+
 // An order that is not there is domain.ErrNotFound.
 func TestTimelineOfUnknownOrder(t *testing.T) {
 	t.Parallel()

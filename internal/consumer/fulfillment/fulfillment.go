@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -84,7 +85,7 @@ type fulfillment struct {
 // carries the lines of the submitted order: its payload is the order as it
 // was accepted, and lines never change.
 func (f *fulfillment) submitted(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.OrderSubmittedV1) (inbox.Outcome, error) {
-	return f.transition(ctx, tx, d, m.ID, domain.TriggerSubmitted, domain.FulfillmentRequestedV1{ID: m.ID, Items: m.Items})
+	return f.transition(ctx, tx, d, m.ID, domain.TriggerSubmitted, "", domain.FulfillmentRequestedV1{ID: m.ID, Items: m.Items})
 }
 
 // completed finishes an order the warehouse reserved, and says so in the
@@ -97,21 +98,28 @@ func (f *fulfillment) completed(ctx context.Context, tx pgx.Tx, d *inbox.Deliver
 		// have the same fields today are not the same message.
 		fulfilled = domain.OrderFulfilledV2{ID: m.ID, ReservationID: m.ReservationID} //nolint:staticcheck // S1016, as above
 	}
-	return f.transition(ctx, tx, d, m.ID, domain.TriggerFulfillmentCompleted, fulfilled)
+	return f.transition(ctx, tx, d, m.ID, domain.TriggerFulfillmentCompleted, "", fulfilled)
 }
 
-// rejected finishes an order the warehouse could not reserve.
+// rejected finishes an order the warehouse could not reserve, and records
+// why with the move: the warehouse's reason and the skus it names ("out of
+// stock: OOS-1"), which the API's history, the timeline and orderctl show.
 func (f *fulfillment) rejected(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, m domain.FulfillmentRejectedV1) (inbox.Outcome, error) {
-	return f.transition(ctx, tx, d, m.ID, domain.TriggerFulfillmentRejected, domain.OrderRejectedV1{ID: m.ID, Reason: m.Reason})
+	reason := m.Reason
+	if len(m.SKUs) > 0 {
+		reason += ": " + strings.Join(m.SKUs, ", ")
+	}
+	return f.transition(ctx, tx, d, m.ID, domain.TriggerFulfillmentRejected, reason, domain.OrderRejectedV1{ID: m.ID, Reason: m.Reason})
 }
 
 // transition moves order id by trigger (one guarded statement that
-// also records the move with d's message_id) and emits followUp. A message
+// also records the move with d's message_id and reason, "" for none) and
+// emits followUp. A message
 // that finds the order past it is acknowledged and ignored; one the order
 // is not ready for, or about an order that does not exist, is parked: no
 // message is published before its order commits, so waiting would not help.
-func (f *fulfillment) transition(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, id uuid.UUID, trigger domain.Trigger, followUp domain.Message) (inbox.Outcome, error) {
-	move, current, err := store.MoveOrder(ctx, tx, id, trigger, domain.Cause(d.Cause()))
+func (f *fulfillment) transition(ctx context.Context, tx pgx.Tx, d *inbox.Delivery, id uuid.UUID, trigger domain.Trigger, reason string, followUp domain.Message) (inbox.Outcome, error) {
+	move, current, err := store.MoveOrderBecause(ctx, tx, id, trigger, domain.Cause(d.Cause()), reason)
 	switch {
 	case err == nil:
 		out := inbox.Applied(followUp)

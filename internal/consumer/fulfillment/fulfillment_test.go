@@ -70,6 +70,42 @@ func TestMovesTheOrder(t *testing.T) {
 	}
 }
 
+// A rejection records why in the order's history, with the REJECTED move
+// and in its transaction: the warehouse's reason and every sku it names.
+// The other moves record no reason.
+func TestRejectionRecordsItsReason(t *testing.T) {
+	t.Parallel()
+	h := consumertest.Start(t, fulfillment.New(fulfillment.Config{MeterProvider: metricnoop.NewMeterProvider()}))
+	o, err := domain.NewOrder(uuid.Must(uuid.NewV7()), "c-1", "EUR", []domain.Item{
+		{SKU: "OOS-1", Quantity: 1, UnitPriceCents: 100}, {SKU: "A-1", Quantity: 1, UnitPriceCents: 100}, {SKU: "OOS-2", Quantity: 1, UnitPriceCents: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(h.Ctx, h.Pool, func(tx pgx.Tx) error {
+		_, err := store.CreateOrder(h.Ctx, tx, o, domain.Cause{CorrelationID: "c"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.WaitDone(fulfillment.Name, h.Deliver(domain.SubmittedMessage(o)))
+	rejected := h.Deliver(domain.FulfillmentRejectedV1{ID: o.ID(), Reason: "out of stock", SKUs: []string{"OOS-1", "OOS-2"}})
+	h.WaitDone(fulfillment.Name, rejected)
+
+	history, err := store.History(h.Ctx, h.Pool, o.ID())
+	if err != nil || len(history) != 3 {
+		t.Fatalf("history %+v (%v): want creation, request, rejection", history, err)
+	}
+	last := history[2]
+	if last.To != domain.StatusRejected || last.MessageID == nil || *last.MessageID != rejected || last.Reason != "out of stock: OOS-1, OOS-2" {
+		t.Fatalf("the rejection's row %+v: want REJECTED by %s, reason %q", last, rejected, "out of stock: OOS-1, OOS-2")
+	}
+	for _, e := range history[:2] {
+		if e.Reason != "" {
+			t.Errorf("the move to %s has a reason %q: only a rejection records one", e.To, e.Reason)
+		}
+	}
+}
+
 // With a delay (FULFILLMENT_DELAY), fulfillment waits before it requests
 // the fulfillment, in no transaction: a cancel made meanwhile goes through
 // at once, and the late order.submitted then finds the order CANCELLED and

@@ -116,6 +116,7 @@ type OrderStateTransition struct {
 	MessageID     *string
 	CorrelationID *string
 	CreatedAt     time.Time
+	Reason        *string
 }
 
 type OutboxPartitionLease struct {

@@ -355,7 +355,7 @@ func (q *Queries) ListOrdersByStatus(ctx context.Context, db DBTX, arg ListOrder
 }
 
 const listTransitions = `-- name: ListTransitions :many
-SELECT from_status, to_status, message_id, correlation_id, created_at
+SELECT from_status, to_status, message_id, correlation_id, reason, created_at
 FROM order_state_transition
 WHERE order_id = $1
 ORDER BY transition_id
@@ -366,6 +366,7 @@ type ListTransitionsRow struct {
 	ToStatus      string
 	MessageID     *string
 	CorrelationID *string
+	Reason        *string
 	CreatedAt     time.Time
 }
 
@@ -383,6 +384,7 @@ func (q *Queries) ListTransitions(ctx context.Context, db DBTX, orderID uuid.UUI
 			&i.ToStatus,
 			&i.MessageID,
 			&i.CorrelationID,
+			&i.Reason,
 			&i.CreatedAt,
 		); err != nil {
 			return nil, err
@@ -405,8 +407,8 @@ WITH current_order AS (
     WHERE o.order_id = c.order_id AND c.status = ANY ($3::text[])
     RETURNING o.order_id, c.status AS from_status, o.version, o.created_at, o.updated_at
 ), recorded AS (
-    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
-    SELECT m.order_id, m.from_status, $2, $4, $5 FROM moved m
+    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id, reason)
+    SELECT m.order_id, m.from_status, $2, $4, $5, $6 FROM moved m
 )
 SELECT c.status AS current_status, m.from_status, m.version, m.created_at, m.updated_at
 FROM current_order c LEFT JOIN moved m ON true
@@ -418,6 +420,7 @@ type MoveOrderParams struct {
 	FromStatuses  []string
 	MessageID     *string
 	CorrelationID *string
+	Reason        *string
 }
 
 type MoveOrderRow struct {
@@ -430,7 +433,8 @@ type MoveOrderRow struct {
 
 // One transition in one statement: lock the order, move it if (and only
 // if) its status is one the trigger starts from, bump its version, and
-// record the move in its history. Always returns the status the order had
+// record the move in its history (with its reason, NULL when it needs
+// none). Always returns the status the order had
 // (to explain a refusal); from_status is NULL when it did not move.
 func (q *Queries) MoveOrder(ctx context.Context, db DBTX, arg MoveOrderParams) (MoveOrderRow, error) {
 	row := db.QueryRow(ctx, moveOrder,
@@ -439,6 +443,7 @@ func (q *Queries) MoveOrder(ctx context.Context, db DBTX, arg MoveOrderParams) (
 		arg.FromStatuses,
 		arg.MessageID,
 		arg.CorrelationID,
+		arg.Reason,
 	)
 	var i MoveOrderRow
 	err := row.Scan(
@@ -458,8 +463,8 @@ WITH moved AS (
     WHERE orders.order_id = $2 AND orders.status = $3
     RETURNING orders.order_id, orders.version, orders.created_at, orders.updated_at
 ), recorded AS (
-    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
-    SELECT m.order_id, $3, $1, $4, $5 FROM moved m
+    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id, reason)
+    SELECT m.order_id, $3, $1, $4, $5, $6 FROM moved m
 )
 SELECT m.version, m.created_at, m.updated_at FROM moved m
 `
@@ -470,6 +475,7 @@ type MoveOrderFromParams struct {
 	FromStatus    string
 	MessageID     *string
 	CorrelationID *string
+	Reason        *string
 }
 
 type MoveOrderFromRow struct {
@@ -488,6 +494,7 @@ func (q *Queries) MoveOrderFrom(ctx context.Context, db DBTX, arg MoveOrderFromP
 		arg.FromStatus,
 		arg.MessageID,
 		arg.CorrelationID,
+		arg.Reason,
 	)
 	var i MoveOrderFromRow
 	err := row.Scan(&i.Version, &i.CreatedAt, &i.UpdatedAt)

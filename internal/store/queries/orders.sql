@@ -38,7 +38,7 @@ WHERE order_id = ANY (@order_ids::uuid[])
 ORDER BY order_id, line_no;
 
 -- name: ListTransitions :many
-SELECT from_status, to_status, message_id, correlation_id, created_at
+SELECT from_status, to_status, message_id, correlation_id, reason, created_at
 FROM order_state_transition
 WHERE order_id = @order_id
 ORDER BY transition_id;
@@ -86,7 +86,8 @@ LIMIT @max_rows;
 -- name: MoveOrder :one
 -- One transition in one statement: lock the order, move it if (and only
 -- if) its status is one the trigger starts from, bump its version, and
--- record the move in its history. Always returns the status the order had
+-- record the move in its history (with its reason, NULL when it needs
+-- none). Always returns the status the order had
 -- (to explain a refusal); from_status is NULL when it did not move.
 WITH current_order AS (
     SELECT orders.order_id, orders.status FROM orders WHERE orders.order_id = @order_id FOR UPDATE
@@ -97,8 +98,8 @@ WITH current_order AS (
     WHERE o.order_id = c.order_id AND c.status = ANY (@from_statuses::text[])
     RETURNING o.order_id, c.status AS from_status, o.version, o.created_at, o.updated_at
 ), recorded AS (
-    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
-    SELECT m.order_id, m.from_status, @to_status, @message_id, @correlation_id FROM moved m
+    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id, reason)
+    SELECT m.order_id, m.from_status, @to_status, @message_id, @correlation_id, @reason FROM moved m
 )
 SELECT c.status AS current_status, m.from_status, m.version, m.created_at, m.updated_at
 FROM current_order c LEFT JOIN moved m ON true;
@@ -113,8 +114,8 @@ WITH moved AS (
     WHERE orders.order_id = @order_id AND orders.status = @from_status
     RETURNING orders.order_id, orders.version, orders.created_at, orders.updated_at
 ), recorded AS (
-    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id)
-    SELECT m.order_id, @from_status, @to_status, @message_id, @correlation_id FROM moved m
+    INSERT INTO order_state_transition (order_id, from_status, to_status, message_id, correlation_id, reason)
+    SELECT m.order_id, @from_status, @to_status, @message_id, @correlation_id, @reason FROM moved m
 )
 SELECT m.version, m.created_at, m.updated_at FROM moved m;
 
