@@ -15,7 +15,7 @@ import (
 
 // The body of POST /v1/orders, whatever it holds, is either an order or a
 // clear refusal: decodeJSON and toOrder never panic, and each refusal is a
-// 400 malformed_json, a 413 (only past 64 KiB) or a 422 validation_failed
+// 400 malformed_json or invalid_type, a 413 (only past 64 KiB) or a 422 validation_failed
 // naming each broken rule, with a detail that says what is wrong. A body
 // that is accepted is one valid JSON value, and reads back the same once
 // re-encoded. The seed corpus (testdata/fuzz/FuzzCreateOrderBody) runs
@@ -53,7 +53,7 @@ func FuzzCreateOrderBody(f *testing.F) {
 		}
 		p := problemFor(err)
 		switch {
-		case p.Status == http.StatusBadRequest && p.Code == "malformed_json":
+		case p.Status == http.StatusBadRequest && (p.Code == "malformed_json" || p.Code == "invalid_type"):
 		case p.Status == http.StatusRequestEntityTooLarge && len(body) > maxBodyBytes:
 		case p.Status == http.StatusUnprocessableEntity && p.Code == "validation_failed" && len(p.Errors) > 0:
 			for _, fe := range p.Errors {

@@ -412,9 +412,13 @@ func TestCreateOrderBadInput(t *testing.T) {
 		{"two JSON values", validOrder + validOrder, nil, 400, "malformed_json", ""},
 		{"unknown field", `{"customer_id":"c","currency":"EUR","items":[` + good + `],"coupon":"X"}`, nil, 400, "malformed_json", ""},
 		{"unknown item field", order("c", "EUR", `[{"sku":"A","quantity":1,"unit_price_cents":1,"color":"red"}]`), nil, 400, "malformed_json", ""},
-		{"wrong type", `{"customer_id":1,"currency":"EUR","items":[]}`, nil, 400, "malformed_json", ""},
-		{"quantity as string", order("c", "EUR", `[{"sku":"A","quantity":"2","unit_price_cents":1}]`), nil, 400, "malformed_json", ""},
-		{"fractional quantity", order("c", "EUR", `[{"sku":"A","quantity":1.5,"unit_price_cents":1}]`), nil, 400, "malformed_json", ""},
+		{"wrong type", `{"customer_id":1,"currency":"EUR","items":[]}`, nil, 400, "invalid_type", ""},
+		{"quantity as string", order("c", "EUR", `[{"sku":"A","quantity":"2","unit_price_cents":1}]`), nil, 400, "invalid_type", ""},
+		{"fractional quantity", order("c", "EUR", `[{"sku":"A","quantity":1.5,"unit_price_cents":1}]`), nil, 400, "invalid_type", ""},
+		{"null body", `null`, nil, 400, "invalid_type", ""},
+		{"array body", `[` + validOrder + `]`, nil, 400, "invalid_type", ""},
+		{"key twice", `{"customer_id":"c-2","customer_id":"c-1","currency":"EUR","items":[` + good + `]}`, nil, 400, "malformed_json", ""},
+		{"nested key twice", order("c", "EUR", `[{"sku":"A","sku":"B","quantity":1,"unit_price_cents":1}]`), nil, 400, "malformed_json", ""},
 		{"wrong content type", validOrder, header{"Content-Type": "text/plain"}, 415, "unsupported_media_type", ""},
 		{"no content type", validOrder, header{"Content-Type": ""}, 415, "unsupported_media_type", ""},
 		{"form content type", validOrder, header{"Content-Type": "application/x-www-form-urlencoded"}, 415, "unsupported_media_type", ""},
@@ -476,6 +480,51 @@ func TestCreateOrderBadInput(t *testing.T) {
 	}
 	if b.count("orders") != 3 || b.count("message_outbox") != 3 || b.count("http_idempotency_key") != 0 {
 		t.Fatalf("rows: %d orders, %d outbox; want only the 3 valid ones", b.count("orders"), b.count("message_outbox"))
+	}
+}
+
+// A refused body says what is wrong and where, naming a field by its path
+// as the 422's errors do (items[1].quantity), the body itself as "the
+// body": a null body is not taken for an empty order, a key given twice is
+// not decided by the last one, and a value of the wrong JSON type is
+// invalid_type, not malformed JSON. Nothing is written.
+func TestBadBodiesSayWhatAndWhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const item = `{"sku":"A","quantity":1,"unit_price_cents":1}`
+	for _, c := range []struct{ name, body, code, detail string }{
+		{"null", `null`, "invalid_type", "The body is null: it must be a JSON object."},
+		{"an array", `[]`, "invalid_type", "The body must be a JSON object, not an array."},
+		{"a string", `"order"`, "invalid_type", "The body must be a JSON object, not a string."},
+		{"a string for a number, second item", `{"customer_id":"c-1","currency":"EUR","items":[` + item + `,{"sku":"B","quantity":"2","unit_price_cents":1}]}`,
+			"invalid_type", "Field items[1].quantity must be a JSON number, not a string."},
+		{"an object for a string", `{"customer_id":{"id":"c-1"},"currency":"EUR","items":[` + item + `]}`,
+			"invalid_type", "Field customer_id must be a JSON string, not an object."},
+		{"an item that is not an object", `{"customer_id":"c-1","currency":"EUR","items":[` + item + `,7]}`,
+			"invalid_type", "Field items[1] must be a JSON object, not a number."},
+		{"a fraction", `{"customer_id":"c-1","currency":"EUR","items":[{"sku":"A","quantity":1.5,"unit_price_cents":1}]}`,
+			"invalid_type", "Field items[0].quantity must be a whole number, without a fraction or an exponent, not 1.5."},
+		{"out of range", `{"customer_id":"c-1","currency":"EUR","items":[{"sku":"A","quantity":1,"unit_price_cents":99999999999999999999}]}`,
+			"invalid_type", "Field items[0].unit_price_cents is out of range: 99999999999999999999."},
+		{"customer_id twice", `{"customer_id":"c-2","customer_id":"c-1","currency":"EUR","items":[` + item + `]}`,
+			"malformed_json", `Field "customer_id" is given twice: each field may appear once.`},
+		{"a nested key twice", `{"customer_id":"c-1","currency":"EUR","items":[` + item + `,{"sku":"A","quantity":1,"quantity":2,"unit_price_cents":1}]}`,
+			"malformed_json", `Field "items[1].quantity" is given twice: each field may appear once.`},
+		{"an unknown nested key", `{"customer_id":"c-1","currency":"EUR","items":[{"sku":"A","Quantity":1,"unit_price_cents":1}]}`,
+			"malformed_json", `Unknown field "items[0].Quantity": field names are case-sensitive.`},
+		{"empty", ``, "malformed_json", "The body is empty."},
+	} {
+		r := b.do(http.MethodPost, "/v1/orders", []byte(c.body), nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", c.name, r.status, r.body)
+			continue
+		}
+		if p := r.problem(t); p.Code != c.code || p.Detail != c.detail {
+			t.Errorf("%s: %s %q, want %s %q", c.name, p.Code, p.Detail, c.code, c.detail)
+		}
+	}
+	if n := b.count("orders"); n != 0 {
+		t.Errorf("%d orders written by refused bodies", n)
 	}
 }
 
@@ -663,6 +712,26 @@ func TestListOrders(t *testing.T) {
 		r := b.do(http.MethodGet, "/v1/orders"+bad, nil, nil)
 		if r.status != http.StatusBadRequest || r.problem(t).Code != "invalid_query" {
 			t.Errorf("%s: %d %s", bad, r.status, r.body)
+		}
+	}
+}
+
+// A filter given empty is a 400 that says so, not a filter left out: an
+// operator's customer_id= (an unset variable) must not list every
+// customer's orders. The same with a value beside it.
+func TestListOrdersEmptyParameter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createOrder(validOrder, nil)
+	for _, query := range []string{"customer_id=", "status=", "limit=", "after=", "status=CANCELLED&customer_id=", "customer_id=c-1&limit="} {
+		name, _, _ := strings.Cut(query[strings.LastIndex(query, "&")+1:], "=")
+		r := b.do(http.MethodGet, "/v1/orders?"+query, nil, nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("?%s: %d %s, want 400", query, r.status, r.body)
+			continue
+		}
+		if p := r.problem(t); p.Code != "invalid_query" || !strings.HasPrefix(p.Detail, fmt.Sprintf("Query parameter %q is empty: give ", name)) {
+			t.Errorf("?%s: %s %q, want invalid_query saying %s is empty", query, p.Code, p.Detail, name)
 		}
 	}
 }

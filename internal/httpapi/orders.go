@@ -269,7 +269,7 @@ func (s *Server) listOrders(c echo.Context) error {
 	if err := onlyQueryParams(c, "customer_id", "status", "limit", "after"); err != nil {
 		return err
 	}
-	params, err := listParams(c, defaultPageSize)
+	params, err := listParams(c, defaultPageSize, false)
 	if err != nil {
 		return err
 	}
@@ -315,33 +315,71 @@ func listVisible(ctx context.Context, tx pgx.Tx, params store.ListParams) ([]*do
 // listParams reads the filters and the page of a list of orders from the
 // query (customer_id, status, limit, after), as GET /v1/orders and the
 // /ui/ page take them; limit is the page size when the query has none.
-func listParams(c echo.Context, limit int) (store.ListParams, error) {
+//
+// A parameter given empty is a 400 for the API: "customer_id=" is a filter
+// gone wrong (an unset variable in a script), and taking it for no filter
+// would list every customer's orders to an operator who meant one. The
+// /ui/ page's filter form sends its blank fields empty, meaning any
+// (emptyMeansAny).
+func listParams(c echo.Context, limit int, emptyMeansAny bool) (store.ListParams, error) {
 	params := store.ListParams{Limit: limit}
-	if v := c.QueryParam("customer_id"); v != "" {
+	query := c.QueryParams()
+	value := func(name, rule string) (string, error) {
+		v, given := query[name]
+		if !given || len(v) == 0 || (v[0] == "" && emptyMeansAny) {
+			return "", nil
+		}
+		if v[0] == "" {
+			return "", newError(http.StatusBadRequest, "invalid_query",
+				fmt.Sprintf("Query parameter %q is empty: give %s, or leave it out.", name, rule))
+		}
+		return v[0], nil
+	}
+	invalid := func(name, rule string) error {
+		return newError(http.StatusBadRequest, "invalid_query", fmt.Sprintf("%s must be %s.", name, rule))
+	}
+
+	customerRule := fmt.Sprintf("1 to %d characters of UTF-8, without NUL", domain.MaxCustomerIDLen)
+	v, err := value("customer_id", customerRule)
+	if err != nil {
+		return params, err
+	}
+	if v != "" {
 		if !utf8.ValidString(v) || utf8.RuneCountInString(v) > domain.MaxCustomerIDLen || strings.ContainsRune(v, 0) {
-			return params, newError(http.StatusBadRequest, "invalid_query",
-				fmt.Sprintf("customer_id must be 1 to %d characters of UTF-8, without NUL.", domain.MaxCustomerIDLen))
+			return params, invalid("customer_id", customerRule)
 		}
 		params.CustomerID = v
 	}
-	if v := c.QueryParam("status"); v != "" {
+	const statusRule = "one of SUBMITTED, FULFILLMENT_REQUESTED, FULFILLED, REJECTED, CANCELLED"
+	if v, err = value("status", statusRule); err != nil {
+		return params, err
+	}
+	if v != "" {
 		status, err := domain.ParseStatus(v)
 		if err != nil {
-			return params, newError(http.StatusBadRequest, "invalid_query", "status must be one of SUBMITTED, FULFILLMENT_REQUESTED, FULFILLED, REJECTED, CANCELLED.")
+			return params, invalid("status", statusRule)
 		}
 		params.Status = status
 	}
-	if v := c.QueryParam("limit"); v != "" {
+	limitRule := fmt.Sprintf("a whole number from 1 to %d", maxPageSize)
+	if v, err = value("limit", limitRule); err != nil {
+		return params, err
+	}
+	if v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxPageSize {
-			return params, newError(http.StatusBadRequest, "invalid_query", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxPageSize))
+			return params, invalid("limit", limitRule)
 		}
 		params.Limit = n
 	}
-	if v := c.QueryParam("after"); v != "" {
+	const afterRule = "a next_cursor from an earlier page"
+	if v, err = value("after", afterRule); err != nil {
+		return params, err
+	}
+	if v != "" {
 		cursor, err := decodeCursor(v)
 		if err != nil {
-			return params, newError(http.StatusBadRequest, "invalid_query", "after must be a next_cursor from an earlier page.")
+			return params, invalid("after", afterRule)
 		}
 		params.After = cursor
 	}

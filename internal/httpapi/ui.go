@@ -96,7 +96,7 @@ func (s *Server) uiOrders(c echo.Context) error {
 	if err := onlyQueryParams(c, "customer_id", "status", "after"); err != nil {
 		return err
 	}
-	params, err := listParams(c, uiPageSize)
+	params, err := listParams(c, uiPageSize, true) // the filter form sends its blank fields
 	if err != nil {
 		return err
 	}

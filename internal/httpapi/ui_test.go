@@ -139,6 +139,8 @@ func TestUIErrorsArePages(t *testing.T) {
 		"/ui/?status=LOST":               http.StatusBadRequest,
 		"/ui/?limit=5":                   http.StatusBadRequest,
 		"/ui/?after=nonsense":            http.StatusBadRequest,
+		// The timeline takes no query parameter (api/openapi.yaml lists the 400).
+		"/ui/orders/" + uuid.NewString() + "?x=1": http.StatusBadRequest,
 	} {
 		body := b.page(path, status)
 		if !strings.Contains(body, `<div class="error" id="error">`) || !strings.Contains(body, fmt.Sprintf("<h1>%d ", status)) {
@@ -147,6 +149,14 @@ func TestUIErrorsArePages(t *testing.T) {
 	}
 	if body := b.page("/ui/?limit=5", http.StatusBadRequest); !strings.Contains(body, "Unknown query parameter &#34;limit&#34;") {
 		t.Errorf("the 400 page does not name the parameter:\n%s", body)
+	}
+	o := b.createOrder(validOrder, nil)
+	if body := b.page("/ui/orders/"+o.OrderID+"?utm_source=chat", http.StatusBadRequest); !strings.Contains(body, "Unknown query parameter &#34;utm_source&#34;") {
+		t.Errorf("the timeline's 400 page does not name the parameter:\n%s", body)
+	}
+	// The list's filter form sends its blank fields: "any", not a 400.
+	if body := b.page("/ui/?status=&customer_id=", http.StatusOK); !strings.Contains(body, o.OrderID) {
+		t.Errorf("the blank filters did not list every order:\n%s", body)
 	}
 }
 
