@@ -39,6 +39,8 @@ var uiPages = parsePages("orders.html", "order.html", "error.html", "login.html"
 func parsePages(names ...string) map[string]*template.Template {
 	funcs := template.FuncMap{
 		"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") },
+		// A span of the order's life, to the millisecond: 1.234s, 850ms.
+		"duration": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 		"money": func(cents int64, currency string) string {
 			sign := ""
 			if cents < 0 {
@@ -126,6 +128,7 @@ func (s *Server) uiOrders(c echo.Context) error {
 
 type orderPage struct {
 	Order    *domain.Order
+	Summary  timeline.Summary // the journey, which the page leads with
 	Hops     []timeline.Hop
 	TraceID  string
 	TraceURL string // "" when JAEGER_UI_URL is not set
@@ -153,7 +156,7 @@ func (s *Server) uiOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page := orderPage{Order: tl.Order, Hops: tl.Hops(), TraceID: tl.TraceID()}
+	page := orderPage{Order: tl.Order, Summary: tl.Summary(), Hops: tl.Hops(), TraceID: tl.TraceID()}
 	if page.TraceID != "" && s.cfg.JaegerUIURL != "" {
 		page.TraceURL = s.cfg.JaegerUIURL + "/trace/" + page.TraceID
 	}

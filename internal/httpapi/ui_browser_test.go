@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -226,13 +227,23 @@ func (f *flowBundle) settled(t *testing.T, orderID string) bool {
 	return status == "FULFILLED" && unpublished == 0 && unprocessed == 0 && unsent == 0 && processed == want
 }
 
-// hop is a hop of the timeline as chromium rendered it.
-type hop struct{ kind, actor, time, summary string }
+// hop is a hop of the timeline as chromium rendered it: statusChange is
+// whether it is marked as a status change, and status the status badge
+// it then shows; retried is its note of an error retried.
+type hop struct {
+	kind, actor, time, summary string
+	statusChange               bool
+	status, retried            string
+}
 
 // An order that went through the whole flow (API, relay, every consumer,
 // the webhook), its timeline page rendered by headless chromium: the DOM
-// it built has every hop in time order, and its screenshot is a page of
-// the window's size with the page's structure in it.
+// it built leads with the order's journey (its statuses, the time to the
+// final one, its messages), has every hop in time order with the status
+// changes marked apart, says of each notification the webhook refused
+// once that it was delivered on retry, and its screenshot is a page of the
+// window's size with the page's structure in it. The whole page fits in
+// little more than a screen.
 func TestUIOrderTimelineInChromium(t *testing.T) {
 	t.Parallel()
 	browser := chromium(t)
@@ -275,7 +286,9 @@ func TestUIOrderTimelineInChromium(t *testing.T) {
 	walk(byID(doc, "timeline"), func(n *html.Node) {
 		if n.Data == "li" && hasClass(n, "hop") {
 			hops = append(hops, hop{kind: attr(n, "data-kind"), actor: attr(n, "data-actor"),
-				time: text(byClass(n, "hop-time")), summary: text(byClass(n, "summary"))})
+				time: text(byClass(n, "hop-time")), summary: text(byClass(n, "summary")),
+				statusChange: hasClass(n, "status-change"), status: text(byClass(byClass(n, "hop-head"), "status")),
+				retried: text(byClass(n, "retried-note"))})
 		}
 	})
 	if len(hops) == 0 {
@@ -325,6 +338,49 @@ func TestUIOrderTimelineInChromium(t *testing.T) {
 		t.Errorf("the order moved before it was created")
 	}
 
+	// The journey first: the statuses, the time to the final one, the
+	// messages, and that every hop went through, some after a retry.
+	if got, want := strings.Join(strings.Fields(text(byID(doc, "journey-path"))), " "), "SUBMITTED → FULFILLMENT_REQUESTED → FULFILLED"; got != want {
+		t.Errorf("#journey-path = %q, want %q", got, want)
+	}
+	facts := strings.Join(strings.Fields(text(byID(doc, "journey-facts"))), " ")
+	for _, want := range []string{"Reached FULFILLED ", " after its creation", "4 messages,", "2 notifications", "every hop went through (4 after a retry"} {
+		if !strings.Contains(facts, want) {
+			t.Errorf("#journey-facts = %q: no %q", facts, want)
+		}
+	}
+	if journey, timeline := byID(doc, "journey"), byID(doc, "timeline"); journey == nil || !before(doc, journey, timeline) {
+		t.Errorf("the page does not lead with the journey")
+	}
+	// The status changes, and only they, are marked, each with its status.
+	var changes []string
+	for _, h := range hops {
+		if h.statusChange != (h.kind == "transition") {
+			t.Errorf("hop %q (%s): marked as a status change: %v", h.summary, h.kind, h.statusChange)
+		}
+		if h.statusChange {
+			changes = append(changes, h.status)
+		}
+	}
+	if want := []string{"SUBMITTED", "FULFILLMENT_REQUESTED", "FULFILLED"}; !slices.Equal(changes, want) {
+		t.Errorf("the status changes show %v, want %v", changes, want)
+	}
+	// The webhook refused the first call of each notification: the
+	// notifier's deliveries and the notifications say that it was retried
+	// and got through, and nothing else says so.
+	for _, h := range hops {
+		want := ""
+		switch {
+		case h.kind == "notification":
+			want = "failed once, delivered on retry"
+		case h.kind == "delivery" && h.actor == "notification":
+			want = "failed once, processed on retry"
+		}
+		if h.retried != want {
+			t.Errorf("hop %q (%s by %s): retried note %q, want %q", h.summary, h.kind, h.actor, h.retried, want)
+		}
+	}
+
 	// The screenshot: a PNG of the window's size, not blank, with the
 	// page's dark header band at the top and the timeline's green dots.
 	shot := filepath.Join(t.TempDir(), "timeline.png")
@@ -334,6 +390,70 @@ func TestUIOrderTimelineInChromium(t *testing.T) {
 		_ = os.WriteFile(keep, raw, 0o644)
 	}
 	checkScreenshot(t, shot)
+
+	// The whole page, in a window taller than it: where its content ends.
+	tall := filepath.Join(t.TempDir(), "tall.png")
+	browse(t, browser, url, "--screenshot="+tall, fmt.Sprintf("--window-size=%d,%d", windowWidth, tallWindowHeight))
+	if height := contentHeight(t, tall); height > maxPageHeight {
+		t.Errorf("the page is %d px long, want at most %d (a screen and a half)", height, maxPageHeight)
+	} else {
+		t.Logf("the page is %d px long", height)
+	}
+}
+
+// tallWindowHeight is the window that shows the whole page; maxPageHeight
+// is how long a plain order's page may be.
+const tallWindowHeight, maxPageHeight = 4000, 1350
+
+// contentHeight is the last row of the screenshot at path that is not all
+// background (the colour of its bottom left pixel) but one.
+func contentHeight(t *testing.T, path string) int {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("chromium wrote no screenshot: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("the screenshot is not a PNG: %v", err)
+	}
+	b := img.Bounds()
+	if b.Dy() != tallWindowHeight {
+		t.Fatalf("the screenshot is %d px high, want %d", b.Dy(), tallWindowHeight)
+	}
+	background := rgba(img, 0, b.Dy()-1)
+	for y := b.Dy() - 1; y >= 0; y-- {
+		for x := range b.Dx() {
+			if rgba(img, x, y) != background {
+				if y == b.Dy()-1 {
+					t.Fatalf("the page reaches the bottom of a %d px window", b.Dy())
+				}
+				return y + 1
+			}
+		}
+	}
+	t.Fatal("the tall screenshot is blank")
+	return 0
+}
+
+// before reports whether a comes before b in the document's order.
+func before(doc, a, b *html.Node) bool {
+	seen := -1
+	i := 0
+	walk(doc, func(n *html.Node) {
+		switch n {
+		case a:
+			if seen < 0 {
+				seen = i
+			}
+		case b:
+			if seen < 0 {
+				seen = -2 // b first
+			}
+		}
+		i++
+	})
+	return seen >= 0
 }
 
 func checkScreenshot(t *testing.T, path string) {

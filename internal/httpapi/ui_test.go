@@ -91,6 +91,37 @@ func TestUIOrderTimeline(t *testing.T) {
 	}
 }
 
+// A rejected order's page says why at its top, and on the rejection's
+// hop: the reason the consumer recorded, naming the sku.
+func TestUIRejectedOrderSaysWhy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := b.createOrder(strings.Replace(validOrder, "A-1", "OOS-1", 1), nil)
+	id := uuid.MustParse(o.OrderID)
+	for _, step := range []struct {
+		trigger domain.Trigger
+		reason  string
+	}{{domain.TriggerSubmitted, ""}, {domain.TriggerFulfillmentRejected, "out of stock: OOS-1"}} {
+		cause := domain.Cause{MessageID: uuid.NewString(), CorrelationID: "corr-oos"}
+		if _, _, err := store.MoveOrderBecause(t.Context(), b.pool, id, step.trigger, cause, step.reason); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := b.page("/ui/orders/"+o.OrderID, http.StatusOK)
+	for _, want := range []string{
+		`<p class="reason" id="journey-reason">Why REJECTED: out of stock: OOS-1</p>`,
+		"FULFILLMENT_REQUESTED → REJECTED on a message: out of stock: OOS-1",
+		`<dt>reason</dt><dd class="mono">out of stock: OOS-1</dd>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+	if n := strings.Count(body, " status-change"); n != 3 {
+		t.Errorf("%d hops marked as status changes, want the 3 transitions", n)
+	}
+}
+
 // The list says who is signed in and what the role lets them see: an
 // operator (a development token of orderctl token -operator says so in
 // its sub) every order, a customer its own.

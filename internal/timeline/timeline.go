@@ -140,6 +140,13 @@ type Hop struct {
 	Summary string   // one line: what happened
 	Details []Detail // the facts behind it, in a fixed order
 	Health  Health
+	// Status is the status a transition moved the order to; "" for the
+	// other kinds.
+	Status domain.Status
+	// Retried says, on a hop that went through after failing first, that
+	// it did ("refused once, delivered on retry"): its last error is the
+	// past, not a problem. "" otherwise.
+	Retried string
 	// Waiting: the hop has not happened yet (an outbox row not published
 	// yet). At is when it was asked for; Hops lists it after the hops that
 	// happened.
@@ -205,7 +212,7 @@ func (t *Timeline) Hops() []Hop {
 // transitionHop is a change of status. One caused by a message is a
 // consumer's hop, named as its delivery is (transitionActor).
 func transitionHop(h store.HistoryEntry, types map[string]string, applied map[string][]inboxadmin.Row) Hop {
-	hop := Hop{At: h.CreatedAt, Kind: KindTransition, Health: HealthOK}
+	hop := Hop{At: h.CreatedAt, Kind: KindTransition, Health: HealthOK, Status: h.To}
 	switch {
 	case h.MessageID == nil && h.From == "":
 		hop.Actor, hop.Summary = ActorAPI, fmt.Sprintf("order created: %s", h.To)
@@ -290,6 +297,9 @@ func publishHop(r outboxadmin.Message, delivered map[string]time.Time) Hop {
 	}
 	if r.LastError != "" {
 		hop.Details = append(hop.Details, Detail{"last error", r.LastError})
+		if r.Status == "PUBLISHED" {
+			hop.Retried = retried("failed", "published", r.Attempts)
+		}
 	}
 	return hop
 }
@@ -325,6 +335,9 @@ func deliveryHop(r inboxadmin.Row) Hop {
 			last = strings.TrimSpace(r.LastErrorCode + ": " + last)
 		}
 		hop.Details = append(hop.Details, Detail{"last error", last})
+		if r.Status == "PROCESSED" {
+			hop.Retried = retried("failed", "processed", r.Attempts)
+		}
 	}
 	return hop
 }
@@ -349,7 +362,59 @@ func notificationHop(n Notification) Hop {
 	if n.LastError != "" {
 		hop.Details = append(hop.Details, Detail{"last error", n.LastError})
 	}
+	if n.Status == "SENT" && n.Attempts > 1 { // a call failed, a later one delivered it
+		hop.Retried = retried("failed", "delivered", n.Attempts)
+	}
 	return hop
+}
+
+// retried says that a row whose last error is recorded went through on a
+// later attempt of its attempts: "refused once, delivered on retry".
+func retried(failed, done string, attempts int) string {
+	switch n := attempts - 1; {
+	case n <= 1:
+		return failed + " once, " + done + " on retry"
+	default:
+		return fmt.Sprintf("%s %d times, %s on retry", failed, n, done)
+	}
+}
+
+// Summary is the order's journey in a few facts: what the timeline page
+// leads with.
+type Summary struct {
+	Path   []domain.Status // the statuses the order went through, oldest first
+	Final  bool            // the last of Path is a final status
+	Took   time.Duration   // from its creation to its last status change
+	Reason string          // why the last status change, when it says (a rejection's skus)
+	// Messages about the order (its outbox rows), their deliveries to the
+	// consumers (inbox rows) and the customer notifications.
+	Messages, Deliveries, Notifications int
+	// Hops by health, and those that went through after failing first.
+	Failed, Pending, Retried int
+}
+
+// Summary sums up the order's journey from its history and its hops.
+func (t *Timeline) Summary() Summary {
+	s := Summary{Messages: len(t.Outbox), Deliveries: len(t.Inbox), Notifications: len(t.Notifications)}
+	for _, h := range t.History {
+		s.Path = append(s.Path, h.To)
+	}
+	if n := len(t.History); n > 0 {
+		last := t.History[n-1]
+		s.Final, s.Took, s.Reason = last.To.Final(), last.CreatedAt.Sub(t.History[0].CreatedAt), last.Reason
+	}
+	for _, h := range t.Hops() {
+		switch h.Health {
+		case HealthFailed:
+			s.Failed++
+		case HealthPending:
+			s.Pending++
+		}
+		if h.Retried != "" {
+			s.Retried++
+		}
+	}
+	return s
 }
 
 // stamp shows a time in UTC to the millisecond.

@@ -2,7 +2,9 @@ package timeline_test
 
 import (
 	"errors"
+	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
 	"github.com/yourorg/orders/internal/store"
 	"github.com/yourorg/orders/internal/testenv"
@@ -302,6 +305,77 @@ func TestRejectionHopSaysWhy(t *testing.T) {
 	if rejection == nil || !strings.HasSuffix(rejection.Summary, ": out of stock: OOS-1") ||
 		!slices.Contains(rejection.Details, timeline.Detail{Label: "reason", Value: "out of stock: OOS-1"}) {
 		t.Fatalf("the rejection's hop %+v: want its summary and its facts to say out of stock: OOS-1", rejection)
+	}
+}
+
+// The journey in a few facts: the statuses, the time from the creation to
+// the last change and its reason, the rows of each kind, the hops by
+// health. A row that went through after failing says so (Retried), and
+// counts as retried; one that failed or still waits does not; a transition
+// names the status it moved to.
+func TestSummaryAndRetries(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	ptr := func(v time.Time) *time.Time { return &v }
+	msg := uuid.NewString()
+	tl := timeline.Timeline{
+		History: []store.HistoryEntry{
+			{To: domain.StatusSubmitted, CreatedAt: t0},
+			{From: domain.StatusSubmitted, To: domain.StatusFulfillmentRequested, MessageID: &msg, CreatedAt: at(40 * time.Millisecond)},
+			{From: domain.StatusFulfillmentRequested, To: domain.StatusRejected, MessageID: &msg, Reason: "out of stock: OOS-1", CreatedAt: at(1250 * time.Millisecond)},
+		},
+		Outbox: []outboxadmin.Message{
+			{ID: uuid.New(), Type: "order.submitted", Status: "PUBLISHED", Attempts: 3, LastError: "returned: NO_ROUTE", PublishedAt: ptr(at(time.Millisecond))},
+			{ID: uuid.New(), Type: "order.rejected", Status: "PUBLISHED", Attempts: 1, PublishedAt: ptr(at(2 * time.Second))},
+		},
+		Inbox: []inboxadmin.Row{
+			{Consumer: "notification", MessageID: msg, Type: "order.submitted", Status: "PROCESSED", Outcome: "APPLIED", Attempts: 2,
+				LastErrorCode: "webhook_unavailable", LastErrorMessage: "webhook answered 503", FirstReceivedAt: at(time.Millisecond), ProcessedAt: ptr(at(time.Second))},
+			{Consumer: "warehouse", MessageID: msg, Type: "order.submitted", Status: "RETRYABLE_FAILED", Attempts: 2,
+				LastErrorCode: "lock_timeout", FirstReceivedAt: at(time.Millisecond)},
+			{Consumer: "shipping", MessageID: msg, Type: "order.submitted", Status: "POISONED", Attempts: 5,
+				LastErrorCode: "transient", FirstReceivedAt: at(time.Millisecond)},
+		},
+		Notifications: []timeline.Notification{
+			{ID: uuid.New(), Kind: "order_received", Status: "SENT", Attempts: 2, CreatedAt: at(time.Millisecond), SentAt: ptr(at(time.Second))},
+			{ID: uuid.New(), Kind: "order_rejected", Status: "SENT", Attempts: 1, CreatedAt: at(2 * time.Second), SentAt: ptr(at(2 * time.Second))},
+			{ID: uuid.New(), Kind: "order_other", Status: "FAILED", Attempts: 3, LastError: "webhook answered 404", CreatedAt: at(2 * time.Second)},
+		},
+	}
+	got := tl.Summary()
+	want := timeline.Summary{
+		Path:  []domain.Status{domain.StatusSubmitted, domain.StatusFulfillmentRequested, domain.StatusRejected},
+		Final: true, Took: 1250 * time.Millisecond, Reason: "out of stock: OOS-1",
+		Messages: 2, Deliveries: 3, Notifications: 3,
+		Failed: 2, Pending: 1, Retried: 3,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("summary %+v, want %+v", got, want)
+	}
+
+	notes := map[string]string{}
+	for _, h := range tl.Hops() {
+		if (h.Kind == timeline.KindTransition) != (h.Status != "") {
+			t.Errorf("hop %q (%s) has status %q: only a transition names one", h.Summary, h.Kind, h.Status)
+		}
+		if h.Retried != "" {
+			notes[h.Summary] = h.Retried
+		}
+	}
+	wantNotes := map[string]string{
+		"published order.submitted":            "failed 2 times, published on retry",
+		"order.submitted: PROCESSED (APPLIED)": "failed once, processed on retry",
+		"notification order_received: SENT":    "failed once, delivered on retry",
+	}
+	if !maps.Equal(notes, wantNotes) {
+		t.Errorf("retried notes %v, want %v", notes, wantNotes)
+	}
+
+	// An order on its way is not final; its time is to its last change.
+	tl.History = tl.History[:2]
+	if s := tl.Summary(); s.Final || s.Took != 40*time.Millisecond || s.Reason != "" {
+		t.Errorf("an order on its way: %+v", s)
 	}
 }
 
