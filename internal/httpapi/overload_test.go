@@ -30,6 +30,24 @@ func overloaded(t *testing.T, what string, r response) {
 	}
 }
 
+// warm opens n connections of pool and returns them to it idle, so that
+// a short acquire timeout measures waiting for a free connection, not
+// dialling one on a loaded machine.
+func warm(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	var conns []*pgxpool.Conn
+	for range n {
+		c, err := pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+}
+
 // With every connection of the API's pool held by open transactions, a
 // request gets a 503 with Retry-After, instead of waiting for a connection
 // as long as its client does; it writes nothing. Once the connections are
@@ -45,6 +63,7 @@ func TestPoolExhaustedAnswers503(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(apiPool.Close)
+		warm(t, apiPool, 2)
 		d.Pool = apiPool
 		cfg.AcquireTimeout = 100 * time.Millisecond
 	})
