@@ -68,6 +68,10 @@ test/wal: ## the relay suite, and the change of partitions end to end, with the 
 	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m ./internal/messaging/outbox/wal/
 	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m -run '^TestChangingThePartitionsLosesAndReordersNothing$$/^wal$$' ./test/e2e/
 
+.PHONY: test/ha
+test/ha: ## the flow while the PostgreSQL primary dies and its standby takes over, under Patroni (Debian's patroni and etcd-server): minutes
+	ORDERS_TEST_HA=1 $(GO) test -count=1 -timeout 15m -run 'TestAPrimaryDiesUnderLoad' -v ./test/e2e/
+
 .PHONY: test/unit
 test/unit: ## the tests that need no servers (go test -short: those needing PostgreSQL or RabbitMQ skip)
 	$(GO) test -short -count=1 $(PKGS)
