@@ -70,7 +70,7 @@ test/wal: ## the relay suite, and the change of partitions end to end, with the 
 
 .PHONY: test/ha
 test/ha: ## the flow while the PostgreSQL primary dies and its standby takes over, under Patroni (Debian's patroni and etcd-server): minutes
-	ORDERS_TEST_HA=1 $(GO) test -count=1 -timeout 15m -run 'TestAPrimaryDiesUnderLoad' -v ./test/e2e/
+	ORDERS_TEST_HA=1 $(GO) test -count=1 -timeout 15m -run '^TestAPrimaryDiesUnderLoad$$' -v ./test/e2e/
 
 .PHONY: test/unit
 test/unit: ## the tests that need no servers (go test -short: those needing PostgreSQL or RabbitMQ skip)
