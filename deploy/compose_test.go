@@ -1172,3 +1172,78 @@ func wantProblems(t *testing.T, got, want []string) {
 		}
 	}
 }
+
+// localServerImages are the servers a developer often runs on this machine
+// already, whose ports the stack's then collide with.
+var localServerImages = []string{"postgres", "rabbitmq"}
+
+// The README's quick start names the variable of every host port that a
+// local PostgreSQL or RabbitMQ takes (5432, 5672, 15672): moving only the
+// first one leads to the next "address already in use".
+func TestREADMENamesThePortsOfLocalServers(t *testing.T) {
+	t.Parallel()
+	readme := readRepoFile(t, "README.md")
+	lookup := newPortLookup()
+	moved, err := testenv.LoadCompose(t, []cli.ProjectOptionsFn{lookup.option()}, testenv.ComposeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reportProblems(t, unnamedLocalPorts(moved, lookup.values, readme))
+}
+
+// unnamedLocalPorts lists the host ports of the local servers' images
+// whose variable (values: each variable's value in moved) text does not
+// name.
+func unnamedLocalPorts(moved *types.Project, values map[string]string, text string) []string {
+	var problems []string
+	for _, name := range serviceNames(moved) {
+		svc := moved.Services[name]
+		repo, _, _ := imageParts(svc.Image)
+		if !slices.Contains(localServerImages, path.Base(repo)) {
+			continue
+		}
+		for _, port := range svc.Ports {
+			variable := ""
+			for v, value := range values {
+				if value == port.Published {
+					variable = v
+				}
+			}
+			switch {
+			case variable == "":
+				problems = append(problems, fmt.Sprintf("service %s: port %d is published on a host port no variable moves", name, port.Target))
+			case !strings.Contains(text, variable):
+				problems = append(problems, fmt.Sprintf("README.md does not name %s, which moves service %s's port %d", variable, name, port.Target))
+			}
+		}
+	}
+	return problems
+}
+
+func TestUnnamedLocalPorts(t *testing.T) {
+	t.Parallel()
+	doc := `
+services:
+  db:
+    image: postgres:15.8-alpine
+    ports: ["127.0.0.1:${ORDERS_PG_PORT:-5432}:5432"]
+  mq:
+    image: rabbitmq:3.13.7-management-alpine
+    ports: ["127.0.0.1:${ORDERS_AMQP_PORT:-5672}:5672", "127.0.0.1:15672:15672"]
+  api:
+    image: yourorg/orders:local
+    ports: ["127.0.0.1:${ORDERS_API_PORT:-8080}:8080"]
+`
+	lookup := newPortLookup()
+	p, err := loadComposeDoc(t, doc, nil, lookup.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblems(t, unnamedLocalPorts(p, lookup.values, "ORDERS_PG_PORT=15432 docker compose up"), []string{
+		"README.md does not name ORDERS_AMQP_PORT, which moves service mq's port 5672",
+		"service mq: port 15672 is published on a host port no variable moves",
+	})
+	wantProblems(t, unnamedLocalPorts(p, lookup.values, "ORDERS_PG_PORT ORDERS_AMQP_PORT"), []string{
+		"service mq: port 15672 is published on a host port no variable moves",
+	})
+}
