@@ -135,6 +135,14 @@ func TestComposeBuiltServicesRunRepositoryBinaries(t *testing.T) {
 	checkStacks(t, func(p *types.Project) []string { return builtServiceProblems(p, binaries) })
 }
 
+// `docker compose up --wait` returns once every container is healthy:
+// only a health check that asks the process whether it is ready makes that
+// mean the API answers, the consumers consume and the relays publish.
+func TestComposeServersHaveHealthchecks(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, serverHealthcheckProblems)
+}
+
 func TestComposeBuildsTheImageOnce(t *testing.T) {
 	t.Parallel()
 	checkStacks(t, repeatedBuilds)
@@ -597,6 +605,33 @@ func builtServiceProblems(p *types.Project, binaries []string) []string {
 	return problems
 }
 
+// serverHealthcheckProblems lists the long-running services of the
+// repository's image whose readiness docker compose cannot see: each must
+// have a health check that runs its own binary's healthcheck sub-command
+// (the image is distroless: no shell, no curl), which asks the process's
+// /readyz. The services that say they run once (restart "no": migrate,
+// orderctl, the walkthrough) have none: compose waits for them to
+// complete. A service that says nothing restarts no more, but is a server
+// all the same.
+func serverHealthcheckProblems(p *types.Project) []string {
+	var problems []string
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		runsOnce := svc.Restart == types.RestartPolicyNo || restartPolicy(svc) == "deploy.restart_policy none"
+		if !runsRepositoryImage(p, svc) || runsOnce || len(svc.Entrypoint) == 0 {
+			continue
+		}
+		want := []string{"CMD", svc.Entrypoint[0], "healthcheck"}
+		switch {
+		case !hasHealthcheck(svc):
+			problems = append(problems, fmt.Sprintf("service %s has no healthcheck: `docker compose up --wait` returns before %s is ready (test: %q)", name, entrypointBinary(svc), want))
+		case !slices.Equal(svc.HealthCheck.Test, want):
+			problems = append(problems, fmt.Sprintf("service %s: the health check %q does not ask %s (test: %q)", name, []string(svc.HealthCheck.Test), entrypointBinary(svc), want))
+		}
+	}
+	return problems
+}
+
 // runsRepositoryImage tells whether the service runs the image of the
 // repository's Dockerfile: it builds it, or it names the image that a
 // service building it tags.
@@ -897,12 +932,14 @@ var stackServices = map[string]string{
 	"api": `
     image: orders:dev
     entrypoint: [/usr/local/bin/order-api]
+    healthcheck: {test: [CMD, /usr/local/bin/order-api, healthcheck]}
     restart: unless-stopped
     ports: ["8080:8080"]
     depends_on: {schema: {condition: service_completed_successfully}}`,
 	"relay": `
     image: orders:dev
     entrypoint: [/usr/local/bin/outbox-relay]
+    healthcheck: {test: [CMD, /usr/local/bin/outbox-relay, healthcheck]}
     deploy: {replicas: 2}
     depends_on:
       schema: {condition: service_completed_successfully}
@@ -910,13 +947,15 @@ var stackServices = map[string]string{
 	"consumer": `
     image: orders:dev
     entrypoint: [/usr/local/bin/order-consumer]
+    healthcheck: {test: [CMD, /usr/local/bin/order-consumer, healthcheck]}
     deploy: {replicas: 2}
     depends_on:
       schema: {condition: service_completed_successfully}
       broker: {condition: service_healthy}`,
 	"hooks": `
     image: orders:dev
-    entrypoint: [/usr/local/bin/webhook-receiver]`,
+    entrypoint: [/usr/local/bin/webhook-receiver]
+    healthcheck: {test: [CMD, /usr/local/bin/webhook-receiver, healthcheck]}`,
 	"traces": `
     image: jaegertracing/all-in-one:1.62.0`,
 	"scraper": `
@@ -981,7 +1020,7 @@ var testBinaries = []string{"order-api", "outbox-relay", "order-consumer", "webh
 func allComposeChecks(p *types.Project) []string {
 	return slices.Concat(unversionedImages(p), dependencyProblems(p), postgresHealthcheckProblems(p), missingHostPaths(p),
 		hostPortProblems(p), missingServices(p), builtServiceProblems(p, testBinaries), repeatedBuilds(p),
-		publishedAdminPorts(p), grafanaAnonymousRole(p), faultEndpointsOn(p))
+		publishedAdminPorts(p), grafanaAnonymousRole(p), faultEndpointsOn(p), serverHealthcheckProblems(p))
 }
 
 func TestComposeChecks(t *testing.T) {
@@ -996,6 +1035,9 @@ func TestComposeChecks(t *testing.T) {
 		want  []string // a part of each problem, in order; none: must pass
 	}{
 		{name: "complete stack", check: allComposeChecks, doc: stackDoc(nil), files: stackFiles},
+		{name: "server without healthcheck", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"relay": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/outbox-relay]"}), files: stackFiles, want: []string{"service relay has no healthcheck"}},
+		{name: "healthcheck of another binary", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"consumer": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-consumer]\n    healthcheck: {test: [CMD, /usr/local/bin/order-api, healthcheck]}"}), files: stackFiles, want: []string{"does not ask order-consumer"}},
+		{name: "one-shot needs no healthcheck", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"tool": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]\n    restart: \"no\""}), files: stackFiles},
 
 		// 1. images named by version
 		{name: "image without tag", check: unversionedImages, doc: "services:\n  db:\n    image: postgres\n", want: []string{`"postgres" has no tag`}},

@@ -5,6 +5,7 @@
 //
 //	order-api [-migrate]                 serve on HTTP_ADDR
 //	order-api migrate [up|down|status]   manage the schema and exit
+//	order-api healthcheck                exit 0 when its /readyz answers 200 (docker compose)
 package main
 
 import (
@@ -60,6 +61,9 @@ type Config struct {
 	// over plain HTTP. Empty: the cookie is Secure only when TLS ends here.
 	PublicURL string `env:"API_PUBLIC_URL"`
 }
+
+// ReadyzAddr is where the healthcheck sub-command finds /readyz: the API serves /readyz beside its routes.
+func (c *Config) ReadyzAddr() string { return c.HTTPAddr }
 
 // Validate checks every setting and reports all the bad ones, except the
 // Auth block: `order-api migrate` needs no keys, so run checks it before

@@ -8,6 +8,7 @@
 //	order-consumer [-migrate]                        consume; admin endpoints on ADMIN_ADDR
 //	order-consumer migrate [up|down|status|reset]    manage the schema and exit
 //	order-consumer replay <consumer> [limit]         move parked messages back to the work queue
+//	order-consumer healthcheck                       exit 0 when its /readyz answers 200 (docker compose)
 package main
 
 import (
@@ -74,6 +75,9 @@ type Config struct {
 	// version 2 too, then 2 (docs/extending.md, "Evolve a message").
 	OrderFulfilledVersion int `env:"ORDER_FULFILLED_VERSION" envDefault:"1"`
 }
+
+// ReadyzAddr is where the healthcheck sub-command finds /readyz: its admin endpoints.
+func (c *Config) ReadyzAddr() string { return c.AdminAddr }
 
 // Validate checks every setting and reports all the bad ones.
 func (c *Config) Validate() error {

@@ -5,6 +5,7 @@
 //
 //	outbox-relay [-migrate]                 publish; admin endpoints on ADMIN_ADDR
 //	outbox-relay migrate [up|down|status]   manage the schema and exit
+//	outbox-relay healthcheck                exit 0 when its /readyz answers 200 (docker compose)
 package main
 
 import (
@@ -71,6 +72,9 @@ type Config struct {
 	Retention       time.Duration `env:"RELAY_RETENTION" envDefault:"168h"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
 }
+
+// ReadyzAddr is where the healthcheck sub-command finds /readyz: its admin endpoints.
+func (c *Config) ReadyzAddr() string { return c.AdminAddr }
 
 // Validate checks every setting and reports all the bad ones.
 func (c *Config) Validate() error {

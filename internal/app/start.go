@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,7 @@ type Process struct {
 //
 //	configuration   cfg from the environment (environ in tests), validated
 //	command line    -migrate, migrate, and the binary's own commands
+//	healthcheck     with a cfg that is a Readiness: GET its /readyz, and end
 //	telemetry       logs, traces and metrics, shut down (flushed) on return
 //	migrate         the migrate command runs here, and the process ends
 //
@@ -40,9 +42,18 @@ func Start(ctx context.Context, service string, cfg config.Service, args []strin
 	if err := config.Load(cfg, environ); err != nil {
 		return err
 	}
+	r, probed := cfg.(Readiness)
+	if probed {
+		commands = append(slices.Clone(commands), HealthcheckCommand)
+	}
 	cli, err := ParseArgs(service, args, stderr, commands...)
 	if err != nil {
 		return err
+	}
+	// Before telemetry: a health check runs every few seconds, and is no
+	// process of its own to trace or to log about.
+	if probed && len(cli.Command) > 0 && cli.Command[0] == "healthcheck" {
+		return Healthcheck(ctx, r.ReadyzAddr(), "/readyz", stdout)
 	}
 	tel, err := telemetry.Setup(ctx, service, cfg.TelemetryBlock(), cfg.LogBlock(), stdout)
 	if err != nil {

@@ -13,6 +13,9 @@
 //	GET  /notifications   the notifications recorded, oldest first (JSON)
 //	GET  /healthz         200
 //
+// `webhook-receiver healthcheck` exits 0 when the receiver of WEBHOOK_ADDR
+// answers /healthz with 200, else 1: docker compose's health check.
+//
 // Settings, from the environment:
 //
 //	WEBHOOK_ADDR   listen address (default ":8090")
@@ -25,6 +28,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,10 +40,12 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/yourorg/orders/internal/app"
 	"github.com/yourorg/orders/internal/config"
 	"github.com/yourorg/orders/internal/telemetry"
 )
@@ -60,7 +66,16 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Getenv, os.Stdout); err != nil {
+	var err error
+	switch args := os.Args[1:]; {
+	case len(args) == 0:
+		err = run(ctx, os.Getenv, os.Stdout)
+	case len(args) == 1 && args[0] == "healthcheck":
+		err = healthcheck(ctx, os.Getenv, os.Stdout)
+	default:
+		err = fmt.Errorf("usage: %s [healthcheck], not %q", service, strings.Join(args, " "))
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
 		os.Exit(1)
 	}
@@ -79,10 +94,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err := logCfg.Validate(); err != nil {
 		return err
 	}
-	addr := getenv("WEBHOOK_ADDR")
-	if addr == "" {
-		addr = ":8090"
-	}
+	addr := listenAddr(getenv)
 	failFirst := 0
 	if v := getenv("FAIL_FIRST"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -124,6 +136,17 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	logger.InfoContext(ctx, "stopped")
 	return nil
+}
+
+// listenAddr is WEBHOOK_ADDR, else ":8090".
+func listenAddr(getenv func(string) string) string {
+	return cmp.Or(getenv("WEBHOOK_ADDR"), ":8090")
+}
+
+// healthcheck is the healthcheck sub-command, docker compose's health
+// check: nil when the receiver on WEBHOOK_ADDR answers /healthz with 200.
+func healthcheck(ctx context.Context, getenv func(string) string, out io.Writer) error {
+	return app.Healthcheck(ctx, listenAddr(getenv), "/healthz", out)
 }
 
 // notification is the body the notification consumer POSTs.

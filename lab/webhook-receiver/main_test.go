@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/yourorg/orders/internal/testenv"
 )
 
 const noteBody = `{"notification_id":"n-1","order_id":"o-1","kind":"order_received","message_id":"m-1"}`
@@ -329,5 +331,28 @@ func TestLogFormat(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), variable) {
 			t.Errorf("%s=%s: %v, want an error naming %s", variable, value, err, variable)
 		}
+	}
+}
+
+// The healthcheck sub-command, docker compose's health check, succeeds
+// once a receiver listens on WEBHOOK_ADDR, and fails before and after.
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	getenv := env(map[string]string{"WEBHOOK_ADDR": testenv.FreeAddr(t)})
+	if err := healthcheck(t.Context(), getenv, io.Discard); err == nil {
+		t.Fatal("healthcheck succeeded with no receiver listening")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, getenv, io.Discard) }()
+	testenv.WaitFor(t, 5*time.Second, "healthcheck to succeed", func() bool {
+		return healthcheck(t.Context(), getenv, io.Discard) == nil
+	})
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if err := healthcheck(t.Context(), getenv, io.Discard); err == nil {
+		t.Fatal("healthcheck succeeded after the receiver stopped")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -165,21 +166,7 @@ var processRoles = map[string]string{
 // until its readiness endpoint answers 200 (order-api's through s.client).
 func (s *system) start(name, binary, readyURL string, args []string, env ...string) *process {
 	s.t.Helper()
-	cmd := exec.Command(filepath.Join(s.bin, binary), args...)
-	role, ok := processRoles[binary]
-	if !ok {
-		s.t.Fatalf("%s has no database role", binary)
-	}
-	cmd.Env = append(append(os.Environ(), s.env...), "DATABASE_URL="+testenv.AsRole(s.procDBURL, role))
-	cmd.Env = append(cmd.Env, env...)
-	p := &process{name: name, cmd: cmd, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
-	cmd.Stdout = lockedWriter{p.mu, p.log}
-	cmd.Stderr = lockedWriter{p.mu, p.log}
-	if err := cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	go func() { p.done <- cmd.Wait() }()
-	s.procs[name] = p
+	p := s.launch(name, binary, args, env...)
 	client := http.DefaultClient // the admin endpoints of the relay and the consumer
 	if binary == "order-api" {
 		client = s.client
@@ -203,6 +190,34 @@ func (s *system) start(name, binary, readyURL string, args []string, env ...stri
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// launch runs binary as process name with extra environment, and returns
+// at once.
+func (s *system) launch(name, binary string, args []string, env ...string) *process {
+	s.t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, binary), args...)
+	cmd.Env = s.processEnv(binary, env...)
+	p := &process{name: name, cmd: cmd, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
+	cmd.Stdout = lockedWriter{p.mu, p.log}
+	cmd.Stderr = lockedWriter{p.mu, p.log}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	s.procs[name] = p
+	return p
+}
+
+// processEnv is the environment of a process of binary: the system's,
+// its database role's URL, and env.
+func (s *system) processEnv(binary string, env ...string) []string {
+	s.t.Helper()
+	role, ok := processRoles[binary]
+	if !ok {
+		s.t.Fatalf("%s has no database role", binary)
+	}
+	return slices.Concat(os.Environ(), s.env, []string{"DATABASE_URL=" + testenv.AsRole(s.procDBURL, role)}, env)
 }
 
 // startAPI starts order-api with a secret of the test's, and mints an
