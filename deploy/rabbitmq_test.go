@@ -251,3 +251,64 @@ func TestDefinitionsMountChecks(t *testing.T) {
 		})
 	}
 }
+
+// definitionsLabel is the label of the broker that names the definitions
+// the secrets service renders for it.
+const definitionsLabel = "orders.rabbitmq-definitions"
+
+// The broker imports its users at boot only, and docker compose recreates
+// a container only when its own configuration changes: the demo's
+// definitions (its walkthrough user) reach a running broker only if the
+// broker's configuration changes with them. So the broker carries the
+// secrets service's -definitions as a label, in every stack.
+func TestComposeBrokerRestartsWithNewDefinitions(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, definitionsLabelProblems)
+}
+
+// definitionsLabelProblems lists the brokers that wait for the secrets
+// service (the first node of a cluster; the others join it) whose
+// definitionsLabel is not the -definitions the secrets service renders.
+func definitionsLabelProblems(p *types.Project) []string {
+	maker, ok := secretsMaker(p)
+	if !ok {
+		return nil // definitionsMountProblems says so
+	}
+	rendered := ""
+	if i := slices.Index(maker.Command, "-definitions"); i >= 0 && i+1 < len(maker.Command) {
+		rendered = maker.Command[i+1]
+	}
+	var problems []string
+	for _, name := range serviceNames(p) {
+		svc := p.Services[name]
+		if repo, _, _ := imageParts(svc.Image); repo != "rabbitmq" {
+			continue
+		}
+		if _, waits := svc.DependsOn[maker.Name]; !waits {
+			continue
+		}
+		if got := svc.Labels[definitionsLabel]; got != rendered {
+			problems = append(problems, fmt.Sprintf("service %s: label %s is %q, want %q, the -definitions of service %s: else a broker that runs already never imports them", name, definitionsLabel, got, rendered, maker.Name))
+		}
+	}
+	return problems
+}
+
+func TestDefinitionsLabelChecks(t *testing.T) {
+	t.Parallel()
+	doc := func(label string) string {
+		return "services:\n  secrets:\n    image: o:1\n    entrypoint: [/usr/local/bin/compose-secrets]\n    command: [-definitions, \"a.json,b.json\"]\n" +
+			"  mq:\n    image: rabbitmq:3.13.7-management-alpine\n    depends_on: {secrets: {condition: service_completed_successfully}}\n" + label
+	}
+	for label, want := range map[string][]string{
+		"    labels: {orders.rabbitmq-definitions: \"a.json,b.json\"}\n": nil,
+		"    labels: {orders.rabbitmq-definitions: a.json}\n":            {`is "a.json", want "a.json,b.json"`},
+		"": {`is "", want "a.json,b.json"`},
+	} {
+		p, err := loadComposeDoc(t, doc(label), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantProblems(t, definitionsLabelProblems(p), want)
+	}
+}

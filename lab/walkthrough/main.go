@@ -187,8 +187,8 @@ func connect(ctx context.Context, cfg Config) (*system, error) {
 	s := &system{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
 	var missing []string
 	miss := func(format string, args ...any) { missing = append(missing, fmt.Sprintf(format, args...)) }
-	hint := "is the system running? `make dev`; with Docker, run the walkthrough inside the demo stack: " +
-		"`docker compose -f docker-compose.yml -f docker-compose.demo.yml run --rm walkthrough`"
+	hint := "is the system running? `make dev`; with Docker, start the demo stack and run the walkthrough inside it: " +
+		"`" + demoUp + "`, then `docker compose -f docker-compose.yml -f docker-compose.demo.yml run --rm walkthrough`"
 	if err := s.ready(ctx, cfg.APIURL+"/readyz"); err != nil {
 		miss("order-api at %s (API_URL): %v", cfg.APIURL, err)
 	} else if code, err := s.do(ctx, http.MethodGet, cfg.APIURL+"/v1/orders?limit=1", nil, nil, nil); err == nil &&
@@ -226,7 +226,7 @@ func connect(ctx context.Context, cfg Config) (*system, error) {
 	conn, err := amqp.DialConfig(cfg.AMQPURL, amqp.Config{Properties: amqp.Table{"connection_name": "walkthrough"}, Dial: amqp.DefaultDial(5 * time.Second)})
 	switch {
 	case err != nil:
-		miss("RabbitMQ, %s (AMQP_URL): %v", vhostName, err)
+		miss("RabbitMQ, %s (AMQP_URL): %v%s", vhostName, err, refusedHint(err))
 	default:
 		s.amqp = conn
 		if problem := s.checkVhost(); problem != "" {
@@ -243,6 +243,24 @@ func connect(ctx context.Context, cfg Config) (*system, error) {
 	s.where = fmt.Sprintf("order-api %s, order-consumer %s,\nPostgreSQL %s, RabbitMQ %s", cfg.APIURL, cfg.ConsumerAdminURL, dbName, vhostName)
 	s.lookForUIs(ctx)
 	return s, nil
+}
+
+// demoUp starts the demo stack, and recreates what differs from it in a
+// stack that runs already (docker-compose.demo.yml).
+const demoUp = "docker compose -f docker-compose.yml -f docker-compose.demo.yml up --build -d --wait"
+
+// refusedHint says, for a broker that refuses AMQP_URL's user, how it gets
+// that user: a compose broker imports its users when it starts, so one
+// started without the demo's definitions must start again with them (the
+// demo's `up` recreates it); make dev creates them before it starts the
+// processes.
+func refusedHint(err error) string {
+	var refused *amqp.Error
+	if !errors.As(err, &refused) || refused.Code != amqp.AccessRefused {
+		return ""
+	}
+	return "; the broker does not know the user, or not its password. It imports its users when it starts: with Docker, `" +
+		demoUp + "` starts it again with the walkthrough's; make dev creates them (lab/rabbitmq-users)"
 }
 
 // lookForUIs finds out which of Jaeger, the RabbitMQ management UI and

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/yourorg/orders/internal/testenv"
 	"github.com/yourorg/orders/migrations"
 )
@@ -274,5 +277,27 @@ func TestComposeSeparatesTheWalkthroughsAddressesFromTheBrowsers(t *testing.T) {
 				t.Errorf("service %s: the links for %s go to %s, which a browser on this machine cannot reach (set %s_BROWSER_URL)", svc.Name, pair.name, pair.browser, pair.name)
 			}
 		}
+	}
+}
+
+// A broker that refuses the walkthrough's user gets a hint that makes it
+// import the user; any other failure to connect gets none. Every hint
+// names a command of the demo that starts, or restarts, what differs.
+func TestRefusedUserHint(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testenv.NewVhost(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("walkthrough-nobody-"+uuid.NewString(), "wrong") // a user the broker has not
+	_, err = amqp.Dial(u.String())
+	if hint := refusedHint(err); !strings.Contains(hint, demoUp) {
+		t.Errorf("refused login %v: hint %q, want it to name %q", err, hint, demoUp)
+	}
+	if hint := refusedHint(errors.New("dial tcp: connection refused")); hint != "" {
+		t.Errorf("connection refused: hint %q, want none", hint)
+	}
+	if !strings.Contains(demoUp, "up ") || strings.Contains(demoUp, "run ") {
+		t.Errorf("demoUp %q does not start the demo stack", demoUp)
 	}
 }
