@@ -240,3 +240,29 @@ func TestFixedExporters(t *testing.T) {
 		})
 	}
 }
+
+// README's cancel example works only while fulfillment waits: the
+// consumers' FULFILLMENT_DELAY is set from .env, and README says how
+// before the example.
+func TestREADMECancelsWhileFulfillmentWaits(t *testing.T) {
+	t.Parallel()
+	const variable = "ORDERS_FULFILLMENT_DELAY"
+	p, err := testenv.LoadCompose(t, []cli.ProjectOptionsFn{cli.WithEnv([]string{variable + "=30s"})}, testenv.ComposeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := testenv.ComposeServicesOf(p, "order-consumer")
+	if len(consumers) == 0 {
+		t.Fatal("no service runs order-consumer")
+	}
+	for _, svc := range consumers {
+		if got := envValue(svc, "FULFILLMENT_DELAY"); got != "30s" {
+			t.Errorf("service %s: with %s=30s, FULFILLMENT_DELAY is %q, want 30s", svc.Name, variable, got)
+		}
+	}
+	readme := readRepoFile(t, "README.md")
+	set, cancel := strings.Index(readme, variable+"="), strings.Index(readme, "/cancel")
+	if set < 0 || cancel < 0 || set > cancel {
+		t.Errorf("README.md does not set %s before its cancel example (at %d, the example at %d): the order is FULFILLED before anyone can cancel it", variable, set, cancel)
+	}
+}
