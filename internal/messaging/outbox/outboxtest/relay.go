@@ -393,8 +393,19 @@ func testCrashBetweenConfirmAndMarkRepublishesSameMessageID(t *testing.T, mode M
 
 	cfg := Config()
 	cfg.Lease = 3 * time.Second
-	crashed := b.StartRelay(cfg, b.AMQPURL, BeforeMark(func([]pipeline.Claim) error { return errors.New("injected crash") }))
+	// The crash waits until all three are out: the log stream marks what
+	// the broker confirmed as it comes, and a crash at its first mark could
+	// come before it has published the third row at all.
+	out := make(chan struct{})
+	crashed := b.StartRelay(cfg, b.AMQPURL, BeforeMark(func([]pipeline.Claim) error {
+		select {
+		case <-out:
+		case <-time.After(30 * time.Second):
+		}
+		return errors.New("injected crash")
+	}))
 	first := b.Receive("observer", 3, 10*time.Second, 0)
+	close(out)
 	select {
 	case <-crashed.Done:
 	case <-time.After(30 * time.Second):
