@@ -220,9 +220,9 @@ func (s *system) processEnv(binary string, env ...string) []string {
 	return slices.Concat(os.Environ(), s.env, []string{"DATABASE_URL=" + testenv.AsRole(s.procDBURL, role)}, env)
 }
 
-// startAPI starts order-api with a secret of the test's, and mints an
-// operator's token for it (s.token).
-func (s *system) startAPI() {
+// startAPI starts order-api with a secret of the test's and extra
+// environment, and mints an operator's token for it (s.token).
+func (s *system) startAPI(env ...string) {
 	addr := testenv.FreeAddr(s.t)
 	s.apiURL = "http://" + addr
 	secret := cryptorand.Text() + cryptorand.Text()
@@ -231,8 +231,8 @@ func (s *system) startAPI() {
 		s.t.Fatal(err)
 	}
 	s.token, s.secret = token, secret
-	s.start("order-api", "order-api", s.apiURL+"/readyz", nil, "HTTP_ADDR="+addr,
-		"API_AUTH=jwt", "API_JWT_SECRET="+secret, "API_JWT_PUBLIC_KEYS=", "API_JWT_ISSUER=", "API_JWT_AUDIENCE=")
+	s.start("order-api", "order-api", s.apiURL+"/readyz", nil, slices.Concat([]string{"HTTP_ADDR=" + addr,
+		"API_AUTH=jwt", "API_JWT_SECRET=" + secret, "API_JWT_PUBLIC_KEYS=", "API_JWT_ISSUER=", "API_JWT_AUDIENCE="}, env)...)
 }
 
 // startRelay starts an outbox-relay and returns its admin address.
