@@ -38,13 +38,16 @@ var schemaBinaries = []string{"order-api", "outbox-relay", "order-consumer"}
 
 // stacks are the ways the compose files are used: the stack alone, with
 // the demo override (the walkthrough, the fault endpoint), with the
-// cluster override (three RabbitMQ nodes), and with both. Every check that
-// holds for one holds for all.
+// cluster override (three RabbitMQ nodes), with both, and with the HA
+// override (PostgreSQL under Patroni), with or without the cluster's.
+// Every check that holds for one holds for all.
 var stacks = [][]string{
 	{testenv.ComposeFile},
 	{testenv.ComposeFile, testenv.DemoComposeFile},
 	{testenv.ComposeFile, testenv.ClusterComposeFile},
 	{testenv.ComposeFile, testenv.ClusterComposeFile, testenv.DemoComposeFile},
+	{testenv.ComposeFile, testenv.HAComposeFile},
+	{testenv.ComposeFile, testenv.ClusterComposeFile, testenv.HAComposeFile},
 }
 
 // checkStacks runs check on every stack and reports its problems, each

@@ -13,12 +13,14 @@ import (
 )
 
 // The repository's compose files: the stack, the demo override that adds
-// the walkthrough and turns on the consumer's fault endpoint, and the
-// cluster override that runs three RabbitMQ nodes in place of one.
+// the walkthrough and turns on the consumer's fault endpoint, the cluster
+// override that runs three RabbitMQ nodes in place of one, and the HA
+// override that runs PostgreSQL as a primary and a standby under Patroni.
 const (
 	ComposeFile        = "docker-compose.yml"
 	DemoComposeFile    = "docker-compose.demo.yml"
 	ClusterComposeFile = "docker-compose.cluster.yml"
+	HAComposeFile      = "docker-compose.ha.yml"
 )
 
 // Compose loads compose files of the repository (by default ComposeFile
