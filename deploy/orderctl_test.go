@@ -2,10 +2,13 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/yourorg/orders/internal/testenv"
@@ -22,6 +25,60 @@ import (
 func TestComposeRunsOrderctl(t *testing.T) {
 	t.Parallel()
 	checkStacks(t, orderctlProblems)
+}
+
+// `docker compose run` starts a service's dependencies first, every time:
+// a one-shot one (the secrets service) runs again, seconds per call, and
+// prints its "Container ... Started" lines. orderctl runs against the stack
+// `up` started, whose secrets are made, so it depends on nothing.
+func TestComposeOrderctlStartsNothing(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, orderctlDependencies)
+	p, err := loadComposeDoc(t, "services:\n  secrets:\n    image: a:1\n    restart: \"no\"\n"+
+		"  ctl:\n    image: a:1\n    entrypoint: [/usr/local/bin/orderctl]\n    depends_on: {secrets: {condition: service_completed_successfully}}\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblems(t, orderctlDependencies(p), []string{"service ctl depends on secrets"})
+}
+
+func orderctlDependencies(p *types.Project) []string {
+	var problems []string
+	for _, svc := range servicesWhere(p, func(svc types.ServiceConfig) bool { return entrypointBinary(svc) == "orderctl" }) {
+		for _, dep := range slices.Sorted(maps.Keys(svc.DependsOn)) {
+			problems = append(problems, fmt.Sprintf("service %s depends on %s: each `docker compose run` would start %s again", svc.Name, dep, dep))
+		}
+	}
+	return problems
+}
+
+// The audit names the operator who ran orderctl: under compose, not the
+// image's user (nonroot) but ORDERCTL_USER, else the login that runs
+// docker compose ($USER).
+func TestComposeOrderctlNamesTheOperator(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"USER=alice"}, "alice"},
+		{[]string{"USER=alice", "ORDERCTL_USER=bob"}, "bob"},
+		{nil, ""}, // orderctl falls back to the OS user
+	} {
+		p, err := testenv.LoadCompose(t, []cli.ProjectOptionsFn{cli.WithEnv(c.env)}, testenv.ComposeFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctls := testenv.ComposeServicesOf(p, "orderctl")
+		if len(ctls) == 0 {
+			t.Fatal("no service runs orderctl")
+		}
+		for _, svc := range ctls {
+			if got := envValue(svc, "ORDERCTL_USER"); got != c.want {
+				t.Errorf("environment %q: service %s sets ORDERCTL_USER=%q, want %q", c.env, svc.Name, got, c.want)
+			}
+		}
+	}
 }
 
 // orderctlProblems checks the services that run orderctl: at least one; not

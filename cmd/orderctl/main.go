@@ -20,7 +20,8 @@
 // Every command takes --json; those that change something (retry, replay,
 // discard, retention) need --reason. The settings are the services'
 // (README, "Configuration"); ORDERCTL_USER names the operator in the audit
-// table (default: the OS user). `token` signs with API_JWT_SECRET and
+// table (default: the OS user; docker-compose.yml passes your login on the
+// host). `token` signs with API_JWT_SECRET and
 // needs no database.
 //
 // orderctl works on the database and the broker directly: the access its
@@ -36,6 +37,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/user"
@@ -143,6 +145,11 @@ func run(ctx context.Context, argv []string, environ map[string]string, stdout, 
 	// Configuration and command line.
 	var cfg Config
 	if err := config.Load(&cfg, environ); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// Under compose, orderctl starts nothing: the secrets are
+			// made by the stack's `up` (docker-compose.yml).
+			return fmt.Errorf("%w\n(a secret file is missing: with docker compose, start the stack first: docker compose up -d --wait)", err)
+		}
 		return err
 	}
 	cmd, a, err := parse(argv, stderr)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -445,6 +446,19 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// Under compose, orderctl starts nothing (docker-compose.yml): run before
+// the stack's `up`, its secret files are not there yet, and it says what
+// to run first.
+func TestMissingSecretFileSaysToStartTheStack(t *testing.T) {
+	t.Parallel()
+	ctl := newCtl(t, "postgres://nobody@127.0.0.1:1/none", "amqp://127.0.0.1:1/")
+	ctl.environ["DATABASE_PASSWORD_FILE"] = filepath.Join(t.TempDir(), "db-orders_operator")
+	err := run(t.Context(), []string{"status"}, ctl.environ, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "DATABASE_PASSWORD_FILE") || !strings.Contains(err.Error(), "docker compose up -d --wait") {
+		t.Errorf("orderctl status without its password file: %v; want the variable named and the stack's start", err)
+	}
+}
+
 // orderctl pointed at a role the server does not have (a login the
 // server refuses for good, like a wrong password) stops at once and says
 // why, although DB_CONNECT_TIMEOUT would let it wait an hour for a server
@@ -566,5 +580,57 @@ func TestToken(t *testing.T) {
 	delete(ctl.environ, "API_JWT_SECRET")
 	if _, err := ctl.run("token", "-operator"); err == nil || !strings.Contains(err.Error(), "API_JWT_SECRET") {
 		t.Errorf("without API_JWT_SECRET: %v, want it named", err)
+	}
+}
+
+// The timeline lists what happened in the order it happened, though the
+// relay records published_at when the broker confirms, which may be after
+// the consumer's transaction has begun (a few microseconds, printed as the
+// same millisecond), and though one transaction stamps all its rows with
+// one now().
+func TestTimelineInCausalOrder(t *testing.T) {
+	t.Parallel()
+	submitted, requested := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	t0 := time.Date(2026, 12, 5, 13, 0, 0, 0, time.UTC)
+	processed := t0.Add(40 * time.Millisecond)
+	published := processed.Add(300 * time.Microsecond) // confirmed after the consumer began
+	for _, tc := range []struct {
+		name      string
+		published time.Time
+	}{{"published recorded late", published}, {"published at the same instant", processed}} {
+		tl := &OrderTimeline{
+			History: []Transition{
+				{From: "", To: "PENDING", At: t0},
+				{From: "PENDING", To: "ACCEPTED", MessageID: submitted.String(), At: processed},
+			},
+			Outbox: []outboxadmin.Message{
+				{ID: submitted, Type: "order.submitted", Status: "PUBLISHED", Attempts: 1, CreatedAt: t0, PublishedAt: &tc.published},
+				{ID: requested, Type: "fulfillment.requested", Status: "PENDING", CreatedAt: processed, UpdatedAt: processed},
+			},
+			Inbox: []inboxadmin.Row{
+				{Consumer: "fulfillment", MessageID: submitted.String(), Type: "order.submitted", Status: inbox.StatusProcessed,
+					Outcome: "APPLIED", Attempts: 1, FirstReceivedAt: processed, LastReceivedAt: processed, ProcessedAt: &processed},
+			},
+		}
+		tl.events()
+		var got []string
+		for _, e := range tl.Events {
+			got = append(got, e.Who+": "+strings.Fields(e.What)[0]+" "+strings.Fields(e.What)[1])
+		}
+		want := []string{
+			"order: (new) ->",
+			"outbox: order.submitted written,",
+			"relay: order.submitted published",
+			"order: PENDING ->",
+			"fulfillment: order.submitted processed:",
+			"outbox: fulfillment.requested written,",
+			"relay: fulfillment.requested PENDING,",
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: the timeline reads\n  %s\nwant\n  %s", tc.name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+		if !tl.Events[2].At.Equal(tc.published) {
+			t.Errorf("%s: the publish is shown at %v, not when the relay recorded it (%v)", tc.name, tl.Events[2].At, tc.published)
+		}
 	}
 }

@@ -58,7 +58,26 @@ type OrderEvent struct {
 	At   time.Time `json:"at"`
 	Who  string    `json:"who"`
 	What string    `json:"what"`
+
+	happened time.Time // where it sorts: At, or earlier when At is recorded late (events)
+	rank     int       // among events that happened at once, the cause first
 }
+
+// The ranks of the events that happen at the same instant, in causal
+// order: a message is published before it is received; a consumer's
+// transaction receives it, moves the order, marks it processed and writes
+// the next message, all at the transaction's now(); a request's moves the
+// order and writes its message. A row's state that is not yet a publish
+// (FAILED, PENDING) and a parking come after.
+const (
+	rankPublished = iota
+	rankReceived
+	rankOrderChanged
+	rankProcessed
+	rankWritten
+	rankUnpublished
+	rankParked
+)
 
 func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 	id, err := uuid.Parse(c.args.pos[0])
@@ -127,46 +146,65 @@ func (t *OrderTimeline) traces() {
 	}
 }
 
-// events merges the rows into one timeline, in time order.
+// events merges the rows into one timeline, in the order things happened.
+// That is time order, but for a published_at: the relay records it when
+// the broker confirms, which may be after a consumer has received the
+// message, so a publish sorts no later than the message's first receipt.
+// Events at the same instant go in causal order (the ranks above).
 func (t *OrderTimeline) events() {
-	add := func(at time.Time, who, format string, args ...any) {
-		t.Events = append(t.Events, OrderEvent{At: at, Who: who, What: fmt.Sprintf(format, args...)})
+	add := func(at time.Time, rank int, who, format string, args ...any) {
+		t.Events = append(t.Events, OrderEvent{At: at, Who: who, What: fmt.Sprintf(format, args...), happened: at, rank: rank})
 	}
 	for _, h := range t.History {
 		cause := "an HTTP request"
 		if h.MessageID != "" {
 			cause = "message " + h.MessageID
 		}
-		add(h.At, "order", "%s -> %s (by %s)%s", cmp.Or(h.From, "(new)"), h.To, cause, strings.TrimSuffix(": "+h.Reason, ": "))
+		add(h.At, rankOrderChanged, "order", "%s -> %s (by %s)%s", cmp.Or(h.From, "(new)"), h.To, cause, strings.TrimSuffix(": "+h.Reason, ": "))
+	}
+	received := map[string]time.Time{} // a message's first receipt by any consumer
+	for _, x := range t.Inbox {
+		first := x.FirstReceivedAt
+		if x.ProcessedAt != nil && x.ProcessedAt.Before(first) {
+			first = *x.ProcessedAt
+		}
+		if r, ok := received[x.MessageID]; !ok || first.Before(r) {
+			received[x.MessageID] = first
+		}
 	}
 	for _, x := range t.Outbox {
-		add(x.CreatedAt, "outbox", "%s written, message id %s", x.Type, x.ID)
+		add(x.CreatedAt, rankWritten, "outbox", "%s written, message id %s", x.Type, x.ID)
 		switch {
 		case x.PublishedAt != nil:
-			add(*x.PublishedAt, "relay", "%s published (attempt %d)", x.Type, x.Attempts)
+			add(*x.PublishedAt, rankPublished, "relay", "%s published (attempt %d)", x.Type, x.Attempts)
+			if r, ok := received[x.ID.String()]; ok && r.Before(*x.PublishedAt) {
+				t.Events[len(t.Events)-1].happened = r
+			}
 		case x.Status == "FAILED":
-			add(x.UpdatedAt, "relay", "%s FAILED after %d attempts: %s (orderctl outbox retry %s --reason ...)", x.Type, x.Attempts, x.LastError, x.ID)
+			add(x.UpdatedAt, rankUnpublished, "relay", "%s FAILED after %d attempts: %s (orderctl outbox retry %s --reason ...)", x.Type, x.Attempts, x.LastError, x.ID)
 		default:
-			add(x.UpdatedAt, "relay", "%s %s, attempt %d %s", x.Type, x.Status, x.Attempts, x.LastError)
+			add(x.UpdatedAt, rankUnpublished, "relay", "%s %s, attempt %d %s", x.Type, x.Status, x.Attempts, x.LastError)
 		}
 	}
 	for _, x := range t.Inbox {
 		if x.Status == inbox.StatusProcessed && x.Attempts == 1 { // received and processed in one transaction
-			add(*x.ProcessedAt, x.Consumer, "%s processed: %s%s", x.Type, x.Outcome, strings.TrimSuffix(": "+x.OutcomeReason, ": "))
+			add(*x.ProcessedAt, rankProcessed, x.Consumer, "%s processed: %s%s", x.Type, x.Outcome, strings.TrimSuffix(": "+x.OutcomeReason, ": "))
 			continue
 		}
-		add(x.FirstReceivedAt, x.Consumer, "%s received", x.Type)
+		add(x.FirstReceivedAt, rankReceived, x.Consumer, "%s received", x.Type)
 		if x.Status == inbox.StatusProcessed {
-			add(*x.ProcessedAt, x.Consumer, "%s processed: %s%s, attempt %d", x.Type, x.Outcome, strings.TrimSuffix(": "+x.OutcomeReason, ": "), x.Attempts)
+			add(*x.ProcessedAt, rankProcessed, x.Consumer, "%s processed: %s%s, attempt %d", x.Type, x.Outcome, strings.TrimSuffix(": "+x.OutcomeReason, ": "), x.Attempts)
 		} else {
-			add(x.LastReceivedAt, x.Consumer, "%s %s, attempt %d: %s %s", x.Type, x.Status, x.Attempts, x.LastErrorCode, x.LastErrorMessage)
+			add(x.LastReceivedAt, rankReceived, x.Consumer, "%s %s, attempt %d: %s %s", x.Type, x.Status, x.Attempts, x.LastErrorCode, x.LastErrorMessage)
 		}
 	}
 	for _, p := range t.Parked {
 		at, _ := time.Parse(time.RFC3339Nano, p.ParkedAt)
-		add(at, p.Consumer, "%s parked in %s: %s (orderctl parked show %s %s)", p.Type, inbox.ParkingLotName(inbox.QueueName(p.Consumer)), p.ReasonCode, p.Consumer, p.MessageID)
+		add(at, rankParked, p.Consumer, "%s parked in %s: %s (orderctl parked show %s %s)", p.Type, inbox.ParkingLotName(inbox.QueueName(p.Consumer)), p.ReasonCode, p.Consumer, p.MessageID)
 	}
-	slices.SortStableFunc(t.Events, func(a, b OrderEvent) int { return a.At.Compare(b.At) })
+	slices.SortStableFunc(t.Events, func(a, b OrderEvent) int {
+		return cmp.Or(a.happened.Compare(b.happened), cmp.Compare(a.rank, b.rank))
+	})
 }
 
 func (t *OrderTimeline) human(w io.Writer) {

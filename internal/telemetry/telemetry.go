@@ -167,9 +167,10 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 // NewLogger returns the JSON (or text) logger of a process, at the
 // configured level, with the service name on every line, and with the
 // trace and span ids and the logctx attributes of the context of
-// each *Context call. Records also go to the extra handlers.
+// each *Context call, and every duration as a person reads it
+// (readableDuration). Records also go to the extra handlers, unchanged.
 func NewLogger(service string, cfg config.Log, w io.Writer, extra ...slog.Handler) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.SlogLevel()}
+	opts := &slog.HandlerOptions{Level: cfg.SlogLevel(), ReplaceAttr: readableDuration}
 	var h slog.Handler
 	if cfg.Format == "text" {
 		h = slog.NewTextHandler(w, opts)
