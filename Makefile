@@ -65,7 +65,7 @@ test/packages: ## every package's tests, the relay's with the polling relay (REL
 
 .PHONY: test/wal
 test/wal: ## the relay suite, and the change of partitions end to end, with the log-tailing relay (RELAY_MODE=wal), against a wal_level=logical PostgreSQL the tests start
-	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m ./internal/messaging/outbox/wal/
+	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 15m ./internal/messaging/outbox/wal/
 	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m -run '^TestChangingThePartitionsLosesAndReordersNothing$$/^wal$$' ./test/e2e/
 
 .PHONY: test/ha
