@@ -66,7 +66,8 @@ type Hold struct {
 	// once the hold ends, with Run's result (nil: a run went through).
 	Start func(ctx context.Context, cause error) (end func(err error))
 	// Wait is the first wait, doubling up to MaxWait, with jitter.
-	// Default 200ms and 5s.
+	// Default 200ms and OutageRetryMax: the hold ends within about a
+	// second of the database answering again.
 	Wait, MaxWait time.Duration
 }
 
@@ -94,7 +95,7 @@ func Run(ctx context.Context, db Pool, p Policy, fn func(ctx context.Context, tx
 		if try == 1 && p.Hold.Start != nil {
 			end = p.Hold.Start(ctx, err)
 		}
-		wait := background.Backoff(try, cmp.Or(p.Hold.Wait, 200*time.Millisecond), cmp.Or(p.Hold.MaxWait, 5*time.Second))
+		wait := background.Backoff(try, cmp.Or(p.Hold.Wait, 200*time.Millisecond), cmp.Or(p.Hold.MaxWait, OutageRetryMax))
 		if !background.Sleep(ctx, wait) {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/yourorg/orders/api"
 	"github.com/yourorg/orders/internal/auth"
+	"github.com/yourorg/orders/internal/database"
 )
 
 // Config holds the knobs of the API. A zero field takes its default.
@@ -195,7 +196,10 @@ func (s *Server) readyz(c echo.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
-	if err := s.pool.Ping(ctx); err != nil {
+	if err := database.Ping(ctx, s.pool); err != nil {
+		if database.IsUnavailable(err) {
+			return newError(http.StatusServiceUnavailable, "not_ready", "The database is failing over or down: no server takes writes.")
+		}
 		return newError(http.StatusServiceUnavailable, "not_ready", "The database does not answer.")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})

@@ -399,6 +399,39 @@ func (c *PatroniCluster) WaitLeader(t testing.TB, old *PatroniNode) *PatroniNode
 	return leader
 }
 
+// WaitWritable waits until a node other than old takes writes (its
+// PostgreSQL is out of recovery), polling each every 50 ms, and returns
+// it and when it was first seen so: the moment a failover ends for the
+// clients, which the measures of what the service does after it count
+// from.
+func (c *PatroniCluster) WaitWritable(t testing.TB, old *PatroniNode) (*PatroniNode, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(patroniFailoverTimeout)
+	for time.Now().Before(deadline) {
+		for _, n := range c.Nodes {
+			if n != old && n.running() && n.writable() {
+				return n, time.Now()
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("testenv: no node but %s took writes within %s: %s", old.Name, patroniFailoverTimeout, c.describe())
+	return nil, time.Time{}
+}
+
+// writable reports whether the node's PostgreSQL answers as a primary.
+func (n *PatroniNode) writable() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, n.URL("postgres"))
+	if err != nil {
+		return false
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var recovering bool
+	return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering) == nil && !recovering
+}
+
 // Switchover hands the leadership over to the other node, as an operator
 // does before maintenance (POST /switchover to the leader's REST API:
 // the leader shuts down cleanly once the candidate has everything), and

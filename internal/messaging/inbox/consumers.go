@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
 	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
@@ -92,10 +93,7 @@ func (cs *Consumers) Ready(ctx context.Context) error {
 			return fmt.Errorf("consumer %s holds %d deliveries: the database takes no writes", s.consumer.name, n)
 		}
 	}
-	if err := cs.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-	return nil
+	return database.Ping(ctx, cs.pool)
 }
 
 // Run consumes until ctx ends. Then each consumer stops taking deliveries,

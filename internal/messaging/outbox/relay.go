@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
 	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
@@ -66,7 +67,7 @@ func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 	meter := deps.MeterProvider.Meter(scope)
 	pipe, err := pipeline.New(pipeline.Settings{
 		MaxInFlight: cfg.MaxInFlight, ConfirmTimeout: cfg.ConfirmTimeout, PollInterval: cfg.PollInterval,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MaxAttempts: cfg.MaxAttempts, DBTimeout: cfg.DBTimeout,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MaxAttempts: cfg.MaxAttempts, DBTimeout: cfg.DBTimeout, Lease: cfg.Lease,
 		MessageTypes: cfg.MessageTypes, Faults: cfg.Faults,
 	}, pipeline.Deps{
 		AMQPURL: deps.AMQPURL, Pool: deps.Pool, Logger: r.log, Tracer: r.tracer, Meter: meter,
@@ -128,10 +129,7 @@ func (r *Relay) Ready(ctx context.Context) error {
 	if err := r.readers.Load().notReady(); err != nil {
 		return err
 	}
-	if err := r.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-	return nil
+	return database.Ping(ctx, r.pool)
 }
 
 // Run publishes until ctx ends, then stops claiming, waits up to

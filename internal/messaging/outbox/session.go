@@ -164,7 +164,10 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 				return
 			}
 			dbFailures++
-			delay := background.Backoff(dbFailures, 200*time.Millisecond, 10*time.Second)
+			// While the database fails over, a try a second at most: the
+			// relay claims again within a second of the new primary
+			// taking writes, however long the promotion took.
+			delay := database.RetryDelay(dbFailures, err, 10*time.Second)
 			r.log.WarnContext(ctx, "claiming outbox rows failed", slog.String("error", err.Error()), slog.Duration("retry_in", delay))
 			background.Sleep(ctx, delay)
 			continue

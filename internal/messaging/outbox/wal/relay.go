@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/yourorg/orders/internal/background"
+	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 )
@@ -196,7 +197,7 @@ func (w *Relay) streamLoop(ctx context.Context) error {
 		failures++
 		why := err.Error()
 		w.down.Store(&why)
-		delay := background.Backoff(failures, 200*time.Millisecond, 30*time.Second)
+		delay := database.RetryDelay(failures, err, 30*time.Second)
 		w.log.WarnContext(ctx, "log stream ended; resuming from the slot", slog.String("error", why), slog.Duration("retry_in", delay))
 		background.Sleep(ctx, delay)
 	}

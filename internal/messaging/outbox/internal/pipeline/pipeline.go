@@ -101,6 +101,7 @@ type Settings struct {
 	BackoffBase, BackoffMax time.Duration
 	MaxAttempts             int
 	DBTimeout               time.Duration
+	Lease                   time.Duration
 	MessageTypes            []string
 	Faults                  Faults
 }

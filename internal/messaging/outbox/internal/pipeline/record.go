@@ -170,11 +170,15 @@ func (p *Pipeline) logFailures(ctx context.Context, outcomes []Outcome) {
 	}
 }
 
-// withDBRetry runs f until it succeeds, at most five times with backoff,
-// each try bounded by DBTimeout, and returns the last error. It stops
-// early, with ctx's error, when ctx ends.
+// withDBRetry runs f until it succeeds, each try bounded by DBTimeout,
+// and returns the last error: while the database is unavailable (a
+// failover), again within a second (database.RetryDelay) until the lease
+// of the batch's rows ends, after which the mark is moot (the claims'
+// tokens fence it) and the rows come back anyway; after any other error,
+// five tries at most. It stops early, with ctx's error, when ctx ends.
 func (p *Pipeline) withDBRetry(ctx context.Context, what string, f func(context.Context) error) error {
 	const tries = 5
+	giveUp := time.Now().Add(p.cfg.Lease)
 	var err error
 	for attempt := 1; ; attempt++ {
 		tryCtx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
@@ -187,7 +191,8 @@ func (p *Pipeline) withDBRetry(ctx context.Context, what string, f func(context.
 			return fmt.Errorf("%s: %w (%w)", what, ctx.Err(), err)
 		}
 		p.deps.Logger.WarnContext(ctx, what+": failed", slog.String("error", err.Error()), slog.Int("attempt", attempt))
-		if attempt == tries || !background.Sleep(ctx, background.Backoff(attempt, 200*time.Millisecond, 5*time.Second)) {
+		outage := database.IsUnavailable(err) && time.Now().Before(giveUp)
+		if !outage && attempt >= tries || !background.Sleep(ctx, database.RetryDelay(attempt, err, 5*time.Second)) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
