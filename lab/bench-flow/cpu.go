@@ -203,3 +203,41 @@ func sampleCPU(children map[string]int) (cpuSample, error) {
 
 // seconds converts ticks to seconds.
 func seconds(ticks int64) float64 { return float64(ticks) / userHZ }
+
+// treeCPU is the CPU time of process root and of every process under it
+// (a PostgreSQL server of bench-flow's own: the postmaster, its
+// backends and its background processes), in ticks, with the time of
+// the children root has waited for (a backend that ended).
+func treeCPU(stats map[int]procStat, root int) int64 {
+	under := func(pid int) bool {
+		for range 64 { // deeper than any process tree
+			if pid == root {
+				return true
+			}
+			s, ok := stats[pid]
+			if !ok || s.ppid == 0 {
+				return false
+			}
+			pid = s.ppid
+		}
+		return false
+	}
+	var ticks int64
+	for pid, s := range stats {
+		if under(pid) {
+			ticks += s.cpu
+		}
+	}
+	return ticks + stats[root].children
+}
+
+// serverUse is the CPU time of PostgreSQL between two readings: of the
+// server of bench-flow's own (serverPID) when there is one, else of
+// every process named postgres on the machine, whoever's clients they
+// serve.
+func serverUse(serverPID int, before, after cpuSample) cpuUse {
+	if serverPID != 0 {
+		return cpuUse{name: "PostgreSQL, the whole server", seconds: seconds(treeCPU(after.stats, serverPID) - treeCPU(before.stats, serverPID))}
+	}
+	return cpuUse{name: "PostgreSQL, the whole server", seconds: seconds(serverCPU(after.stats, "postgres") - serverCPU(before.stats, "postgres")), shared: true}
+}

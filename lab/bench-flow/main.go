@@ -81,6 +81,11 @@ type config struct {
 	wait        time.Duration // loadgen's -wait
 	databaseURL string        // the PostgreSQL server (its database is replaced)
 	amqpURL     string        // the RabbitMQ server (its vhost is replaced)
+	serverPID   int           // the postmaster of the PostgreSQL of its own, or 0
+	ownPostgres bool          // start a PostgreSQL of its own instead of DATABASE_URL's
+	against     string        // a git revision to build and run alternately with this checkout, or ""
+	rounds      int           // runs of each version at each rate
+	top         int           // statements listed per run
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -99,6 +104,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&cfg.partitions, "partitions", 0, "MESSAGE_PARTITIONS: relays share the outbox by partition, consumers keep each order in order")
 	fs.StringVar(&cfg.relayMode, "relay-mode", "poll", "RELAY_MODE of the relays: poll, or wal (the PostgreSQL of DATABASE_URL must run wal_level=logical)")
 	fs.DurationVar(&cfg.wait, "wait", 2*time.Minute, "how long each run waits, after sending, for every order to reach a final status")
+	fs.BoolVar(&cfg.ownPostgres, "own-postgres", true, "start a PostgreSQL of its own (initdb from the installed binaries, pg_stat_statements loaded, wal_level=logical) rather than use DATABASE_URL's: its WAL, fsyncs and CPU are the run's alone")
+	fs.StringVar(&cfg.against, "against", "", "a git revision (the previous main) to build from git and run alternately with this checkout at each rate, printing the ratios of their costs")
+	fs.IntVar(&cfg.rounds, "rounds", 0, "runs of each version at each rate (default 1, or 2 with -against)")
+	fs.IntVar(&cfg.top, "top", 12, "the statements called most to list for each run")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -120,6 +129,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return cfg, errors.New("-partitions must not be negative")
 	case cfg.relayMode != "poll" && cfg.relayMode != "wal":
 		return cfg, fmt.Errorf("-relay-mode must be poll or wal, got %q", cfg.relayMode)
+	case cfg.rounds < 0:
+		return cfg, errors.New("-rounds must not be negative")
+	}
+	if cfg.rounds == 0 {
+		cfg.rounds = 1
+		if cfg.against != "" {
+			cfg.rounds = 2
+		}
 	}
 	return cfg, nil
 }
@@ -140,42 +157,84 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}()
 
-	// Build.
+	// Build: this checkout's binaries, and those of -against from git
+	// (the same loadgen drives both: this checkout's).
+	bins := map[string]string{"new": filepath.Join(dir, "new")}
 	_, _ = fmt.Fprintf(stdout, "building %s from this checkout\n", strings.Join(binaries, ", "))
-	if err := sandbox.Build(ctx, dir, binaries...); err != nil {
+	if err := sandbox.Build(ctx, bins["new"], binaries...); err != nil {
 		return err
+	}
+	versions := []string{"new"}
+	if cfg.against != "" {
+		bins["old"] = filepath.Join(dir, "old")
+		_, _ = fmt.Fprintf(stdout, "building the service's binaries from git revision %s\n", cfg.against)
+		if err := sandbox.BuildRevision(ctx, cfg.against, bins["old"], dir, binaries[:3]...); err != nil {
+			return err
+		}
+		if err := os.Link(filepath.Join(bins["new"], "loadgen"), filepath.Join(bins["old"], "loadgen")); err != nil {
+			return err
+		}
+		versions = []string{"new", "old"}
 	}
 	vhosts, err := sandbox.NewVhostAdmin(ctx, cfg.amqpURL, getenv("RABBITMQ_MANAGEMENT_URL"))
 	if err != nil {
 		return err
 	}
+	if cfg.ownPostgres {
+		pg, err := sandbox.StartPostgres(ctx)
+		if err != nil {
+			return fmt.Errorf("-own-postgres: %w", err)
+		}
+		defer func() { _ = pg.Stop() }()
+		cfg.databaseURL, cfg.serverPID = pg.URL, pg.PID
+		_, _ = fmt.Fprintf(stdout, "PostgreSQL of its own: %s\n", pg.URL)
+	}
+	if err := enableStatements(ctx, cfg.databaseURL); err != nil {
+		return fmt.Errorf("pg_stat_statements: %w", err)
+	}
 
-	// One run per rate, each on a fresh system.
+	// Runs on a fresh system each: at each rate, -rounds of each version,
+	// alternating (new then old, then old then new), so that a drift of
+	// the machine's load weighs on both alike.
 	var results []result
 	for _, rate := range cfg.rates {
-		logs := filepath.Join(dir, "logs-"+strconv.FormatFloat(rate, 'f', -1, 64))
-		if err := os.Mkdir(logs, 0o755); err != nil {
-			return err
+		for round := range cfg.rounds {
+			order := slices.Clone(versions)
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, version := range order {
+				logs := filepath.Join(dir, fmt.Sprintf("logs-%s-%s-%d", strconv.FormatFloat(rate, 'f', -1, 64), version, round+1))
+				if err := os.Mkdir(logs, 0o755); err != nil {
+					return err
+				}
+				_, _ = fmt.Fprintf(stdout, "\n%g orders/s for %s (%s, round %d): order-api, order-consumer and %d outbox-relays (RELAY_MODE=%s), %d partitions\n",
+					rate, cfg.duration, version, round+1, cfg.relays, cfg.relayMode, cfg.partitions)
+				r, err := benchRate(ctx, cfg, vhosts, bins[version], logs, rate, stdout, stderr)
+				r.version = version
+				if ctx.Err() != nil {
+					// The database and the vhost are gone; err has what went
+					// wrong on the way out, if anything did.
+					return errors.Join(errors.New("interrupted"), err)
+				}
+				if err != nil {
+					keep = true
+					return fmt.Errorf("at %g orders/s (%s): %w (logs in %s)", rate, version, err, logs)
+				}
+				if err := errors.Join(r.print(stdout), r.printBudget(stdout, cfg.top)); err != nil {
+					return err
+				}
+				results = append(results, r)
+			}
 		}
-		_, _ = fmt.Fprintf(stdout, "\n%g orders/s for %s: order-api, order-consumer and %d outbox-relays (RELAY_MODE=%s), %d partitions\n",
-			rate, cfg.duration, cfg.relays, cfg.relayMode, cfg.partitions)
-		r, err := benchRate(ctx, cfg, vhosts, dir, logs, rate, stdout, stderr)
-		if ctx.Err() != nil {
-			// The database and the vhost are gone; err has what went wrong
-			// on the way out, if anything did.
-			return errors.Join(errors.New("interrupted"), err)
-		}
-		if err != nil {
-			keep = true
-			return fmt.Errorf("at %g orders/s: %w (logs in %s)", rate, err, logs)
-		}
-		if err := r.print(stdout); err != nil {
-			return err
-		}
-		results = append(results, r)
 	}
 	if err := printTable(stdout, cfg, results); err != nil {
 		return err
+	}
+	if cfg.against != "" {
+		if err := printComparison(stdout, cfg.against, results); err != nil {
+			return err
+		}
 	}
 	for _, r := range results {
 		if r.load.Unfinished > 0 || r.load.Created < r.load.Expected {
@@ -204,6 +263,8 @@ type loadSummary struct {
 
 // result is one run.
 type result struct {
+	version  string // "new" (this checkout) or "old" (-against)
+	db       dbCost
 	rate     float64
 	load     loadSummary
 	finished int
@@ -305,7 +366,12 @@ func benchRate(ctx context.Context, cfg config, vhosts *sandbox.VhostAdmin, bin,
 		return res, err
 	}
 
-	// Load, between two readings of the CPU times.
+	// Load, between two readings of the CPU times and the database's
+	// counters.
+	dbBefore, err := readDBCost(ctx, cfg.databaseURL, dbURL, name)
+	if err != nil {
+		return res, err
+	}
 	before, err := sampleCPU(pids)
 	if err != nil {
 		return res, err
@@ -324,6 +390,20 @@ func benchRate(ctx context.Context, cfg config, vhosts *sandbox.VhostAdmin, bin,
 	if err != nil {
 		return res, err
 	}
+	// The processes stop before the database's counters are read: a
+	// backend sends its counters when it ends.
+	for i := len(procs) - 1; i >= 0; i-- {
+		err = errors.Join(err, procs[i].Stop())
+	}
+	procs = nil
+	if err != nil {
+		return res, err
+	}
+	dbAfter, err := readDBCost(ctx, cfg.databaseURL, dbURL, name)
+	if err != nil {
+		return res, err
+	}
+	res.db = dbAfter.since(dbBefore)
 	if err := json.Unmarshal(out, &res.load); err != nil {
 		return res, fmt.Errorf("loadgen: %w (its summary: %v)", errors.Join(lgErr, err), string(out))
 	}
@@ -339,7 +419,7 @@ func benchRate(ctx context.Context, cfg config, vhosts *sandbox.VhostAdmin, bin,
 	}
 	res.cpu = append(res.cpu,
 		cpuUse{name: "PostgreSQL, this database's backends", seconds: seconds(backendsCPU(before, after, name))},
-		cpuUse{name: "PostgreSQL, the whole server", seconds: seconds(serverCPU(after.stats, "postgres") - serverCPU(before.stats, "postgres")), shared: true},
+		serverUse(cfg.serverPID, before, after),
 		cpuUse{name: "RabbitMQ", seconds: seconds(lastingCPU(before.stats, after.stats, "beam.smp")), shared: true},
 		cpuUse{name: "loadgen (the client)", seconds: (lg.ProcessState.UserTime() + lg.ProcessState.SystemTime()).Seconds()},
 		cpuUse{name: machineName, seconds: seconds(after.machine - before.machine), shared: true},

@@ -16,8 +16,8 @@ import (
 	"github.com/yourorg/orders/lab/sandbox"
 )
 
-// bench-flow end to end at a low rate: it builds, starts the flow on a
-// database and vhost of its own, reports every order final with a CPU
+// bench-flow end to end at a low rate, on the test's PostgreSQL server: it
+// builds, starts the flow on a database and vhost of its own, reports every order final with a CPU
 // figure for each process, and leaves neither the database nor the vhost
 // behind. (What the figures are is the bench's to report, not this test's
 // to assert.)
@@ -40,7 +40,7 @@ func TestBenchFlowRunsAndCleansUp(t *testing.T) {
 	}
 
 	var stdout, stderr bytes.Buffer
-	err = run(t.Context(), []string{"-rates", "5", "-duration", "2s", "-relays", "1", "-wait", "30s"},
+	err = run(t.Context(), []string{"-rates", "5", "-duration", "2s", "-relays", "1", "-wait", "30s", "-own-postgres=false"},
 		func(k string) string { return env[k] }, &stdout, &stderr)
 	out := stdout.String()
 	if err != nil {
@@ -90,4 +90,48 @@ func pingVhost(amqpURL string) error {
 		return err
 	}
 	return conn.Close()
+}
+
+// On a PostgreSQL of its own (the default), bench-flow also reports the
+// database's cost per order: the rows each table had written (one order
+// is one orders row), the statements by kind and the WAL; and it stops
+// that server when it is done.
+func TestBenchFlowOnItsOwnPostgres(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds four binaries, starts a PostgreSQL and runs the flow")
+	}
+	broker, err := url.Parse(testenv.NewVhost(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker.Path = "/"
+	env := map[string]string{"AMQP_URL": broker.String()}
+	if _, err := sandbox.NewVhostAdmin(t.Context(), broker.String(), ""); err != nil {
+		t.Skipf("bench-flow cannot make vhosts on this broker: %v", err)
+	}
+	var stdout, stderr bytes.Buffer
+	err = run(t.Context(), []string{"-rates", "5", "-duration", "2s", "-relays", "1", "-wait", "30s"},
+		func(k string) string { return env[k] }, &stdout, &stderr)
+	out := stdout.String()
+	if err != nil {
+		t.Fatalf("bench-flow: %v\n%s\n%s", err, out, stderr.String())
+	}
+	for _, line := range []string{`rows inserted: orders\s+1\.000`, `rows inserted: order_items\s+1\.000`,
+		`statements: INSERT\s+[1-9]`, `statements: COMMIT\s+[1-9]`, `WAL bytes\s+[1-9]`, `transactions committed\s+[1-9]`,
+		`PostgreSQL, the whole server\s+\d`} {
+		if !regexp.MustCompile(`(?m)^\s*` + line).MatchString(out) {
+			t.Errorf("no line matching %q in:\n%s", line, out)
+		}
+	}
+	server := regexp.MustCompile(`PostgreSQL of its own: (\S+)`).FindStringSubmatch(out)
+	if server == nil {
+		t.Fatalf("the run does not name its PostgreSQL:\n%s", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(ctx, server[1]); err == nil {
+		_ = conn.Close(ctx)
+		t.Errorf("its PostgreSQL %s still takes connections", server[1])
+	}
 }

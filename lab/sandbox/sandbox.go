@@ -269,3 +269,50 @@ func FreeAddr(ctx context.Context) (string, error) {
 	addr := ln.Addr().String()
 	return addr, ln.Close()
 }
+
+// BuildRevision compiles the commands in folders, as Build does, from the
+// module as it was at git revision rev (a commit, a branch, a tag of the
+// working directory's repository), into dir. The sources go to a new
+// directory under tmp, which is removed afterwards.
+func BuildRevision(ctx context.Context, rev, dir, tmp string, folders ...string) error {
+	src, err := os.MkdirTemp(tmp, "src-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(src) }()
+	top, err := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return fmt.Errorf("run inside the repository's git checkout (git rev-parse --show-toplevel): %w", err)
+	}
+	// From the top: in a subfolder, git archive takes that folder only.
+	archive := exec.CommandContext(ctx, "git", "archive", "--format=tar", rev)
+	archive.Dir = strings.TrimSpace(string(top))
+	extract := exec.CommandContext(ctx, "tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	extract.Stdin = pipe
+	var archiveErr strings.Builder
+	archive.Stderr = &archiveErr
+	if err := archive.Start(); err != nil {
+		return err
+	}
+	out, extractErr := extract.CombinedOutput()
+	if err := archive.Wait(); err != nil {
+		return fmt.Errorf("git archive %s: %w: %s", rev, err, archiveErr.String())
+	}
+	if extractErr != nil {
+		return fmt.Errorf("tar -x of git archive %s: %w: %s", rev, extractErr, out)
+	}
+	args := []string{"build", "-o", dir + "/"}
+	for _, f := range folders {
+		args = append(args, "./"+path.Clean(f))
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s (at %s): %w\n%s", strings.Join(args, " "), rev, err, out)
+	}
+	return nil
+}
