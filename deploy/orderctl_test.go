@@ -53,17 +53,16 @@ func orderctlDependencies(p *types.Project) []string {
 }
 
 // The audit names the operator who ran orderctl: under compose, not the
-// image's user (nonroot) but ORDERCTL_USER, else the login that runs
-// docker compose ($USER).
+// image's user (nonroot) when .env sets ORDERS_ORDERCTL_USER.
 func TestComposeOrderctlNamesTheOperator(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		env  []string
 		want string
 	}{
-		{[]string{"USER=alice"}, "alice"},
-		{[]string{"USER=alice", "ORDERCTL_USER=bob"}, "bob"},
-		{nil, ""}, // orderctl falls back to the OS user
+		{[]string{"ORDERS_ORDERCTL_USER=alice"}, "alice"},
+		{[]string{"USER=bob"}, ""}, // the shell's: host tools' settings never reach the stack (env_test.go)
+		{nil, ""},                  // orderctl falls back to the OS user
 	} {
 		p, err := testenv.LoadCompose(t, []cli.ProjectOptionsFn{cli.WithEnv(c.env)}, testenv.ComposeFile)
 		if err != nil {

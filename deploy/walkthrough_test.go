@@ -48,6 +48,7 @@ var walkthroughLinks = []walkthroughLink{
 	{"Jaeger", "JAEGER_URL", "JAEGER_BROWSER_URL", imageNamed("jaeger")},
 	{"the RabbitMQ management UI", "RABBITMQ_UI_URL", "RABBITMQ_UI_BROWSER_URL", imageNamed("rabbitmq")},
 	{"Grafana", "GRAFANA_URL", "GRAFANA_BROWSER_URL", imageNamed("grafana")},
+	{"Prometheus", "PROMETHEUS_URL", "PROMETHEUS_BROWSER_URL", imageNamed("prometheus")},
 }
 
 // imageNamed matches a service whose image's repository contains name
@@ -110,12 +111,14 @@ func TestWalkthroughLinkChecks(t *testing.T) {
 		"traces":     "\n    image: jaegertracing/all-in-one:1.62.0\n    ports: [\"127.0.0.1:16686:16686\"]",
 		"broker":     "\n    image: rabbitmq:3.13.7-management-alpine\n    ports: [\"127.0.0.1:15672:15672\"]",
 		"dashboards": "\n    image: grafana/grafana:11.3.1\n    ports: [\"3001:3000\"]",
+		"metrics":    "\n    image: prom/prometheus:v2.55.1\n    ports: [\"127.0.0.1:9090:9090\"]",
 	}
 	good := map[string]string{
 		"API_URL": "http://api:8080", "API_BROWSER_URL": "http://localhost:18080",
 		"JAEGER_URL": "http://traces:16686", "JAEGER_BROWSER_URL": "http://localhost:16686",
 		"RABBITMQ_UI_URL": "http://broker:15672", "RABBITMQ_UI_BROWSER_URL": "http://127.0.0.1:15672",
 		"GRAFANA_URL": "http://dashboards:3000", "GRAFANA_BROWSER_URL": "http://localhost:3001",
+		"PROMETHEUS_URL": "http://metrics:9090", "PROMETHEUS_BROWSER_URL": "http://localhost:9090",
 	}
 	tests := []struct {
 		name    string
@@ -137,6 +140,8 @@ func TestWalkthroughLinkChecks(t *testing.T) {
 		{name: "published on another address", service: map[string]string{"api": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]\n    ports: [\"10.0.0.5:18080:8080\"]"},
 			env: map[string]string{"API_BROWSER_URL": "http://10.0.0.5:18080"}},
 		{name: "no address", env: map[string]string{"GRAFANA_URL": ""}, want: []string{`GRAFANA_URL "" names no host`}},
+		{name: "metrics linked inside the network", env: map[string]string{"PROMETHEUS_BROWSER_URL": ""},
+			want: []string{"the links to Prometheus go to http://metrics:9090"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

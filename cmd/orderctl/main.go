@@ -20,8 +20,8 @@
 // Every command takes --json; those that change something (retry, replay,
 // discard, retention) need --reason. The settings are the services'
 // (README, "Configuration"); ORDERCTL_USER names the operator in the audit
-// table (default: the OS user; docker-compose.yml passes your login on the
-// host). `token` signs with API_JWT_SECRET and
+// table (default: the OS user; in docker compose, ORDERS_ORDERCTL_USER of
+// .env). `token` signs with API_JWT_SECRET and
 // needs no database.
 //
 // orderctl works on the database and the broker directly: the access its

@@ -29,9 +29,10 @@
 //	DATABASE_URL          PostgreSQL, only read       (postgres://orders_operator@127.0.0.1:5432/orders)
 //	AMQP_URL              RabbitMQ                    (amqp://guest:guest@127.0.0.1:5672/)
 //	DATABASE_PASSWORD_FILE, AMQP_PASSWORD_FILE        the password of the URL's user, in a file (the demo stack's secrets)
-//	JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL          the web UIs, checked to choose the hints
-//	                      (http://localhost:16686, :15672, :3000)
-//	API_BROWSER_URL, JAEGER_BROWSER_URL, RABBITMQ_UI_BROWSER_URL, GRAFANA_BROWSER_URL
+//	JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL, PROMETHEUS_URL   the web UIs, checked to choose the hints
+//	                      (http://localhost:16686, :15672, :3000; Prometheus: none, the
+//	                      consumer's /metrics instead)
+//	API_BROWSER_URL, JAEGER_BROWSER_URL, RABBITMQ_UI_BROWSER_URL, GRAFANA_BROWSER_URL, PROMETHEUS_BROWSER_URL
 //	                      where the links it prints send your browser, when that is not where
 //	                      the walkthrough itself reaches them (default: API_URL, JAEGER_URL, ...);
 //	                      in the demo compose stack, the walkthrough reaches the services by
@@ -81,13 +82,15 @@ type Config struct {
 	JaegerURL        string
 	RabbitUIURL      string
 	GrafanaURL       string
+	PrometheusURL    string
 	// The same for the reader's browser: the timeline page and the UIs.
-	APIBrowserURL      string
-	JaegerBrowserURL   string
-	RabbitUIBrowserURL string
-	GrafanaBrowserURL  string
-	Timeout            time.Duration
-	Yes                bool
+	APIBrowserURL        string
+	JaegerBrowserURL     string
+	RabbitUIBrowserURL   string
+	GrafanaBrowserURL    string
+	PrometheusBrowserURL string
+	Timeout              time.Duration
+	Yes                  bool
 }
 
 func main() {
@@ -168,11 +171,14 @@ func configFrom(env func(name, def string) string) Config {
 		JaegerURL:   env("JAEGER_URL", "http://localhost:16686"),
 		RabbitUIURL: env("RABBITMQ_UI_URL", "http://localhost:15672"),
 		GrafanaURL:  env("GRAFANA_URL", "http://localhost:3000"),
+		// make dev runs no Prometheus; the consumer's /metrics is at hand.
+		PrometheusURL: env("PROMETHEUS_URL", ""),
 	}
 	cfg.APIBrowserURL = env("API_BROWSER_URL", cfg.APIURL)
 	cfg.JaegerBrowserURL = env("JAEGER_BROWSER_URL", cfg.JaegerURL)
 	cfg.RabbitUIBrowserURL = env("RABBITMQ_UI_BROWSER_URL", cfg.RabbitUIURL)
 	cfg.GrafanaBrowserURL = env("GRAFANA_BROWSER_URL", cfg.GrafanaURL)
+	cfg.PrometheusBrowserURL = env("PROMETHEUS_BROWSER_URL", cfg.PrometheusURL)
 	return cfg
 }
 
@@ -263,11 +269,12 @@ func refusedHint(err error) string {
 		demoUp + "` starts it again with the walkthrough's; make dev creates them (lab/rabbitmq-users)"
 }
 
-// lookForUIs finds out which of Jaeger, the RabbitMQ management UI and
-// Grafana answer where the walkthrough reaches them (JAEGER_URL, ...): the
+// lookForUIs finds out which of Jaeger, the RabbitMQ management UI,
+// Grafana and Prometheus answer where the walkthrough reaches them (JAEGER_URL, ...): the
 // hints then send the browser to them (JAEGER_BROWSER_URL, ...).
 func (s *system) lookForUIs(ctx context.Context) {
 	s.jaeger, s.rabbitUI, s.grafana = s.answers(ctx, s.cfg.JaegerURL), s.answers(ctx, s.cfg.RabbitUIURL), s.answers(ctx, s.cfg.GrafanaURL)
+	s.prometheus = s.answers(ctx, s.cfg.PrometheusURL)
 }
 
 // checkDatabase says what is wrong with the database for the walkthrough,

@@ -187,9 +187,10 @@ func TestChecksInsideTheNetworkAndLinksForTheBrowser(t *testing.T) {
 		return srv.URL
 	}
 	closed := "http://" + testenv.FreeAddr(t) // nothing listens there
-	inside := map[string]string{"API_URL": "http://order-api:8080", "JAEGER_URL": up(), "RABBITMQ_UI_URL": up(), "GRAFANA_URL": up()}
+	inside := map[string]string{"API_URL": "http://order-api:8080", "JAEGER_URL": up(), "RABBITMQ_UI_URL": up(), "GRAFANA_URL": up(),
+		"PROMETHEUS_URL": up(), "CONSUMER_ADMIN_URL": "http://order-consumer:9102"}
 	browser := map[string]string{"API_BROWSER_URL": "http://localhost:18080", "JAEGER_BROWSER_URL": closed + "/jaeger",
-		"RABBITMQ_UI_BROWSER_URL": closed + "/rabbitmq", "GRAFANA_BROWSER_URL": closed + "/grafana"}
+		"RABBITMQ_UI_BROWSER_URL": closed + "/rabbitmq", "GRAFANA_BROWSER_URL": closed + "/grafana", "PROMETHEUS_BROWSER_URL": closed + "/prometheus"}
 	env := func(vars ...map[string]string) func(name, def string) string {
 		return func(name, def string) string {
 			for _, m := range vars {
@@ -203,17 +204,22 @@ func TestChecksInsideTheNetworkAndLinksForTheBrowser(t *testing.T) {
 
 	s := &system{cfg: configFrom(env(inside, browser)), http: http.DefaultClient}
 	s.lookForUIs(t.Context())
-	if !s.jaeger || !s.rabbitUI || !s.grafana {
-		t.Fatalf("UIs answering at JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL found: jaeger %v, RabbitMQ %v, Grafana %v (absent: %s)",
-			s.jaeger, s.rabbitUI, s.grafana, s.absentUIs())
+	if !s.jaeger || !s.rabbitUI || !s.grafana || !s.prometheus {
+		t.Fatalf("UIs answering at JAEGER_URL, RABBITMQ_UI_URL, GRAFANA_URL, PROMETHEUS_URL found: jaeger %v, RabbitMQ %v, Grafana %v, Prometheus %v (absent: %s)",
+			s.jaeger, s.rabbitUI, s.grafana, s.prometheus, s.absentUIs())
 	}
-	hints := strings.Join([]string{s.timelineHint("o-1"), s.traceHint("t-1", "x"), s.queuesHint("x"), s.grafanaHint("p", "m")}, "\n")
-	for _, want := range []string{"http://localhost:18080/ui/orders/o-1", closed + "/jaeger/trace/t-1", closed + "/rabbitmq/#/queues", closed + "/grafana"} {
+	hints := strings.Join([]string{s.timelineHint("o-1"), s.traceHint("t-1", "x"), s.queuesHint("x"), s.grafanaHint("p", "m"), s.metricHint("m_total")}, "\n")
+	for _, want := range []string{"http://localhost:18080/ui/orders/o-1", closed + "/jaeger/trace/t-1", closed + "/rabbitmq/#/queues", closed + "/grafana",
+		closed + "/prometheus/graph?g0.expr=m_total"} {
 		if !strings.Contains(hints, want) {
 			t.Errorf("the hints do not link %s:\n%s", want, hints)
 		}
 	}
-	for _, name := range []string{"API_URL", "JAEGER_URL", "RABBITMQ_UI_URL", "GRAFANA_URL"} {
+	s.grafana = false // without Grafana, a panel's hint is its metric, in Prometheus
+	if hint := s.grafanaHint("p", "m_total"); !strings.Contains(hint, closed+"/prometheus/graph?g0.expr=m_total") {
+		t.Errorf("without Grafana, the hint %q does not link the metric in Prometheus", hint)
+	}
+	for _, name := range []string{"API_URL", "JAEGER_URL", "RABBITMQ_UI_URL", "GRAFANA_URL", "PROMETHEUS_URL", "CONSUMER_ADMIN_URL"} {
 		if strings.Contains(hints, inside[name]) {
 			t.Errorf("the hints link %s's %s, an address inside the network:\n%s", name, inside[name], hints)
 		}

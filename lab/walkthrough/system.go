@@ -36,7 +36,7 @@ type system struct {
 	// where names the system the walkthrough talks to, for its first words.
 	where string
 	// Which of the web UIs the hints point to answer (make dev runs none).
-	jaeger, rabbitUI, grafana bool
+	jaeger, rabbitUI, grafana, prometheus bool
 }
 
 // order is the API's view of an order (GET /v1/orders/{id}).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -341,7 +342,7 @@ func stepDuplicate(ctx context.Context, s *system, n *narrator, st *state) error
 	if err != nil {
 		return err
 	}
-	n.ok("consumer_messages_duplicates_total on %s/metrics: %.0f → %.0f", s.cfg.ConsumerAdminURL, dupBefore, dupAfter)
+	n.ok("consumer_messages_duplicates_total: %.0f → %.0f (%s)", dupBefore, dupAfter, s.metricHint("consumer_messages_duplicates_total"))
 	n.look(
 		"the consumer's log: a line \"duplicate\" per consumer with message_id "+row.ID.String(),
 		s.traceHint("", "the order's trace has new process spans (the message carries the row's traceparent)"),
@@ -742,10 +743,21 @@ func (s *system) queuesHint(what string) string {
 }
 
 // grafanaHint points to a Grafana panel, or, without Grafana, to the
-// metric on the consumer's /metrics.
+// metric (metricHint).
 func (s *system) grafanaHint(panel, metric string) string {
 	if s.grafana {
 		return fmt.Sprintf("Grafana %s : %s", s.cfg.GrafanaBrowserURL, panel)
 	}
-	return fmt.Sprintf("no Grafana: %s on %s/metrics", metric, s.cfg.ConsumerAdminURL)
+	return "no Grafana: " + s.metricHint(metric)
+}
+
+// metricHint links a metric for the browser: its graph in Prometheus, or,
+// without Prometheus (make dev), the consumer's /metrics, which the
+// browser reaches there; in compose the consumer's admin port is
+// published nowhere.
+func (s *system) metricHint(metric string) string {
+	if s.prometheus {
+		return fmt.Sprintf("Prometheus %s/graph?g0.expr=%s", s.cfg.PrometheusBrowserURL, url.QueryEscape(metric))
+	}
+	return fmt.Sprintf("%s on %s/metrics", metric, s.cfg.ConsumerAdminURL)
 }
