@@ -43,12 +43,15 @@ WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SE
 # make load: the rate (orders/s) and duration of the load generator;
 # make bench/flow: its rates, the duration of each run, how many
 # outbox-relays and MESSAGE_PARTITIONS (0: none);
+# make bench/cost: its rate, and the git revision it runs against;
 # make soak: how long it runs.
 RATE          ?= 20
 RATES         ?= 50,100,150
 DURATION      ?= 20s
 RELAYS        ?= 2
 PARTITIONS    ?= 0
+COST_RATE     ?= 100
+AGAINST       ?= main
 SOAK_DURATION ?= 10m
 
 .PHONY: help
@@ -91,6 +94,10 @@ bench/relay: ## the polling relay, the log-tailing relay and a raw amqp091 publi
 .PHONY: bench/flow
 bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, DURATION each, with RELAYS relays and PARTITIONS: latency, CPU per 1,000 orders
 	$(GO) run ./lab/bench-flow -rates $(RATES) -duration $(DURATION) -relays $(RELAYS) -partitions $(PARTITIONS)
+
+.PHONY: bench/cost
+bench/cost: ## an order's cost per hop (CPU, transactions, statements, rows, WAL, fsyncs), this checkout against AGAINST (main) built from git, alternately: the ratios
+	$(GO) run ./lab/bench-flow -rates $(COST_RATE) -duration $(DURATION) -relays $(RELAYS) -partitions $(PARTITIONS) -against $(AGAINST)
 
 .PHONY: soak
 soak: ## the whole flow for SOAK_DURATION under kills, cut connections and a read-only database; fails if anything is lost, doubled or stuck
