@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -327,6 +328,49 @@ func (c *PatroniCluster) WaitHealthy(t testing.TB, timeout time.Duration) {
 	WaitFor(t, timeout, "Patroni cluster "+c.scope+" to have "+what, c.healthy)
 }
 
+// WaitFailoverReady waits until the cluster is healthy (WaitHealthy) and
+// every running standby holds each permanent slot: Patroni copies a
+// logical slot to a standby by restarting it, and the leader takes the
+// standby out of the synchronous key while it restarts.
+func (c *PatroniCluster) WaitFailoverReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	WaitFor(t, timeout, "Patroni cluster "+c.scope+" to be ready for a failover (healthy, permanent slots on every standby)", func() bool {
+		return c.healthy() && c.slotsOnStandbys()
+	})
+}
+
+// slotsOnStandbys reports whether every running standby has every
+// permanent slot in pg_replication_slots.
+func (c *PatroniCluster) slotsOnStandbys() bool {
+	if len(c.opts.PermanentSlots) == 0 {
+		return true
+	}
+	leader := c.leader()
+	for _, n := range c.Nodes {
+		if n == leader || !n.running() {
+			continue
+		}
+		if !n.hasSlots(slices.Collect(maps.Keys(c.opts.PermanentSlots))) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasSlots reports whether the node's PostgreSQL lists every slot named.
+func (n *PatroniNode) hasSlots(names []string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, n.URL("postgres"))
+	if err != nil {
+		return false
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var count int
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1)", names).Scan(&count)
+	return err == nil && count == len(names)
+}
+
 func (c *PatroniCluster) healthy() bool {
 	leader := c.leader()
 	if leader == nil {
@@ -378,8 +422,14 @@ func (c *PatroniCluster) describe() string {
 // (the postmaster and every backend) with SIGKILL, nothing shut down,
 // nothing handed over; the standby takes over when the leader key
 // expires. It returns the node killed, which Start brings back.
+//
+// It first waits until the cluster can fail over (WaitFailoverReady): a
+// leader killed while its standby is not in the synchronous key, or is
+// restarting to take a copy of a permanent slot, is never replaced, as
+// Patroni refuses to promote a standby that may lack acknowledged commits.
 func (c *PatroniCluster) KillLeader(t testing.TB) *PatroniNode {
 	t.Helper()
+	c.WaitFailoverReady(t, patroniStartTimeout)
 	n := c.Leader(t)
 	if err := n.kill(); err != nil {
 		t.Fatalf("testenv: kill Patroni %s: %v", n.Name, err)
@@ -439,6 +489,7 @@ func (n *PatroniNode) writable() bool {
 // standby. It returns the new leader.
 func (c *PatroniCluster) Switchover(t testing.TB) *PatroniNode {
 	t.Helper()
+	c.WaitFailoverReady(t, patroniStartTimeout)
 	leader := c.Leader(t)
 	var candidate *PatroniNode
 	for _, n := range c.Nodes {

@@ -244,7 +244,11 @@ func (b *Bundle) Receive(queue string, want int, timeout, quiet time.Duration) [
 		case d := <-deliveries:
 			got = append(got, d)
 		case <-deadline:
-			b.T.Fatalf("received %d of %d messages from %s", len(got), want, queue)
+			ids := make([]string, len(got))
+			for i, d := range got {
+				ids[i] = d.MessageId + " (" + d.RoutingKey + ")"
+			}
+			b.T.Fatalf("received %d of %d messages from %s: %v; the outbox rows not PUBLISHED: %s", len(got), want, queue, ids, b.unpublished())
 		}
 	}
 	for {
@@ -255,6 +259,35 @@ func (b *Bundle) Receive(queue string, want int, timeout, quiet time.Duration) [
 			return got
 		}
 	}
+}
+
+// unpublished describes the outbox rows not PUBLISHED, for a failure
+// message: what a relay still owes, and why.
+func (b *Bundle) unpublished() string {
+	rows, err := b.Pool.Query(context.Background(), `SELECT outbox_id, message_type, status, attempt_count,
+		extract(epoch FROM next_attempt_at - now())::float8, coalesce(last_error, '') FROM message_outbox WHERE status <> 'PUBLISHED' ORDER BY created_at`)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id uuid.UUID
+		var typ, status, lastErr string
+		var attempts int
+		var retryIn float64
+		if err := rows.Scan(&id, &typ, &status, &attempts, &retryIn, &lastErr); err != nil {
+			return "(" + err.Error() + ")"
+		}
+		out = append(out, fmt.Sprintf("%s %s %s attempts=%d retry_in=%.1fs last_error=%q", id, typ, status, attempts, retryIn, lastErr))
+	}
+	if err := rows.Err(); err != nil {
+		return "(" + err.Error() + ")"
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
 }
 
 func (b *Bundle) StatusCounts() map[string]int {
