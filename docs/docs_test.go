@@ -81,6 +81,40 @@ func TestIndexListsEveryPage(t *testing.T) {
 	}
 }
 
+// The docs stay short enough to read: every page of docs/ together within
+// maxWords, no page over maxPageWords. A fact is said once, on the page that
+// owns it, and linked from the others.
+const (
+	maxWords     = 25000
+	maxPageWords = 4000
+)
+
+func TestWordBudget(t *testing.T) {
+	t.Parallel()
+	pages, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pages) < 2 {
+		t.Fatalf("found only %v in docs/", pages)
+	}
+	total := 0
+	for _, page := range pages {
+		raw, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(strings.Fields(string(raw)))
+		total += n
+		if n > maxPageWords {
+			t.Errorf("docs/%s has %d words, over the %d a page may have: split it or say less", page, n, maxPageWords)
+		}
+	}
+	if total > maxWords {
+		t.Errorf("docs/*.md have %d words together, over the budget of %d: say a thing once and link to it", total, maxWords)
+	}
+}
+
 // migrationName is a migration file's name as the docs write it.
 var migrationName = regexp.MustCompile(`\b\d{5}_[a-z0-9_]+\.sql\b`)
 
