@@ -41,6 +41,9 @@ CREATE ROLE orders_api LOGIN PASSWORD :'api';
 CREATE ROLE orders_relay LOGIN PASSWORD :'relay';
 CREATE ROLE orders_consumer LOGIN PASSWORD :'consumer';
 CREATE ROLE orders_operator LOGIN PASSWORD :'operator';
+-- Their processes report what holds the transaction horizon, most often
+-- another role's session (migrations/00022_read_all_stats.sql).
+GRANT pg_read_all_stats TO orders_relay, orders_consumer, orders_operator;
 -- The owner of the database owns its public schema (pg_database_owner), so
 -- orders_migrate creates the tables, and grants on them.
 ALTER DATABASE :"db" OWNER TO orders_migrate;
