@@ -73,7 +73,8 @@ func TestConsumerProcessAndReplay(t *testing.T) {
 		metrics = get(t, "http://"+admin+"/metrics")
 		return strings.Contains(metrics, `consumer_messages_parked_total{consumer_name="fulfillment",reason_code="order_not_found"`)
 	})
-	for _, want := range []string{"consumer_messages_received_total", "inbox_rows", "inbox_oldest_unprocessed_age_seconds", "consumer_processing_duration_seconds_bucket"} {
+	for _, want := range []string{"consumer_messages_received_total", "inbox_rows", "inbox_oldest_unprocessed_age_seconds", "consumer_processing_duration_seconds_bucket",
+		`table="message_inbox"} `, `db_xmin_horizon_age_seconds{kind="session"`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

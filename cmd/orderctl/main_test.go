@@ -634,3 +634,50 @@ func TestTimelineInCausalOrder(t *testing.T) {
 		}
 	}
 }
+
+// status shows both message tables' figures and what holds the
+// transaction horizon: here order-api's session, idle in a transaction,
+// which orders_operator sees by name and state.
+func TestStatusShowsTablesAndHorizon(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t, migrations.Schemas...)
+	ctl := newCtl(t, db.URL, testenv.NewVhost(t))
+	cfg, err := pgx.ParseConfig(db.URLAs(migrations.RoleAPI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "held-by-test"
+	holder, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	tx, err := holder.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), "SELECT count(*) FROM orders"); err != nil {
+		t.Fatal(err)
+	}
+
+	var status StatusReport
+	ctl.json(&status, "status")
+	var tables []string
+	for _, s := range status.Tables {
+		tables = append(tables, s.Table)
+		if s.IndexBytes == 0 {
+			t.Errorf("status: %s has no index bytes: %+v", s.Table, s)
+		}
+	}
+	if !slices.Equal(tables, []string{"message_outbox", "message_inbox"}) {
+		t.Errorf("status tables %q, want message_outbox and message_inbox", tables)
+	}
+	if len(status.Horizon) == 0 || status.Horizon[0].Kind != "session" || status.Horizon[0].Name != "held-by-test" ||
+		status.Horizon[0].State != "idle in transaction" {
+		t.Errorf("status horizon %+v; want the session held-by-test first, idle in transaction", status.Horizon)
+	}
+	if out := ctl.ok("status"); !strings.Contains(out, "session held-by-test (pid ") || !strings.Contains(out, "message_inbox") {
+		t.Errorf("status:\n%s", out)
+	}
+}

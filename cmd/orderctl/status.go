@@ -15,7 +15,12 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
+	"github.com/yourorg/orders/internal/messaging/tablestats"
 )
+
+// horizonHeldAfter is when a transaction horizon held back counts as a
+// problem, as the alert on it (deploy/prometheus/alerts.yml).
+const horizonHeldAfter = 5 * time.Minute
 
 // stuckAfter is when an unpublished outbox row counts as stuck: a running
 // relay publishes a committed row within milliseconds.
@@ -28,6 +33,8 @@ type StatusReport struct {
 	Queues    []QueueDepth `json:"queues"`
 	QueueNote string       `json:"queue_note,omitempty"` // why the depths are missing
 	Stuck     []Stuck      `json:"stuck"`                // the oldest stuck items
+	Tables    []TableStats `json:"tables"`               // the outbox's and the inbox's tables
+	Horizon   []Holder     `json:"horizon"`              // what holds the transaction horizon, oldest first
 	Next      []string     `json:"next"`                 // what to do, most urgent first
 }
 
@@ -48,6 +55,29 @@ type QueueDepth struct {
 	Messages  int    `json:"messages"`
 	Consumers int    `json:"consumers"`
 	Missing   bool   `json:"missing,omitempty"` // not declared: the consumer never ran against this broker
+}
+
+// TableStats is what PostgreSQL's statistics say of a table, summed over
+// its partitions (tablestats.Table).
+type TableStats struct {
+	Table              string  `json:"table"`
+	Partitions         int     `json:"partitions"`
+	LiveTuples         int64   `json:"live_tuples"`
+	DeadTuples         int64   `json:"dead_tuples"`
+	TableBytes         int64   `json:"table_bytes"`
+	IndexBytes         int64   `json:"index_bytes"`
+	SinceVacuumSeconds float64 `json:"since_vacuum_seconds,omitempty"` // absent: never vacuumed
+}
+
+// Holder is one thing holding the transaction horizon back
+// (tablestats.Holder).
+type Holder struct {
+	Kind       string  `json:"kind"`  // session, slot or prepared
+	Name       string  `json:"name"`  // application_name, slot name or gid
+	State      string  `json:"state"` // "idle in transaction", ...
+	PID        int32   `json:"pid,omitempty"`
+	XIDAge     int64   `json:"xid_age"` // transactions since its oldest xid
+	AgeSeconds float64 `json:"age_seconds,omitempty"`
 }
 
 // Stuck is one item that needs a look.
@@ -87,6 +117,17 @@ func status(ctx context.Context, c *ctl) (report, error) {
 		r.Inbox = append(r.Inbox, Backlog{Status: s.Status, Of: s.Consumer, Rows: s.Rows, Oldest: s.OldestAge, OldestSeconds: s.OldestAge.Seconds()})
 	}
 
+	// The tables' bloat and the horizon, by the same reads as the gauges.
+	if err := r.tables(ctx, c); err != nil {
+		return nil, err
+	}
+	for _, h := range r.Horizon {
+		if time.Duration(h.AgeSeconds*float64(time.Second)) > horizonHeldAfter {
+			next(fmt.Sprintf("%s %s (pid %d, %s) has held the transaction horizon for %s: vacuum cannot clean up behind it; end it (docs/operations.md#a-held-transaction-horizon)",
+				h.Kind, h.Name, h.PID, h.State, age(time.Duration(h.AgeSeconds*float64(time.Second)))))
+		}
+	}
+
 	// The oldest stuck items.
 	if err := r.stuck(ctx, c); err != nil {
 		return nil, err
@@ -109,6 +150,30 @@ func status(ctx context.Context, c *ctl) (report, error) {
 		}
 	}
 	return r, nil
+}
+
+func (r *StatusReport) tables(ctx context.Context, c *ctl) error {
+	r.Tables, r.Horizon = []TableStats{}, []Holder{}
+	for _, read := range []func(context.Context, tablestats.DB) (tablestats.Table, error){outboxadmin.Table, inboxadmin.Table} {
+		t, err := read(ctx, c.pool)
+		if err != nil {
+			return err
+		}
+		s := TableStats{Table: t.Name, Partitions: t.Partitions, LiveTuples: t.LiveTuples, DeadTuples: t.DeadTuples,
+			TableBytes: t.TableBytes, IndexBytes: t.IndexBytes}
+		if t.Vacuumed {
+			s.SinceVacuumSeconds = max(t.SinceVacuum.Seconds(), 0.001)
+		}
+		r.Tables = append(r.Tables, s)
+	}
+	holders, err := tablestats.Horizon(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	for _, h := range holders {
+		r.Horizon = append(r.Horizon, Holder{Kind: string(h.Kind), Name: h.Name, State: h.State, PID: h.PID, XIDAge: h.XIDAge, AgeSeconds: h.Age.Seconds()})
+	}
+	return nil
 }
 
 func (r *StatusReport) stuck(ctx context.Context, c *ctl) error {
@@ -210,6 +275,33 @@ func (r *StatusReport) human(w io.Writer) {
 		table(w, []string{"  consumer", "status", "rows", "oldest"}, rows)
 	}
 
+	_, _ = fmt.Fprintln(w, "\ntables (PostgreSQL's statistics, summed over partitions):")
+	rows = nil
+	for _, t := range r.Tables {
+		vacuumed := "never"
+		if t.SinceVacuumSeconds > 0 {
+			vacuumed = age(time.Duration(t.SinceVacuumSeconds*float64(time.Second))) + " ago"
+		}
+		rows = append(rows, []string{"  " + t.Table, fmt.Sprint(t.LiveTuples), fmt.Sprint(t.DeadTuples), size(t.TableBytes), size(t.IndexBytes), vacuumed})
+	}
+	table(w, []string{"  table", "live", "dead", "size", "indexes", "vacuumed"}, rows)
+
+	_, _ = fmt.Fprintln(w, "\ntransaction horizon (vacuum keeps every row version these may still see), oldest first:")
+	if len(r.Horizon) == 0 {
+		_, _ = fmt.Fprintln(w, "  nothing holds it")
+	}
+	for i, h := range r.Horizon {
+		if i == 3 {
+			_, _ = fmt.Fprintf(w, "  and %d more\n", len(r.Horizon)-i)
+			break
+		}
+		held := "since unknown"
+		if h.AgeSeconds > 0 {
+			held = "for " + age(time.Duration(h.AgeSeconds*float64(time.Second)))
+		}
+		_, _ = fmt.Fprintf(w, "  %s %s (pid %d, %s): held %s, %d transactions ago\n", h.Kind, orDash(h.Name), h.PID, orDash(h.State), held, h.XIDAge)
+	}
+
 	_, _ = fmt.Fprintln(w, "\nqueues:")
 	if r.QueueNote != "" {
 		_, _ = fmt.Fprintf(w, "  %s\n", r.QueueNote)
@@ -241,6 +333,20 @@ func (r *StatusReport) human(w io.Writer) {
 	for _, n := range r.Next {
 		_, _ = fmt.Fprintf(w, "  %s\n", n)
 	}
+}
+
+// size prints a size in binary units, as pg_size_pretty does.
+func size(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", v, []string{"KiB", "MiB", "GiB", "TiB"}[i])
 }
 
 func oldest(b Backlog) string {

@@ -113,7 +113,7 @@ func TestRelayProcess(t *testing.T) {
 		metrics = get(t, "http://"+admin+"/metrics")
 	}
 	for _, want := range []string{`outbox_published_total{message_type="order.cancelled"`, "outbox_pending_oldest_age_seconds",
-		"outbox_confirm_latency_seconds_bucket", "relay_broker_connected 1"} {
+		"outbox_confirm_latency_seconds_bucket", "relay_broker_connected 1", `table="message_outbox"} `, `db_xmin_horizon_age_seconds{kind="session"`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, metrics)
 		}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/tablestats"
 )
 
 var (
@@ -133,5 +134,13 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 		}
 		return nil
 	}, rows, oldest, processingAge)
-	return &m, err
+	if err != nil {
+		return nil, err
+	}
+	// The inbox table's bloat, and the horizon that keeps vacuum from
+	// removing it (the relays report the same horizon).
+	if err := tablestats.Register(meter, cs.pool, TableName); err != nil {
+		return nil, err
+	}
+	return &m, nil
 }

@@ -7,3 +7,7 @@ import "github.com/yourorg/orders/internal/messaging/inbox/migrations"
 // outbox.Schema (follow-up messages are outbox rows) and before the
 // migrations of the service whose consumers use the inbox and grant on it.
 var Schema = migrations.Schema
+
+// TableName is the inbox's table, whose size and bloat the consumers
+// report (internal/messaging/tablestats).
+const TableName = "message_inbox"

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/yourorg/orders/internal/messaging"
+	"github.com/yourorg/orders/internal/messaging/tablestats"
 )
 
 // relayMetrics are the relay's instruments beside the pipeline's
@@ -107,7 +108,15 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		o.ObserveFloat64(oldest, oldestAge.Seconds())
 		return nil
 	}, pending, oldest, publishing, failedRows, inFlight, connected, missingReaders)
-	return &m, err
+	if err != nil {
+		return nil, err
+	}
+	// The outbox table's bloat, and the horizon that keeps vacuum from
+	// removing it (the consumers report the same horizon).
+	if err := tablestats.Register(meter, r.pool, TableName); err != nil {
+		return nil, err
+	}
+	return &m, nil
 }
 
 func boolInt(b bool) int64 {

@@ -7,3 +7,7 @@ import "github.com/yourorg/orders/internal/messaging/outbox/migrations"
 // outbox_schema_version. Apply it with database.Migrator before the
 // migrations of the service that writes to the outbox and grants on it.
 var Schema = migrations.Schema
+
+// TableName is the outbox's table, whose size and bloat the relay reports
+// (internal/messaging/tablestats).
+const TableName = "message_outbox"

@@ -26,7 +26,9 @@ import (
 	"time"
 
 	"github.com/yourorg/orders/internal/database"
+	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
+	"github.com/yourorg/orders/internal/messaging/tablestats"
 )
 
 var queries = dbsqlc.New()
@@ -157,4 +159,18 @@ func ForgetFailure(ctx context.Context, db database.DBTX, consumer, messageID st
 		return false, fmt.Errorf("forget the failure of %s: %w", messageID, database.Translate(err))
 	}
 	return n > 0, nil
+}
+
+// Table is what PostgreSQL's statistics say of the inbox's table (its
+// tuples, sizes and last vacuum, summed over its partitions): the figures
+// the consumers report as gauges.
+func Table(ctx context.Context, db tablestats.DB) (tablestats.Table, error) {
+	tables, err := tablestats.Tables(ctx, db, inbox.TableName)
+	if err != nil {
+		return tablestats.Table{}, err
+	}
+	if len(tables) == 0 {
+		return tablestats.Table{}, fmt.Errorf("table statistics: no table %s", inbox.TableName)
+	}
+	return tables[0], nil
 }

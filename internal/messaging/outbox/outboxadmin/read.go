@@ -23,6 +23,7 @@ import (
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
+	"github.com/yourorg/orders/internal/messaging/tablestats"
 )
 
 var queries = dbsqlc.New()
@@ -190,4 +191,18 @@ func DeletePublished(ctx context.Context, db database.DBTX, retention time.Durat
 		return 0, fmt.Errorf("delete published outbox rows: %w", database.Translate(err))
 	}
 	return n, nil
+}
+
+// Table is what PostgreSQL's statistics say of the outbox's table (its
+// tuples, sizes and last vacuum, summed over its partitions): the figures
+// the relay report as gauges.
+func Table(ctx context.Context, db tablestats.DB) (tablestats.Table, error) {
+	tables, err := tablestats.Tables(ctx, db, outbox.TableName)
+	if err != nil {
+		return tablestats.Table{}, err
+	}
+	if len(tables) == 0 {
+		return tablestats.Table{}, fmt.Errorf("table statistics: no table %s", outbox.TableName)
+	}
+	return tables[0], nil
 }
