@@ -2,7 +2,8 @@
 // (Prometheus, Grafana) that docker compose runs next to the service. Its
 // tests keep the local stack honest without a Docker engine: the
 // dashboards query only the metrics docs/observability.md documents, every
-// panel is complete, Prometheus scrapes every process (this file);
+// panel is complete, Prometheus scrapes every process (this file) and loads
+// complete alert rules on documented metrics (alerts_test.go);
 // the compose files name their images by version, health-gate their
 // dependencies, build the image once, publish only settable ports and no
 // admin port, keep the fault endpoint in the demo and run the whole stack
