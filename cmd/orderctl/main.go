@@ -13,7 +13,7 @@
 //	orderctl parked replay <consumer> <message_id>|--all back to the work queue, same message id
 //	orderctl parked discard <consumer> <message_id>      out of the parking lot for good
 //	orderctl inbox show <consumer> <message_id>          one inbox row
-//	orderctl retention                                   delete what the retention settings allow, now
+//	orderctl retention                                   drop and delete what the retention settings allow, now
 //	orderctl audit                                       what operators did
 //	orderctl token -customer ID | -operator [-ttl 1h]    a development bearer token for order-api
 //
@@ -132,7 +132,7 @@ var commands = []command{
 	{"parked replay", "<consumer> <message_id>|--all [--limit N] --reason R", "move parked messages back to the work queue, same message id", 1, 2, true, true, parkedReplay},
 	{"parked discard", "<consumer> <message_id> --reason R", "remove a parked message for good (its headers are kept in the audit)", 2, 2, true, true, parkedDiscard},
 	{"inbox show", "<consumer> <message_id>", "one inbox row", 2, 2, true, false, inboxShow},
-	{"retention", "--reason R", "delete published outbox rows, processed inbox rows and expired idempotency keys past their retention, now", 0, 0, false, true, retention},
+	{"retention", "--reason R", "drop the outbox's time partitions, delete processed inbox rows and expired idempotency keys past their retention, now", 0, 0, false, true, retention},
 	{"audit", "[--limit N]", "what operators did, newest first", 0, 0, false, false, auditList},
 	{"token", "-customer ID | -operator [-ttl 1h]", "a development bearer token for order-api, signed with API_JWT_SECRET (no database)", 0, 0, false, false, token},
 }

@@ -397,15 +397,21 @@ func TestOrderTimeline(t *testing.T) {
 }
 
 // retention deletes what the retention settings allow, with the functions
-// the services use, and records that it ran.
+// the services use, and records that it ran: the outbox's time partitions
+// whose rows were all published past RELAY_RETENTION, not one that holds
+// a FAILED row, which status names.
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDatabase(t, migrations.Schemas...)
 	ctl := newCtl(t, db.URL, testenv.NewVhost(t))
+	monday := time.Now().UTC().Truncate(24 * time.Hour)
+	monday = monday.AddDate(0, 0, -((int(monday.Weekday()) + 6) % 7))
+	outboxtest.TimePartitionsFrom(t, db.Pool, monday.AddDate(0, 0, -28))
 	_, err := db.Pool.Exec(t.Context(), `
-		INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, status, published_at)
-		VALUES (gen_random_uuid(), 'order', 'o-1', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'PUBLISHED', now() - interval '8 days'),
-		       (gen_random_uuid(), 'order', 'o-2', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'PUBLISHED', now());
+		INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, status, published_at, created_at)
+		VALUES (gen_random_uuid(), 'order', 'o-1', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'PUBLISHED', now() - interval '15 days', now() - interval '15 days'),
+		       (gen_random_uuid(), 'order', 'o-2', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'PUBLISHED', now(), now()),
+		       (gen_random_uuid(), 'order', 'o-3', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'FAILED', NULL, now() - interval '22 days');
 		INSERT INTO message_inbox (consumer_name, message_id, message_type, message_version, status, payload_hash, processed_at)
 		VALUES ('fulfillment', 'm-old', 'order.submitted', 1, 'PROCESSED', 'h', now() - interval '31 days'),
 		       ('fulfillment', 'm-new', 'order.submitted', 1, 'PROCESSED', 'h', now())`)
@@ -417,12 +423,21 @@ func TestRetention(t *testing.T) {
 	}
 	var r retentionReport
 	ctl.json(&r, "retention", "--reason", "disk at 90%")
-	if len(r.Sweeps) != 3 || r.Sweeps[0].Deleted != 1 || r.Sweeps[1].Deleted != 1 || r.Sweeps[2].Deleted != 0 || r.Audit.Action != "retention" {
+	if len(r.Sweeps) != 3 || r.Sweeps[0].Deleted < 2 || r.Sweeps[0].Waiting != 1 || r.Sweeps[1].Deleted != 1 || r.Sweeps[2].Deleted != 0 || r.Audit.Action != "retention" {
 		t.Fatalf("retention: %+v", r)
 	}
-	var left int
-	if err := db.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM message_outbox) + (SELECT count(*) FROM message_inbox)`).Scan(&left); err != nil || left != 2 {
-		t.Fatalf("%d rows left: %v", left, err)
+	var left string
+	if err := db.Pool.QueryRow(t.Context(), `SELECT (SELECT string_agg(aggregate_id, ',' ORDER BY aggregate_id) FROM message_outbox) || ' ' ||
+		(SELECT string_agg(message_id, ',') FROM message_inbox)`).Scan(&left); err != nil || left != "o-2,o-3 m-new" {
+		t.Fatalf("rows left: %q, %v; want o-2,o-3 m-new", left, err)
+	}
+	var status StatusReport
+	ctl.json(&status, "status")
+	if w := status.OutboxPartitions.Waiting; len(w) != 1 || w[0].HeldRows != 1 || status.OutboxPartitions.Ends.Before(time.Now().AddDate(0, 0, 21)) {
+		t.Fatalf("status of the time partitions: %+v", status.OutboxPartitions)
+	}
+	if out := ctl.ok("status"); !strings.Contains(out, "retention waits for 1 rows") {
+		t.Fatalf("status:\n%s", out)
 	}
 }
 

@@ -19,8 +19,11 @@ type Sweep struct {
 	What      string `json:"what"`
 	Setting   string `json:"setting"`
 	Retention string `json:"retention"` // "0s": kept forever, nothing deleted
-	Deleted   int64  `json:"deleted"`
-	Error     string `json:"error,omitempty"`
+	Deleted   int64  `json:"deleted"`   // rows; of the outbox, time partitions
+	// Waiting: the outbox's time partitions past retention that hold rows
+	// not PUBLISHED, or published within it; dropped once they hold none.
+	Waiting int64  `json:"waiting,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 type retentionReport struct {
@@ -28,9 +31,10 @@ type retentionReport struct {
 	Audit  Audit   `json:"audit"`
 }
 
-// retention runs, now, the retention the services run every minute, with
-// their settings: the same functions in the same batches
-// (background.Retention.Once).
+// retention runs, now, the retention the services run, with their
+// settings: the same functions (the outbox's drops whole time partitions,
+// outboxadmin.DropTimePartitions; the others delete in batches,
+// background.Retention.Once).
 func retention(ctx context.Context, c *ctl) (report, error) {
 	type sweeper struct {
 		Sweep
@@ -39,8 +43,24 @@ func retention(ctx context.Context, c *ctl) (report, error) {
 	}
 	var r retentionReport
 	var errs []error
+	outbox := Sweep{What: "outbox time partitions (published rows)", Setting: "RELAY_RETENTION", Retention: c.cfg.OutboxRetention.String()}
+	if c.cfg.OutboxRetention > 0 {
+		parts, err := outboxadmin.DropTimePartitions(ctx, c.pool, c.cfg.OutboxRetention)
+		if err != nil {
+			outbox.Error = err.Error()
+			errs = append(errs, err)
+		}
+		for _, p := range parts {
+			switch {
+			case p.Dropped:
+				outbox.Deleted++
+			case p.PastRetention:
+				outbox.Waiting++
+			}
+		}
+	}
+	r.Sweeps = append(r.Sweeps, outbox)
 	for _, s := range []sweeper{
-		{Sweep{What: "published outbox rows", Setting: "RELAY_RETENTION"}, c.cfg.OutboxRetention, outboxadmin.DeletePublished},
 		{Sweep{What: "processed inbox rows", Setting: "CONSUMER_INBOX_RETENTION"}, c.cfg.InboxRetention, inboxadmin.DeleteProcessed},
 		{Sweep{What: "expired idempotency keys", Setting: "IDEMPOTENCY_KEY_TTL"}, c.cfg.IdempotencyKeyTTL, store.DeleteExpiredIdempotencyKeys},
 	} {
@@ -77,7 +97,11 @@ func (r retentionReport) human(w io.Writer) {
 		if keep == "0s" {
 			keep = "forever (nothing deleted)"
 		}
-		rows = append(rows, []string{s.What, s.Setting + "=" + keep, fmt.Sprint(s.Deleted)})
+		deleted := fmt.Sprint(s.Deleted)
+		if s.Waiting > 0 {
+			deleted += fmt.Sprintf(" (%d waiting for unfinished rows: orderctl status)", s.Waiting)
+		}
+		rows = append(rows, []string{s.What, s.Setting + "=" + keep, deleted})
 	}
 	table(w, []string{"rows", "kept for", "deleted"}, rows)
 	_, _ = fmt.Fprintf(w, "Audit #%d.\n", r.Audit.ID)

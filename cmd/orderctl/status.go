@@ -28,14 +28,16 @@ const stuckAfter = time.Minute
 
 // StatusReport is the state of the whole system, with what to do next.
 type StatusReport struct {
-	Outbox    []Backlog    `json:"outbox"` // PENDING, PUBLISHING and FAILED rows by type
-	Inbox     []Backlog    `json:"inbox"`  // rows not PROCESSED, by consumer
-	Queues    []QueueDepth `json:"queues"`
-	QueueNote string       `json:"queue_note,omitempty"` // why the depths are missing
-	Stuck     []Stuck      `json:"stuck"`                // the oldest stuck items
-	Tables    []TableStats `json:"tables"`               // the outbox's and the inbox's tables
-	Horizon   []Holder     `json:"horizon"`              // what holds the transaction horizon, oldest first
-	Next      []string     `json:"next"`                 // what to do, most urgent first
+	Outbox []Backlog `json:"outbox"` // PENDING, PUBLISHING and FAILED rows by type
+	Inbox  []Backlog `json:"inbox"`  // rows not PROCESSED, by consumer
+	// OutboxPartitions are message_outbox's time partitions.
+	OutboxPartitions TimePartitions `json:"outbox_time_partitions"`
+	Queues           []QueueDepth   `json:"queues"`
+	QueueNote        string         `json:"queue_note,omitempty"` // why the depths are missing
+	Stuck            []Stuck        `json:"stuck"`                // the oldest stuck items
+	Tables           []TableStats   `json:"tables"`               // the outbox's and the inbox's tables
+	Horizon          []Holder       `json:"horizon"`              // what holds the transaction horizon, oldest first
+	Next             []string       `json:"next"`                 // what to do, most urgent first
 }
 
 // Backlog counts rows of one status.
@@ -45,6 +47,14 @@ type Backlog struct {
 	Rows          int64         `json:"rows"`
 	Oldest        time.Duration `json:"-"`
 	OldestSeconds float64       `json:"oldest_age_seconds,omitempty"`
+}
+
+// TimePartitions says how far ahead the outbox's time partitions reach,
+// and which ones past RELAY_RETENTION retention waits for.
+type TimePartitions struct {
+	Count   int                         `json:"count"`
+	Ends    time.Time                   `json:"ends"` // the last one's end: a row written after it is refused
+	Waiting []outboxadmin.TimePartition `json:"waiting"`
 }
 
 // QueueDepth is what a passive declare says of one queue.
@@ -108,6 +118,24 @@ func status(ctx context.Context, c *ctl) (report, error) {
 		if s.Status == "FAILED" {
 			next(fmt.Sprintf("orderctl outbox failed --type %s   (then, once the cause is fixed: orderctl outbox retry --type %s --reason \"...\")", s.MessageType, s.MessageType))
 		}
+	}
+	parts, err := outboxadmin.TimePartitions(ctx, c.pool, c.cfg.OutboxRetention)
+	if err != nil {
+		return nil, err
+	}
+	r.OutboxPartitions = TimePartitions{Count: len(parts), Waiting: []outboxadmin.TimePartition{}}
+	for _, p := range parts {
+		r.OutboxPartitions.Ends = p.Ends // oldest first
+		if p.PastRetention {
+			r.OutboxPartitions.Waiting = append(r.OutboxPartitions.Waiting, p)
+		}
+	}
+	if time.Until(r.OutboxPartitions.Ends) < 7*24*time.Hour {
+		next(fmt.Sprintf("the outbox's time partitions end %s, and a message written after that is refused: is an outbox-relay running?",
+			r.OutboxPartitions.Ends.UTC().Format(time.RFC3339)))
+	}
+	if len(r.OutboxPartitions.Waiting) > 0 {
+		next("outbox time partitions past RELAY_RETENTION wait for their rows (not PUBLISHED, or published recently): orderctl outbox failed")
 	}
 	istats, err := inboxadmin.Stats(ctx, c.pool)
 	if err != nil {
@@ -262,6 +290,13 @@ func (r *StatusReport) human(w io.Writer) {
 		_, _ = fmt.Fprintln(w, "  none: every row is published")
 	} else {
 		table(w, []string{"  status", "message_type", "rows", "oldest"}, rows)
+	}
+
+	tp := r.OutboxPartitions
+	_, _ = fmt.Fprintf(w, "\noutbox time partitions: %d, the last ends %s\n", tp.Count, tp.Ends.UTC().Format(time.RFC3339))
+	for _, p := range tp.Waiting {
+		_, _ = fmt.Fprintf(w, "  %s ended %s, past RELAY_RETENTION: retention waits for %d rows not PUBLISHED or published within it\n",
+			p.Name, p.Ends.UTC().Format(time.RFC3339), p.HeldRows)
 	}
 
 	_, _ = fmt.Fprintln(w, "\ninbox (rows not PROCESSED):")

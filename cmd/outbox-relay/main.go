@@ -70,6 +70,7 @@ type Config struct {
 	BackoffBase     time.Duration `env:"RELAY_BACKOFF_BASE" envDefault:"1s"`
 	BackoffMax      time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"5m"`
 	Retention       time.Duration `env:"RELAY_RETENTION" envDefault:"168h"`
+	TimePartition   string        `env:"RELAY_TIME_PARTITION" envDefault:"week"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
 }
 
@@ -115,6 +116,9 @@ func (c *Config) validateRelay() error {
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("RELAY_RETENTION must not be negative, got %s", c.Retention))
 	}
+	if c.TimePartition != outbox.Day && c.TimePartition != outbox.Week {
+		errs = append(errs, fmt.Errorf("RELAY_TIME_PARTITION must be %s or %s, got %q", outbox.Day, outbox.Week, c.TimePartition))
+	}
 	if u, err := url.Parse(c.ListenURL); c.ListenURL != "" && (err != nil || u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		errs = append(errs, errors.New("RELAY_LISTEN_DATABASE_URL must be a postgres:// URL"))
 	}
@@ -148,7 +152,7 @@ func (c *Config) relayConfig() outbox.Config {
 		ID: c.ID, BatchSize: c.BatchSize, MaxInFlight: c.MaxInFlight, PollInterval: c.PollInterval,
 		NotifyOff: !c.Notify, ListenURL: c.ListenURL, Lease: c.Lease, ConfirmTimeout: c.ConfirmTimeout, MaxAttempts: c.MaxAttempts,
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, ShutdownTimeout: c.ShutdownTimeout, DBTimeout: c.DBTimeout,
-		Retention: c.Retention, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.MessagePartitions),
+		Retention: c.Retention, TimePartition: c.TimePartition, MessageTypes: domain.MessageTypes(), Readers: consumer.Readers(c.MessagePartitions),
 		Partitions: c.MessagePartitions,
 	}
 }

@@ -345,9 +345,13 @@ func dropLeftovers(ctx context.Context, conn *pgx.Conn, keep string) {
 }
 
 // templateName names the template of schemas by a hash of their
-// migrations, so that a changed migration gets a new template.
+// migrations, so that a changed migration gets a new template, and of
+// the day.
 func templateName(schemas []database.Schema) string {
 	h := sha256.New()
+	// The outbox's time partitions reach a few weeks past the migration
+	// that made them: a template serves the day (UTC) it was built.
+	h.Write([]byte(time.Now().UTC().Format(time.DateOnly) + "\x00"))
 	for _, s := range schemas {
 		h.Write([]byte(s.Name + "\x00" + s.VersionTable + "\x00"))
 		_ = fs.WalkDir(s.FS, ".", func(path string, d fs.DirEntry, err error) error {

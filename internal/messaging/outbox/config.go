@@ -57,8 +57,14 @@ type Config struct {
 	// hang it. Default 10s.
 	DBTimeout time.Duration
 	// Retention is how long PUBLISHED rows are kept; 0 keeps them forever.
-	// Default 0 (the binary sets its own default).
+	// Retention drops a whole time partition once it ended Retention ago
+	// and every row of it was PUBLISHED at least Retention ago, so a row is
+	// kept between Retention and Retention plus a TimePartition. Default 0
+	// (the binary sets its own default).
 	Retention time.Duration
+	// TimePartition is the period of one time partition of message_outbox
+	// (timepartition.go): Day or Week. Default Week.
+	TimePartition string
 	// MessageTypes lists the message types the relay is expected to
 	// publish, so that their metric series exist at zero before the first
 	// message. Optional.
@@ -103,6 +109,7 @@ func (c *Config) setDefaults() {
 	c.BackoffMax = cmp.Or(c.BackoffMax, 5*time.Minute)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 15*time.Second)
 	c.DBTimeout = cmp.Or(c.DBTimeout, 10*time.Second)
+	c.TimePartition = cmp.Or(c.TimePartition, Week)
 }
 
 // Validate reports settings that cannot work together.
@@ -122,6 +129,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Retention < 0 {
 		errs = append(errs, errors.New("retention must not be negative"))
+	}
+	if c.TimePartition != Day && c.TimePartition != Week {
+		errs = append(errs, fmt.Errorf("the time partition must be %q or %q, got %q", Day, Week, c.TimePartition))
 	}
 	if c.Partitions < 0 || c.Partitions > MaxPartitions {
 		errs = append(errs, fmt.Errorf("partitions must be between 0 and %d", MaxPartitions))

@@ -52,6 +52,10 @@
 // package outboxtest; the statements' test seams (ClaimRows, Mark, ...)
 // are in export_test.go.
 //
+// message_outbox is range-partitioned on created_at: its time partitions
+// (timepartition.go), which the relays make ahead and retention drops
+// whole once every row of one is PUBLISHED and past Config.Retention.
+//
 // The rest of the code reads message_outbox through package outboxadmin
 // (Aggregate, Failed, Stuck, Stats, Get), never with SQL of its own.
 //

@@ -72,7 +72,21 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	horizon, err := meter.Float64ObservableGauge("outbox.time_partitions.horizon", metric.WithUnit("s"),
+		metric.WithDescription("Time until the last time partition of message_outbox ends: a message written after it is refused."))
+	if err != nil {
+		return nil, err
+	}
+	held, err := meter.Int64ObservableGauge("outbox.time_partitions.held", metric.WithUnit("{partition}"),
+		metric.WithDescription("Time partitions past retention that retention cannot drop yet: rows of theirs are not PUBLISHED, or were published within it."))
+	if err != nil {
+		return nil, err
+	}
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if h := r.horizon.Load(); h != 0 {
+			o.ObserveFloat64(horizon, time.Until(time.Unix(h, 0)).Seconds())
+			o.ObserveInt64(held, r.heldPartitions.Load())
+		}
 		o.ObserveInt64(inFlight, r.pipe.InFlight())
 		o.ObserveInt64(connected, boolInt(r.connected.Load()))
 		if check := r.readers.Load(); check != nil {
@@ -107,7 +121,7 @@ func newRelayMetrics(meter metric.Meter, r *Relay) (*relayMetrics, error) {
 		}
 		o.ObserveFloat64(oldest, oldestAge.Seconds())
 		return nil
-	}, pending, oldest, publishing, failedRows, inFlight, connected, missingReaders)
+	}, pending, oldest, publishing, failedRows, inFlight, connected, missingReaders, horizon, held)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/outbox/dbsqlc"
 	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 )
 
@@ -48,6 +47,10 @@ type Relay struct {
 	// sweepCutoff, set by ClaimOnlyBefore, says up to when the rows are
 	// this relay's to claim; false: claim nothing.
 	sweepCutoff func() (time.Time, bool)
+	// horizon is where the last time partition ends (Unix seconds; 0: not
+	// known yet), heldPartitions how many past retention wait for their
+	// rows (timepartition.go).
+	horizon, heldPartitions atomic.Int64
 }
 
 // NewRelay returns a relay; Run starts it.
@@ -139,7 +142,7 @@ func (r *Relay) Ready(ctx context.Context) error {
 // recovered when their lease ends).
 //
 // Its goroutines: listen (LISTEN/NOTIFY wakes the claim loop), maintain
-// (the poll tick, lease recovery, retention), and one session per broker
+// (the poll tick, lease recovery, time partitions and retention), and one session per broker
 // connection (session.go), which runs the publishing pipeline.
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -175,18 +178,10 @@ func (r *Relay) signal() {
 
 // maintain runs the relay's clock: the poll tick (a wake-up in case a
 // NOTIFY was missed or a retry came due), the partition leases, lease
-// recovery, and retention. When it stops, it gives the partitions back.
+// recovery, and the time partitions (made ahead, and dropped by retention).
+// When it stops, it gives the partitions back.
 func (r *Relay) maintain(ctx context.Context) {
-	if r.cfg.Retention > 0 {
-		go background.Retention{
-			What: "published outbox rows", Logger: r.log,
-			Delete: func(ctx context.Context, limit int) (int64, error) {
-				return queries.DeletePublishedOutbox(ctx, r.pool, dbsqlc.DeletePublishedOutboxParams{
-					RetentionSeconds: r.cfg.Retention.Seconds(), MaxRows: int32(limit),
-				})
-			},
-		}.Run(ctx)
-	}
+	go r.maintainTimePartitions(ctx)
 	r.leasePartitions(ctx)
 	defer r.releasePartitions(ctx)
 	poll := time.NewTicker(r.cfg.PollInterval)

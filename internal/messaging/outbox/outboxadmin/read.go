@@ -1,7 +1,7 @@
 // Package outboxadmin is the outbox's table as operators, tools and pages
 // see it: one aggregate's messages, the FAILED and the stuck ones, counts
 // by status, one row as the relay publishes it, and the repairs (retry the
-// FAILED, delete the published past their retention). The rest of the code
+// FAILED, drop the time partitions past their retention). The rest of the code
 // reads message_outbox through it (queries/read.sql of package outbox),
 // never with SQL of its own, so a change of the table changes these
 // functions alone. Each takes the caller's DBTX: a pool, or a transaction.
@@ -181,16 +181,44 @@ func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 	return out, nil
 }
 
-// DeletePublished deletes up to limit rows published longer than
-// retention ago, and says how many.
-func DeletePublished(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
-	n, err := queries.DeletePublishedOutbox(ctx, db, dbsqlc.DeletePublishedOutboxParams{
-		RetentionSeconds: retention.Seconds(), MaxRows: int32(limit),
-	})
+// TimePartition is one time partition of message_outbox as retention
+// sees it (outbox.CreateTimePartitions makes them).
+type TimePartition struct {
+	Name string    `json:"partition"`
+	Ends time.Time `json:"ends"` // its rows were written before
+	// PastRetention: it ended retention or longer ago. Retention drops it
+	// once HeldRows is 0: its rows not PUBLISHED, or published within
+	// retention.
+	PastRetention bool  `json:"past_retention"`
+	HeldRows      int64 `json:"held_rows"`
+	Dropped       bool  `json:"dropped"`
+}
+
+// TimePartitions lists the time partitions, oldest first, as retention
+// would find them with retention (0: keep every row forever).
+func TimePartitions(ctx context.Context, db database.DBTX, retention time.Duration) ([]TimePartition, error) {
+	return timePartitions(ctx, db, retention, false)
+}
+
+// DropTimePartitions is the outbox's retention: it detaches and drops
+// every time partition past retention whose rows are all PUBLISHED,
+// retention or longer ago, and lists them all, those it dropped and those
+// it waits for. A row is kept for retention at least, and at most
+// retention plus one period of its partition.
+func DropTimePartitions(ctx context.Context, db database.DBTX, retention time.Duration) ([]TimePartition, error) {
+	return timePartitions(ctx, db, retention, true)
+}
+
+func timePartitions(ctx context.Context, db database.DBTX, retention time.Duration, drop bool) ([]TimePartition, error) {
+	rows, err := queries.TimePartitions(ctx, db, dbsqlc.TimePartitionsParams{RetentionSeconds: retention.Seconds(), DropHeldNone: drop})
 	if err != nil {
-		return 0, fmt.Errorf("delete published outbox rows: %w", database.Translate(err))
+		return nil, fmt.Errorf("the outbox's time partitions: %w", database.Translate(err))
 	}
-	return n, nil
+	out := make([]TimePartition, len(rows))
+	for i, r := range rows {
+		out[i] = TimePartition{Name: r.PartitionName, Ends: r.RangeEnd, PastRetention: r.PastRetention, HeldRows: r.HeldRows, Dropped: r.Dropped}
+	}
+	return out, nil
 }
 
 // Table is what PostgreSQL's statistics say of the outbox's table (its

@@ -144,37 +144,93 @@ func pool(t *testing.T, db *testenv.Database, role string) *pgxpool.Pool {
 	return p
 }
 
-func TestDeletePublishedKeepsTheWindow(t *testing.T) {
+// Retention drops a time partition whole once it ended retention ago and
+// every row of it was PUBLISHED retention ago; one holding a row not
+// PUBLISHED (FAILED, PENDING), or published within retention, waits, and
+// says how many rows it waits for; it goes at the first retention after
+// they are done.
+func TestDropTimePartitionsWaitsForUnfinishedRows(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDatabase(t, outbox.Schema)
 	ctx := t.Context()
-	msgs := make([]messaging.Message, 5)
-	for i := range msgs {
-		msgs[i] = outboxtest.Message{Type: outboxtest.TypeCancelled, ID: uuid.New()}
+	monday := time.Now().UTC().Truncate(24 * time.Hour)
+	monday = monday.AddDate(0, 0, -((int(monday.Weekday()) + 6) % 7))
+	week := 7 * 24 * time.Hour
+	outboxtest.TimePartitionsFrom(t, db.Pool, monday.Add(-4*week))
+	set := func(id uuid.UUID, status string, publishedAt any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, "UPDATE message_outbox SET status = $2, published_at = $3 WHERE outbox_id = $1", id, status, publishedAt); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ids, err := outboxtest.Writer.Write(ctx, db.Pool, messaging.Cause{}, msgs...)
+	write := func(weeksAgo int) uuid.UUID {
+		t.Helper()
+		return outboxtest.WriteAt(t, db.Pool, uuid.New(), outboxtest.TypeCancelled, monday.Add(-time.Duration(weeksAgo)*week+time.Hour))
+	}
+	longAgo := monday.Add(-5 * week)
+	set(write(4), "PUBLISHED", longAgo) // the oldest week: all published long ago
+	set(write(4), "PUBLISHED", longAgo)
+	set(write(3), "PUBLISHED", longAgo)
+	failed := write(3) // the next: one FAILED
+	set(failed, "FAILED", nil)
+	late := write(2) // the last past retention: one published just now, one PENDING
+	set(late, "PUBLISHED", time.Now())
+	pending := write(2)
+	set(write(1), "PUBLISHED", longAgo) // this week's end is within retention
+
+	retention := week
+	names := func(parts []outboxadmin.TimePartition, keep func(outboxadmin.TimePartition) bool) map[string]int64 {
+		out := map[string]int64{}
+		for _, p := range parts {
+			if keep(p) {
+				out[p.Name] = p.HeldRows
+			}
+		}
+		return out
+	}
+	name := func(weeksAgo int) string {
+		return "message_outbox_p" + monday.Add(-time.Duration(weeksAgo)*week).Format("20060102")
+	}
+	parts, err := outboxadmin.TimePartitions(ctx, db.Pool, retention)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := outboxtest.PublishDue(ctx, db.Pool, "relay-a"); err != nil {
+	past := names(parts, func(p outboxadmin.TimePartition) bool { return p.PastRetention })
+	if want := map[string]int64{"message_outbox_initial": 0, name(4): 0, name(3): 1, name(2): 2}; !maps.Equal(past, want) {
+		t.Fatalf("past retention, with the rows they wait for: %v, want %v", past, want)
+	}
+	if parts[len(parts)-1].Ends.Before(time.Now().Add(3 * week)) {
+		t.Errorf("the last time partition ends %s: want at least three weeks ahead", parts[len(parts)-1].Ends)
+	}
+
+	parts, err = outboxadmin.DropTimePartitions(ctx, db.Pool, retention)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Two were published long ago; one is PUBLISHING again.
-	if _, err := db.Pool.Exec(ctx, "UPDATE message_outbox SET published_at = now() - interval '8 days' WHERE outbox_id = ANY($1)", ids[:2]); err != nil {
+	dropped := names(parts, func(p outboxadmin.TimePartition) bool { return p.Dropped })
+	if want := map[string]int64{"message_outbox_initial": 0, name(4): 0}; !maps.Equal(dropped, want) {
+		t.Fatalf("dropped %v, want %v", dropped, want)
+	}
+	var rows int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM message_outbox").Scan(&rows); err != nil || rows != 5 {
+		t.Fatalf("%d rows left (%v), want the 5 of the partitions kept", rows, err)
+	}
+	if parts, err = outboxadmin.TimePartitions(ctx, db.Pool, 0); err != nil || len(names(parts, func(p outboxadmin.TimePartition) bool { return p.PastRetention })) != 0 {
+		t.Fatalf("retention 0 keeps everything: %+v, %v", parts, err)
+	}
+
+	// Once they are done, the next retention drops them.
+	set(failed, "PUBLISHED", longAgo)
+	set(late, "PUBLISHED", longAgo)
+	set(pending, "PUBLISHED", longAgo)
+	parts, err = outboxadmin.DropTimePartitions(ctx, db.Pool, retention)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, "UPDATE message_outbox SET status = 'PUBLISHING', published_at = NULL, claimed_by = 'relay-a', claimed_until = now() + interval '1 minute' WHERE outbox_id = $1", ids[4]); err != nil {
-		t.Fatal(err)
+	if dropped := names(parts, func(p outboxadmin.TimePartition) bool { return p.Dropped }); !maps.Equal(dropped, map[string]int64{name(3): 0, name(2): 0}) {
+		t.Fatalf("then dropped %v, want the two that waited", dropped)
 	}
-	if n, err := outboxadmin.DeletePublished(ctx, db.Pool, 7*24*time.Hour, 1000); err != nil || n != 2 {
-		t.Fatalf("deleted %d, %v", n, err)
-	}
-	stats, err := outboxadmin.Stats(ctx, db.Pool)
-	if err != nil || len(stats) != 1 || stats[0].Status != "PUBLISHING" || stats[0].Rows != 1 {
-		t.Fatalf("stats: %+v, %v; want the PUBLISHING row alone", stats, err)
-	}
-	var published int
-	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM message_outbox WHERE status = 'PUBLISHED'").Scan(&published); err != nil || published != 2 {
-		t.Fatalf("%d PUBLISHED rows left (%v), want the 2 recent ones", published, err)
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM message_outbox").Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d rows left (%v), want this week's", rows, err)
 	}
 }

@@ -33,6 +33,8 @@ var suite = []struct {
 	{"TestAnAggregatesMessagesGoOutInTheOrderTheyCommitted", testAnAggregatesMessagesGoOutInTheOrderTheyCommitted},
 	{"TestRelayHoldsATypeUntilEveryReaderHasItsQueue", testRelayHoldsATypeUntilEveryReaderHasItsQueue},
 	{"TestAReaderThatBindsLateGetsEveryMessage", testAReaderThatBindsLateGetsEveryMessage},
+	{"TestABacklogAcrossTimePartitionsGoesOutInOrder", testABacklogAcrossTimePartitionsGoesOutInOrder},
+	{"TestATimePartitionMadeWhileRunningIsPublished", testATimePartitionMadeWhileRunningIsPublished},
 }
 
 // alsoThroughPgBouncer runs test twice, in subtests: with the relays'
