@@ -99,6 +99,10 @@ var functionGrants = map[string]map[string]string{
 	"outbox_time_partition_bounds()":              {api: "", relay: "", consumer: "", operator: ""},
 	"outbox_create_time_partitions(text,integer)": {api: "", relay: "EXECUTE", consumer: "", operator: ""},
 	"outbox_time_partitions(interval,boolean)":    {api: "", relay: "EXECUTE", consumer: "", operator: "EXECUTE"},
+	// The inbox's, by the consumers.
+	"inbox_time_partition_bounds()":              {api: "", relay: "", consumer: "", operator: ""},
+	"inbox_create_time_partitions(text,integer)": {api: "", relay: "", consumer: "EXECUTE", operator: ""},
+	"inbox_time_partitions(interval,boolean)":    {api: "", relay: "", consumer: "EXECUTE", operator: "EXECUTE"},
 }
 
 // No role may use a sequence: the identity columns draw their values
@@ -205,8 +209,8 @@ func checkGrants(t *testing.T, db database.DBTX, want map[string]map[string]stri
 			t.Errorf("the grant matrix has a row for %s, which the schema does not have: remove it", table)
 		}
 	}
-	// A time partition (of message_outbox) is read and written through its
-	// table: it grants nothing of its own.
+	// A time partition (of message_outbox or message_inbox) is read and
+	// written through its table: it grants nothing of its own.
 	partitions, err := db.Query(ctx, `SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relispartition`)
 	if err != nil {
 		t.Fatal(err)
@@ -498,10 +502,13 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	everyone := map[string]string{api: "EXECUTE", relay: "EXECUTE", consumer: "EXECUTE", operator: "EXECUTE"}
 	nobody := map[string]string{api: "", relay: "", consumer: "", operator: ""}
 	checkFunctionGrants(t, db.Pool, map[string]map[string]string{
-		"message_outbox_notify()":                 everyone,
-		"outbox_partition(text,integer)":          nobody, // the mechanisms' own, revoked from PUBLIC there
-		"outbox_messages_of_aggregate(text,text)": nobody,
-		"inbox_rows_of_aggregate(text)":           nobody,
+		"message_outbox_notify()":                    everyone,
+		"outbox_partition(text,integer)":             nobody, // the mechanisms' own, revoked from PUBLIC there
+		"inbox_time_partition_bounds()":              nobody,
+		"inbox_create_time_partitions(text,integer)": nobody,
+		"inbox_time_partitions(interval,boolean)":    nobody,
+		"outbox_messages_of_aggregate(text,text)":    nobody,
+		"inbox_rows_of_aggregate(text)":              nobody,
 	})
 	var roles int
 	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_roles WHERE rolname = ANY ($1)`, migrations.Roles).Scan(&roles); err != nil || roles != len(migrations.Roles) {

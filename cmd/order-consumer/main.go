@@ -60,6 +60,8 @@ type Config struct {
 	ProcessingLease time.Duration   `env:"CONSUMER_PROCESSING_LEASE" envDefault:"1m"`
 	TxTimeout       time.Duration   `env:"CONSUMER_TX_TIMEOUT" envDefault:"30s"`
 	InboxRetention  time.Duration   `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
+	ReplayWindow    time.Duration   `env:"CONSUMER_REPLAY_WINDOW" envDefault:"168h"`
+	TimePartition   string          `env:"CONSUMER_INBOX_TIME_PARTITION" envDefault:"week"`
 	WebhookURL      string          `env:"NOTIFY_WEBHOOK_URL" secret:"url"`
 	WebhookTimeout  time.Duration   `env:"NOTIFY_WEBHOOK_TIMEOUT" envDefault:"5s"`
 	// FaultsEndpoint serves POST /faults/crash-after-commit on the admin
@@ -122,6 +124,13 @@ func (c *Config) Validate() error {
 	if c.InboxRetention < 0 {
 		errs = append(errs, fmt.Errorf("CONSUMER_INBOX_RETENTION must not be negative, got %s", c.InboxRetention))
 	}
+	if c.InboxRetention > 0 && c.InboxRetention < c.ReplayWindow {
+		errs = append(errs, fmt.Errorf("CONSUMER_INBOX_RETENTION (%s) is shorter than CONSUMER_REPLAY_WINDOW (%s): a message that comes again "+
+			"after its inbox row is dropped would be applied again; keep the rows longer, or shorten the window", c.InboxRetention, c.ReplayWindow))
+	}
+	if c.TimePartition != "day" && c.TimePartition != "week" {
+		errs = append(errs, fmt.Errorf("CONSUMER_INBOX_TIME_PARTITION must be day or week, got %q", c.TimePartition))
+	}
 	if c.BatchWait < 0 {
 		errs = append(errs, fmt.Errorf("CONSUMER_BATCH_WAIT must not be negative, got %s", c.BatchWait))
 	}
@@ -141,7 +150,7 @@ func (c *Config) consumerConfig() inbox.Config {
 	return consumer.Inbox(inbox.Config{
 		Prefetch: c.Prefetch, Workers: c.Workers, BatchSize: c.BatchSize, BatchWait: c.BatchWait, MaxAttempts: c.MaxAttempts, RetryDelays: c.RetryDelays,
 		DeliveryLimit: c.DeliveryLimit, ProcessingLease: c.ProcessingLease, ShutdownTimeout: c.ShutdownTimeout, TxTimeout: c.TxTimeout,
-		InboxRetention: c.InboxRetention, Partitions: c.MessagePartitions,
+		InboxRetention: c.InboxRetention, ReplayWindow: c.ReplayWindow, TimePartition: c.TimePartition, Partitions: c.MessagePartitions,
 	})
 }
 

@@ -74,6 +74,7 @@ type Config struct {
 	// (0: keep forever).
 	OutboxRetention   time.Duration `env:"RELAY_RETENTION" envDefault:"168h"`
 	InboxRetention    time.Duration `env:"CONSUMER_INBOX_RETENTION" envDefault:"720h"`
+	ReplayWindow      time.Duration `env:"CONSUMER_REPLAY_WINDOW" envDefault:"168h"`
 	IdempotencyKeyTTL time.Duration `env:"IDEMPOTENCY_KEY_TTL" envDefault:"24h"`
 	// The API's token settings, with which `orderctl token` signs.
 	JWTSecret   string `env:"API_JWT_SECRET" secret:"true" fromFile:"API_JWT_SECRET_FILE"`
@@ -90,6 +91,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OutboxRetention < 0 || c.InboxRetention < 0 {
 		errs = append(errs, errors.New("RELAY_RETENTION and CONSUMER_INBOX_RETENTION must not be negative"))
+	}
+	if c.InboxRetention > 0 && c.InboxRetention < c.ReplayWindow {
+		errs = append(errs, fmt.Errorf("CONSUMER_INBOX_RETENTION (%s) is shorter than CONSUMER_REPLAY_WINDOW (%s), as order-consumer refuses", c.InboxRetention, c.ReplayWindow))
 	}
 	return errors.Join(errs...)
 }

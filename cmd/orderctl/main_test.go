@@ -28,6 +28,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
+	"github.com/yourorg/orders/internal/messaging/inbox/inboxtest"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
@@ -407,14 +408,17 @@ func TestRetention(t *testing.T) {
 	monday := time.Now().UTC().Truncate(24 * time.Hour)
 	monday = monday.AddDate(0, 0, -((int(monday.Weekday()) + 6) % 7))
 	outboxtest.TimePartitionsFrom(t, db.Pool, monday.AddDate(0, 0, -28))
+	if err := inboxtest.TimePartitionsFrom(t.Context(), db.Pool, monday.AddDate(0, 0, -56)); err != nil {
+		t.Fatal(err)
+	}
 	_, err := db.Pool.Exec(t.Context(), `
 		INSERT INTO message_outbox (outbox_id, aggregate_type, aggregate_id, message_type, message_version, exchange_name, routing_key, payload, status, published_at, created_at)
 		VALUES (gen_random_uuid(), 'order', 'o-1', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'PUBLISHED', now() - interval '15 days', now() - interval '15 days'),
 		       (gen_random_uuid(), 'order', 'o-2', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'PUBLISHED', now(), now()),
 		       (gen_random_uuid(), 'order', 'o-3', 'order.submitted', 1, 'orders.events', 'order.submitted', '{}', 'FAILED', NULL, now() - interval '22 days');
-		INSERT INTO message_inbox (consumer_name, message_id, message_type, message_version, status, payload_hash, processed_at)
-		VALUES ('fulfillment', 'm-old', 'order.submitted', 1, 'PROCESSED', 'h', now() - interval '31 days'),
-		       ('fulfillment', 'm-new', 'order.submitted', 1, 'PROCESSED', 'h', now())`)
+		INSERT INTO message_inbox (consumer_name, message_id, message_type, message_version, status, payload_hash, processed_at, first_received_at)
+		VALUES ('fulfillment', 'm-old', 'order.submitted', 1, 'PROCESSED', 'h', now() - interval '40 days', now() - interval '40 days'),
+		       ('fulfillment', 'm-new', 'order.submitted', 1, 'PROCESSED', 'h', now(), now())`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +427,7 @@ func TestRetention(t *testing.T) {
 	}
 	var r retentionReport
 	ctl.json(&r, "retention", "--reason", "disk at 90%")
-	if len(r.Sweeps) != 3 || r.Sweeps[0].Deleted < 2 || r.Sweeps[0].Waiting != 1 || r.Sweeps[1].Deleted != 1 || r.Sweeps[2].Deleted != 0 || r.Audit.Action != "retention" {
+	if len(r.Sweeps) != 3 || r.Sweeps[0].Deleted < 2 || r.Sweeps[0].Waiting != 1 || r.Sweeps[1].Deleted < 2 || r.Sweeps[1].Waiting != 0 || r.Sweeps[2].Deleted != 0 || r.Audit.Action != "retention" {
 		t.Fatalf("retention: %+v", r)
 	}
 	var left string
@@ -435,6 +439,9 @@ func TestRetention(t *testing.T) {
 	ctl.json(&status, "status")
 	if w := status.OutboxPartitions.Waiting; len(w) != 1 || w[0].HeldRows != 1 || status.OutboxPartitions.Ends.Before(time.Now().AddDate(0, 0, 21)) {
 		t.Fatalf("status of the time partitions: %+v", status.OutboxPartitions)
+	}
+	if status.InboxPartitions.Count == 0 || len(status.InboxPartitions.Waiting) != 0 {
+		t.Fatalf("status of the inbox's time partitions: %+v", status.InboxPartitions)
 	}
 	if out := ctl.ok("status"); !strings.Contains(out, "retention waits for 1 rows") {
 		t.Fatalf("status:\n%s", out)

@@ -32,9 +32,9 @@ type retentionReport struct {
 }
 
 // retention runs, now, the retention the services run, with their
-// settings: the same functions (the outbox's drops whole time partitions,
-// outboxadmin.DropTimePartitions; the others delete in batches,
-// background.Retention.Once).
+// settings: the same functions (the outbox's and the inbox's drop whole
+// time partitions, DropTimePartitions; the idempotency keys' deletes in
+// batches, background.Retention.Once).
 func retention(ctx context.Context, c *ctl) (report, error) {
 	type sweeper struct {
 		Sweep
@@ -43,25 +43,41 @@ func retention(ctx context.Context, c *ctl) (report, error) {
 	}
 	var r retentionReport
 	var errs []error
-	outbox := Sweep{What: "outbox time partitions (published rows)", Setting: "RELAY_RETENTION", Retention: c.cfg.OutboxRetention.String()}
-	if c.cfg.OutboxRetention > 0 {
-		parts, err := outboxadmin.DropTimePartitions(ctx, c.pool, c.cfg.OutboxRetention)
-		if err != nil {
-			outbox.Error = err.Error()
-			errs = append(errs, err)
-		}
-		for _, p := range parts {
-			switch {
-			case p.Dropped:
-				outbox.Deleted++
-			case p.PastRetention:
-				outbox.Waiting++
+	for _, tp := range []struct {
+		Sweep
+		keep time.Duration
+		drop func(ctx context.Context, keep time.Duration) (dropped, waiting int64, err error)
+	}{
+		{Sweep{What: "outbox time partitions (published rows)", Setting: "RELAY_RETENTION"}, c.cfg.OutboxRetention,
+			func(ctx context.Context, keep time.Duration) (int64, int64, error) {
+				parts, err := outboxadmin.DropTimePartitions(ctx, c.pool, keep)
+				var dropped, waiting int64
+				for _, p := range parts {
+					dropped, waiting = dropped+boolCount(p.Dropped), waiting+boolCount(p.PastRetention && !p.Dropped)
+				}
+				return dropped, waiting, err
+			}},
+		{Sweep{What: "inbox time partitions (processed rows)", Setting: "CONSUMER_INBOX_RETENTION"}, c.cfg.InboxRetention,
+			func(ctx context.Context, keep time.Duration) (int64, int64, error) {
+				parts, err := inboxadmin.DropTimePartitions(ctx, c.pool, keep)
+				var dropped, waiting int64
+				for _, p := range parts {
+					dropped, waiting = dropped+boolCount(p.Dropped), waiting+boolCount(p.PastRetention && !p.Dropped)
+				}
+				return dropped, waiting, err
+			}},
+	} {
+		tp.Retention = tp.keep.String()
+		if tp.keep > 0 {
+			var err error
+			if tp.Deleted, tp.Waiting, err = tp.drop(ctx, tp.keep); err != nil {
+				tp.Error = err.Error()
+				errs = append(errs, err)
 			}
 		}
+		r.Sweeps = append(r.Sweeps, tp.Sweep)
 	}
-	r.Sweeps = append(r.Sweeps, outbox)
 	for _, s := range []sweeper{
-		{Sweep{What: "processed inbox rows", Setting: "CONSUMER_INBOX_RETENTION"}, c.cfg.InboxRetention, inboxadmin.DeleteProcessed},
 		{Sweep{What: "expired idempotency keys", Setting: "IDEMPOTENCY_KEY_TTL"}, c.cfg.IdempotencyKeyTTL, store.DeleteExpiredIdempotencyKeys},
 	} {
 		s.Retention = s.keep.String()
@@ -105,4 +121,11 @@ func (r retentionReport) human(w io.Writer) {
 	}
 	table(w, []string{"rows", "kept for", "deleted"}, rows)
 	_, _ = fmt.Fprintf(w, "Audit #%d.\n", r.Audit.ID)
+}
+
+func boolCount(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

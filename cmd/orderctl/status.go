@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -30,8 +31,10 @@ const stuckAfter = time.Minute
 type StatusReport struct {
 	Outbox []Backlog `json:"outbox"` // PENDING, PUBLISHING and FAILED rows by type
 	Inbox  []Backlog `json:"inbox"`  // rows not PROCESSED, by consumer
-	// OutboxPartitions are message_outbox's time partitions.
+	// OutboxPartitions and InboxPartitions are message_outbox's and
+	// message_inbox's time partitions.
 	OutboxPartitions TimePartitions `json:"outbox_time_partitions"`
+	InboxPartitions  TimePartitions `json:"inbox_time_partitions"`
 	Queues           []QueueDepth   `json:"queues"`
 	QueueNote        string         `json:"queue_note,omitempty"` // why the depths are missing
 	Stuck            []Stuck        `json:"stuck"`                // the oldest stuck items
@@ -49,7 +52,7 @@ type Backlog struct {
 	OldestSeconds float64       `json:"oldest_age_seconds,omitempty"`
 }
 
-// TimePartitions says how far ahead the outbox's time partitions reach,
+// TimePartitions says how far ahead a table's time partitions reach,
 // and which ones past RELAY_RETENTION retention waits for.
 type TimePartitions struct {
 	Count   int                         `json:"count"`
@@ -136,6 +139,24 @@ func status(ctx context.Context, c *ctl) (report, error) {
 	}
 	if len(r.OutboxPartitions.Waiting) > 0 {
 		next("outbox time partitions past RELAY_RETENTION wait for their rows (not PUBLISHED, or published recently): orderctl outbox failed")
+	}
+	iparts, err := inboxadmin.TimePartitions(ctx, c.pool, c.cfg.InboxRetention)
+	if err != nil {
+		return nil, err
+	}
+	r.InboxPartitions = TimePartitions{Count: len(iparts), Waiting: []outboxadmin.TimePartition{}}
+	for _, p := range iparts {
+		r.InboxPartitions.Ends = p.Ends // oldest first
+		if p.PastRetention {
+			r.InboxPartitions.Waiting = append(r.InboxPartitions.Waiting, outboxadmin.TimePartition(p))
+		}
+	}
+	if time.Until(r.InboxPartitions.Ends) < 7*24*time.Hour {
+		next(fmt.Sprintf("the inbox's time partitions end %s, and a delivery after that fails: is an order-consumer running?",
+			r.InboxPartitions.Ends.UTC().Format(time.RFC3339)))
+	}
+	if len(r.InboxPartitions.Waiting) > 0 {
+		next("inbox time partitions past CONSUMER_INBOX_RETENTION wait for their rows (not PROCESSED, or processed recently): orderctl parked list <consumer>")
 	}
 	istats, err := inboxadmin.Stats(ctx, c.pool)
 	if err != nil {
@@ -292,11 +313,15 @@ func (r *StatusReport) human(w io.Writer) {
 		table(w, []string{"  status", "message_type", "rows", "oldest"}, rows)
 	}
 
-	tp := r.OutboxPartitions
-	_, _ = fmt.Fprintf(w, "\noutbox time partitions: %d, the last ends %s\n", tp.Count, tp.Ends.UTC().Format(time.RFC3339))
-	for _, p := range tp.Waiting {
-		_, _ = fmt.Fprintf(w, "  %s ended %s, past RELAY_RETENTION: retention waits for %d rows not PUBLISHED or published within it\n",
-			p.Name, p.Ends.UTC().Format(time.RFC3339), p.HeldRows)
+	for _, tp := range []struct {
+		what, setting, final string
+		TimePartitions
+	}{{"outbox", "RELAY_RETENTION", "PUBLISHED", r.OutboxPartitions}, {"inbox", "CONSUMER_INBOX_RETENTION", "PROCESSED", r.InboxPartitions}} {
+		_, _ = fmt.Fprintf(w, "\n%s time partitions: %d, the last ends %s\n", tp.what, tp.Count, tp.Ends.UTC().Format(time.RFC3339))
+		for _, p := range tp.Waiting {
+			_, _ = fmt.Fprintf(w, "  %s ended %s, past %s: retention waits for %d rows not %s or %s within it\n",
+				p.Name, p.Ends.UTC().Format(time.RFC3339), tp.setting, p.HeldRows, tp.final, strings.ToLower(tp.final))
+		}
 	}
 
 	_, _ = fmt.Fprintln(w, "\ninbox (rows not PROCESSED):")

@@ -59,9 +59,18 @@ type Config struct {
 	// Default 15s.
 	ShutdownTimeout time.Duration
 	// InboxRetention is how long PROCESSED inbox rows are kept: at least
-	// as long as a message may be delivered or replayed again. 0 keeps them
-	// forever.
+	// ReplayWindow. Retention drops a whole time partition once it ended
+	// InboxRetention ago and every row of it was PROCESSED at least that
+	// long ago. 0 keeps them forever.
 	InboxRetention time.Duration
+	// ReplayWindow is how long after its first delivery a message may come
+	// again (a relay's republish, a redelivery, a replay from the parking
+	// lot) and still be known as a duplicate: InboxRetention may not be
+	// shorter. Default 168h.
+	ReplayWindow time.Duration
+	// TimePartition is the period of one time partition of message_inbox
+	// (timepartition.go): outbox.Day or outbox.Week. Default Week.
+	TimePartition string
 	// Partitions, when above 0, keeps the messages of each aggregate (an
 	// order) in order through the consumers. Each consumer gets one work
 	// queue per partition, routed by the partition header the relays set
@@ -117,6 +126,8 @@ func (c *Config) setDefaults() {
 	c.ProcessingLease = cmp.Or(c.ProcessingLease, time.Minute)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 15*time.Second)
 	c.TxTimeout = cmp.Or(c.TxTimeout, 30*time.Second)
+	c.ReplayWindow = cmp.Or(c.ReplayWindow, 7*24*time.Hour)
+	c.TimePartition = cmp.Or(c.TimePartition, outbox.Week)
 	c.FollowUps.Exchange = cmp.Or(c.FollowUps.Exchange, c.Exchange)
 	c.FollowUps.Producer = cmp.Or(c.FollowUps.Producer, "consumer")
 }
@@ -143,6 +154,13 @@ func (c *Config) Validate() error {
 	}
 	if c.InboxRetention < 0 {
 		errs = append(errs, errors.New("inbox retention must not be negative"))
+	}
+	if c.InboxRetention > 0 && c.InboxRetention < c.ReplayWindow {
+		errs = append(errs, fmt.Errorf("the inbox retention (%s) is shorter than the replay window (%s): a message that came again "+
+			"after its inbox row was dropped would be applied again; keep the rows longer, or shorten the window", c.InboxRetention, c.ReplayWindow))
+	}
+	if c.TimePartition != outbox.Day && c.TimePartition != outbox.Week {
+		errs = append(errs, fmt.Errorf("the inbox's time partition must be %q or %q, got %q", outbox.Day, outbox.Week, c.TimePartition))
 	}
 	if c.Partitions < 0 || c.Partitions > outbox.MaxPartitions {
 		errs = append(errs, fmt.Errorf("partitions must be between 0 and %d", outbox.MaxPartitions))

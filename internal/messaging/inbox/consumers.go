@@ -17,7 +17,6 @@ import (
 	"github.com/yourorg/orders/internal/background"
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging"
-	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
 	"github.com/yourorg/orders/internal/messaging/inbox/internal/resend"
 )
 
@@ -29,6 +28,10 @@ type Consumers struct {
 	pool          *pgxpool.Pool
 	log           *slog.Logger
 	subscriptions []*subscription
+	// horizon is where the inbox's last time partition ends (Unix seconds;
+	// 0: not known yet), heldPartitions how many past retention wait for
+	// their rows (timepartition.go).
+	horizon, heldPartitions atomic.Int64
 }
 
 // subscription runs one consumer on its queue: a broker session at a time
@@ -104,17 +107,7 @@ func (cs *Consumers) Run(ctx context.Context) error {
 	for _, s := range cs.subscriptions {
 		wg.Go(func() { s.run(ctx) })
 	}
-	if cs.cfg.InboxRetention > 0 {
-		retention := background.Retention{
-			What: "processed inbox rows", Logger: cs.log,
-			Delete: func(ctx context.Context, limit int) (int64, error) {
-				return queries.DeleteProcessedInbox(ctx, cs.pool, dbsqlc.DeleteProcessedInboxParams{
-					RetentionSeconds: cs.cfg.InboxRetention.Seconds(), MaxRows: int32(limit),
-				})
-			},
-		}
-		wg.Go(func() { retention.Run(ctx) })
-	}
+	wg.Go(func() { cs.maintainTimePartitions(ctx) })
 	wg.Wait()
 	return nil
 }

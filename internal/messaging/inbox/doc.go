@@ -21,8 +21,11 @@
 //	duplicate) -> handlers -> follow-up outbox rows -> COMMIT -> ack
 //
 // for a batch of deliveries (a single one is a batch of one). The inbox
-// row (rows.go, queries/inbox.sql) is keyed on (consumer_name, message_id);
-// a concurrent delivery of the same message waits on that key. A failure
+// row (rows.go, queries/inbox.sql) is keyed on (consumer_name, message_id),
+// kept unique by a transaction-scoped advisory lock on the pair, since
+// message_inbox is partitioned by time (timepartition.go) and its key
+// must hold first_received_at; a concurrent delivery of the same message
+// waits on that lock. A failure
 // (failure.go) is recorded on the row and classified: transient ones go
 // round delayed-retry queues, permanent ones and exhausted retries to the
 // consumer's parking lot with headers that say why; the delivery is

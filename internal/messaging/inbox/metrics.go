@@ -98,7 +98,21 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 	if err != nil {
 		return nil, err
 	}
+	horizon, err := meter.Float64ObservableGauge("inbox.time_partitions.horizon", metric.WithUnit("s"),
+		metric.WithDescription("Time until the last time partition of message_inbox ends: a delivery after it fails."))
+	if err != nil {
+		return nil, err
+	}
+	held, err := meter.Int64ObservableGauge("inbox.time_partitions.held", metric.WithUnit("{partition}"),
+		metric.WithDescription("Time partitions past the inbox retention that retention cannot drop yet: rows of theirs are not PROCESSED, or were processed within it."))
+	if err != nil {
+		return nil, err
+	}
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if h := cs.horizon.Load(); h != 0 {
+			o.ObserveFloat64(horizon, time.Until(time.Unix(h, 0)).Seconds())
+			o.ObserveInt64(held, cs.heldPartitions.Load())
+		}
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		stats, err := queries.InboxStats(ctx, cs.pool)
@@ -133,7 +147,7 @@ func newConsumerMetrics(meter metric.Meter, cs *Consumers) (*consumerMetrics, er
 			o.ObserveFloat64(processingAge, processingBy[consumer].Seconds(), metric.WithAttributes(attrConsumer.String(consumer)))
 		}
 		return nil
-	}, rows, oldest, processingAge)
+	}, rows, oldest, processingAge, horizon, held)
 	if err != nil {
 		return nil, err
 	}

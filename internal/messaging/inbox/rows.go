@@ -100,8 +100,8 @@ func beginSeen(ctx context.Context, tx database.DBTX, e entry, lease time.Durati
 // delivery, to process as attempt 1. The row is written as it will be when
 // the transaction commits (PROCESSED, APPLIED): nobody sees it before then,
 // and a rollback takes it away with the effect. A concurrent delivery of
-// the same message waits on the primary key until this transaction ends,
-// then sees what it committed. Each entry that found its row (written
+// the same message waits on its key's lock (lockKeys) until this
+// transaction ends, then sees what it committed. Each entry that found its row (written
 // before, or by an entry earlier in entries with the same message id) goes
 // through beginSeen, at its turn in the batch.
 func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries []entry) ([]bool, error) {
@@ -115,6 +115,9 @@ func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries 
 		p.CorrelationIds = append(p.CorrelationIds, e.CorrelationID)
 		p.CausationIds = append(p.CausationIds, e.CausationID)
 		p.TraceIds = append(p.TraceIds, e.TraceID)
+	}
+	if err := lockKeys(ctx, tx, consumer, p.MessageIds...); err != nil {
+		return nil, err
 	}
 	ids, err := queries.InsertInboxRows(ctx, tx, p)
 	if err != nil {
@@ -202,12 +205,15 @@ type failedAttempt struct {
 // another delivery of it is not recorded, since what committed stays.
 var errProcessed = errors.New("the message is PROCESSED already")
 
-// recordFailure writes a failed attempt of e, after the transaction of
-// the attempt rolled back, and returns the row's attempt count. It never
+// recordFailure writes a failed attempt of e in transaction db, after the
+// transaction of the attempt rolled back, and returns the row's attempt count. It never
 // touches a PROCESSED row (errProcessed): what committed stays; nor a row
 // another attempt holds PROCESSING within its lease (errTakenOver): a
 // failure recorded late, after a takeover, must not undo the takeover.
 func recordFailure(ctx context.Context, db database.DBTX, e entry, f failedAttempt) (int, error) {
+	if err := lockKeys(ctx, db, e.Consumer, e.MessageID); err != nil {
+		return 0, err
+	}
 	row, err := queries.RecordInboxFailure(ctx, db, dbsqlc.RecordInboxFailureParams{
 		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
 		AggregateID: database.NilIfEmpty(e.AggregateID), Status: f.Status, PayloadHash: e.PayloadHash,
@@ -249,13 +255,36 @@ func earlierParked(ctx context.Context, db database.DBTX, e entry) (string, erro
 
 // markRedelivered records a redelivered message that has no row yet as
 // RETRYABLE_FAILED (MarkRedeliveredInbox), in a transaction of its own.
-func markRedelivered(ctx context.Context, db database.DBTX, e entry) error {
-	err := queries.MarkRedeliveredInbox(ctx, db, dbsqlc.MarkRedeliveredInboxParams{
-		ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
-		AggregateID: e.AggregateID, PayloadHash: e.PayloadHash, CorrelationID: e.CorrelationID, CausationID: e.CausationID, TraceID: e.TraceID,
+func markRedelivered(ctx context.Context, db beginner, e entry) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := lockKeys(ctx, tx, e.Consumer, e.MessageID); err != nil {
+			return err
+		}
+		return queries.MarkRedeliveredInbox(ctx, tx, dbsqlc.MarkRedeliveredInboxParams{
+			ConsumerName: e.Consumer, MessageID: e.MessageID, MessageType: e.Type, MessageVersion: int32(e.Version),
+			AggregateID: e.AggregateID, PayloadHash: e.PayloadHash, CorrelationID: e.CorrelationID, CausationID: e.CausationID, TraceID: e.TraceID,
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("record the redelivery of %s: %w", e.MessageID, database.Translate(err))
+	}
+	return nil
+}
+
+// beginner starts a transaction: a pool, or a transaction (a savepoint).
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// lockKeys takes, for transaction tx, the lock of each of consumer's
+// message ids (LockInboxKeys): the inbox's deduplication guard, since no
+// unique index holds (consumer_name, message_id) alone in a table
+// partitioned by time. A transaction that looks a message's row up and
+// may insert it takes it first, in a statement of its own, so that the
+// lookup's snapshot is taken after the wait.
+func lockKeys(ctx context.Context, tx database.DBTX, consumer string, ids ...string) error {
+	if err := queries.LockInboxKeys(ctx, tx, dbsqlc.LockInboxKeysParams{ConsumerName: consumer, MessageIds: ids}); err != nil {
+		return fmt.Errorf("lock the inbox keys of %d messages: %w", len(ids), database.Translate(err))
 	}
 	return nil
 }

@@ -7,30 +7,25 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 )
 
-const deleteProcessedInbox = `-- name: DeleteProcessedInbox :execrows
-DELETE FROM message_inbox
-WHERE (consumer_name, message_id) IN (
-    SELECT consumer_name, message_id FROM message_inbox
-    WHERE status = 'PROCESSED' AND processed_at < now() - make_interval(secs => $1::float8)
-    LIMIT $2
-)
+const createTimePartitions = `-- name: CreateTimePartitions :one
+SELECT inbox_create_time_partitions($1::text, $2::integer)::timestamptz AS horizon
 `
 
-type DeleteProcessedInboxParams struct {
-	RetentionSeconds float64
-	MaxRows          int32
+type CreateTimePartitionsParams struct {
+	Period string
+	Ahead  int32
 }
 
-// Retention: PROCESSED rows older than the window (never shorter than the
-// longest replay you may do), a batch at a time.
-func (q *Queries) DeleteProcessedInbox(ctx context.Context, db DBTX, arg DeleteProcessedInboxParams) (int64, error) {
-	result, err := db.Exec(ctx, deleteProcessedInbox, arg.RetentionSeconds, arg.MaxRows)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// Makes the time partitions of message_inbox ahead (00004), and returns
+// where the last one ends.
+func (q *Queries) CreateTimePartitions(ctx context.Context, db DBTX, arg CreateTimePartitionsParams) (time.Time, error) {
+	row := db.QueryRow(ctx, createTimePartitions, arg.Period, arg.Ahead)
+	var horizon time.Time
+	err := row.Scan(&horizon)
+	return horizon, err
 }
 
 const earlierParkedOfAggregate = `-- name: EarlierParkedOfAggregate :one
@@ -202,16 +197,20 @@ INSERT INTO message_inbox (
 SELECT $1::text, e.message_id, e.message_type, e.message_version, nullif(e.aggregate_id, ''), 'PROCESSED', 'APPLIED',
        1, e.payload_hash, now(), now(), nullif(e.correlation_id, ''), nullif(e.causation_id, ''), nullif(e.trace_id, '')
 FROM (
-    -- Set-returning functions in a select list advance together: row i
-    -- takes element i of every array, and ord is i.
-    SELECT unnest($2::text[]) AS message_id, unnest($3::text[]) AS message_type,
-           unnest($4::integer[]) AS message_version, unnest($5::text[]) AS aggregate_id,
-           unnest($6::text[]) AS payload_hash, unnest($7::text[]) AS correlation_id,
-           unnest($8::text[]) AS causation_id, unnest($9::text[]) AS trace_id,
-           generate_series(1, cardinality($2::text[])) AS ord
+    SELECT DISTINCT ON (u.message_id) u.message_id, u.message_type, u.message_version, u.aggregate_id, u.payload_hash, u.correlation_id, u.causation_id, u.trace_id, u.ord
+    FROM (
+        -- Set-returning functions in a select list advance together: row i
+        -- takes element i of every array, and ord is i.
+        SELECT unnest($2::text[]) AS message_id, unnest($3::text[]) AS message_type,
+               unnest($4::integer[]) AS message_version, unnest($5::text[]) AS aggregate_id,
+               unnest($6::text[]) AS payload_hash, unnest($7::text[]) AS correlation_id,
+               unnest($8::text[]) AS causation_id, unnest($9::text[]) AS trace_id,
+               generate_series(1, cardinality($2::text[])) AS ord
+    ) AS u
+    ORDER BY u.message_id, u.ord
 ) AS e
+WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = $1::text AND x.message_id = e.message_id)
 ORDER BY e.ord
-ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id
 `
 
@@ -227,16 +226,15 @@ type InsertInboxRowsParams struct {
 	TraceIds        []string
 }
 
-// The deduplication guard, for every delivery of a batch in one statement:
-// the first delivery of a message to a consumer inserts its row; any other
-// finds it (and, while the first one's transaction is open, waits for it on
-// the primary key). The row is written as it will be when the transaction
-// commits (PROCESSED, APPLIED): nobody sees it before then, and a rollback
-// takes it away with the effect. Rows are inserted in the order given (so
-// of two deliveries of one message in a batch, the first one writes the
-// row). It returns the message ids it inserted; each of the others found
-// its row, and goes through TouchProcessedInbox and LockInbox. Empty
-// strings are NULLs.
+// The first delivery of a message to a consumer inserts its row, for every
+// delivery of a batch in one statement, under LockInboxKeys; any other
+// finds it, in whichever time partition it is. The row is written as it
+// will be when the transaction commits (PROCESSED, APPLIED): nobody sees
+// it before then, and a rollback takes it away with the effect. Of two
+// deliveries of one message in a batch, the first one writes the row. It
+// returns the message ids it inserted; each of the others found its row,
+// and goes through TouchProcessedInbox and LockInbox. Empty strings are
+// NULLs.
 func (q *Queries) InsertInboxRows(ctx context.Context, db DBTX, arg InsertInboxRowsParams) ([]string, error) {
 	rows, err := db.Query(ctx, insertInboxRows,
 		arg.ConsumerName,
@@ -301,6 +299,30 @@ func (q *Queries) LockInbox(ctx context.Context, db DBTX, arg LockInboxParams) (
 	return i, err
 }
 
+const lockInboxKeys = `-- name: LockInboxKeys :exec
+SELECT pg_advisory_xact_lock(k.key)
+FROM (SELECT DISTINCT hashtextextended($1::text || E'\x1f' || m.message_id, 0) AS key
+      FROM unnest($2::text[]) AS m (message_id)
+      ORDER BY 1) AS k
+`
+
+type LockInboxKeysParams struct {
+	ConsumerName string
+	MessageIds   []string
+}
+
+// The deduplication guard, before a transaction looks a message up and
+// inserts its row: message_inbox is partitioned by time, so no unique
+// index holds (consumer_name, message_id) alone (its key also has
+// first_received_at). A transaction-scoped advisory lock on each pair
+// does: a concurrent delivery of the same message waits here until this
+// transaction ends, and its next statement sees what this one committed.
+// Locks are taken in key order, so that two batches cannot deadlock.
+func (q *Queries) LockInboxKeys(ctx context.Context, db DBTX, arg LockInboxKeysParams) error {
+	_, err := db.Exec(ctx, lockInboxKeys, arg.ConsumerName, arg.MessageIds)
+	return err
+}
+
 const markInboxProcessed = `-- name: MarkInboxProcessed :exec
 UPDATE message_inbox
 SET status = 'PROCESSED', outcome = $1, outcome_reason = $2, processed_at = now()
@@ -329,10 +351,10 @@ INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status,
     attempt_count, payload_hash, last_error_code, last_error_message, correlation_id, causation_id, trace_id
 )
-VALUES ($1, $2, $3, $4, nullif($5::text, ''), 'RETRYABLE_FAILED',
-        0, $6, 'redelivered', 'an earlier delivery ended without an ack (a lost connection, a crash, a consumer timeout)',
-        nullif($7::text, ''), nullif($8::text, ''), nullif($9::text, ''))
-ON CONFLICT (consumer_name, message_id) DO NOTHING
+SELECT $1::text, $2::text, $3::text, $4::integer, nullif($5::text, ''), 'RETRYABLE_FAILED',
+       0, $6::text, 'redelivered', 'an earlier delivery ended without an ack (a lost connection, a crash, a consumer timeout)',
+       nullif($7::text, ''), nullif($8::text, ''), nullif($9::text, '')
+WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = $1::text AND x.message_id = $2::text)
 `
 
 type MarkRedeliveredInboxParams struct {
@@ -355,6 +377,7 @@ type MarkRedeliveredInboxParams struct {
 // later messages of its aggregate find this row and wait behind it
 // (EarlierParkedOfAggregate). Processing it takes the row over, as after
 // any failed attempt (RestartInbox). Empty strings are NULLs.
+// Under LockInboxKeys.
 func (q *Queries) MarkRedeliveredInbox(ctx context.Context, db DBTX, arg MarkRedeliveredInboxParams) error {
 	_, err := db.Exec(ctx, markRedeliveredInbox,
 		arg.ConsumerName,
@@ -371,43 +394,51 @@ func (q *Queries) MarkRedeliveredInbox(ctx context.Context, db DBTX, arg MarkRed
 }
 
 const recordInboxFailure = `-- name: RecordInboxFailure :one
-INSERT INTO message_inbox (
-    consumer_name, message_id, message_type, message_version, aggregate_id, status,
-    attempt_count, payload_hash, processing_started_at, last_error_code, last_error_message,
-    correlation_id, causation_id, trace_id
-) VALUES (
-    $1, $2, $3, $4, $5, $6,
-    1, $7, now(), $8, $9,
-    $10, $11, $12
+WITH updated AS (
+    UPDATE message_inbox i
+    SET status = $1::text,
+        attempt_count = i.attempt_count + CASE WHEN i.status = 'PROCESSING' THEN 0 ELSE 1 END,
+        last_error_code = $2::text,
+        last_error_message = $3::text,
+        last_received_at = now()
+    WHERE i.consumer_name = $4::text AND i.message_id = $5::text
+      AND i.status <> 'PROCESSED'
+      AND (i.status <> 'PROCESSING'
+           OR i.attempt_count = $6::integer
+           OR i.processing_started_at < now() - make_interval(secs => $7::float8))
+    RETURNING i.status, i.attempt_count
+), inserted AS (
+    INSERT INTO message_inbox (
+        consumer_name, message_id, message_type, message_version, aggregate_id, status,
+        attempt_count, payload_hash, processing_started_at, last_error_code, last_error_message,
+        correlation_id, causation_id, trace_id
+    )
+    SELECT $4::text, $5::text, $8::text, $9::integer, $10::text, $1::text,
+           1, $11::text, now(), $2::text, $3::text,
+           $12::text, $13::text, $14::text
+    WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = $4::text AND x.message_id = $5::text)
+    RETURNING status, attempt_count
 )
-ON CONFLICT (consumer_name, message_id) DO UPDATE
-SET status = excluded.status,
-    attempt_count = message_inbox.attempt_count + CASE WHEN message_inbox.status = 'PROCESSING' THEN 0 ELSE 1 END,
-    last_error_code = excluded.last_error_code,
-    last_error_message = excluded.last_error_message,
-    last_received_at = now()
-WHERE message_inbox.status <> 'PROCESSED'
-  AND (message_inbox.status <> 'PROCESSING'
-       OR message_inbox.attempt_count = $13::integer
-       OR message_inbox.processing_started_at < now() - make_interval(secs => $14::float8))
-RETURNING status, attempt_count
+SELECT u.status, u.attempt_count FROM updated u
+UNION ALL
+SELECT n.status, n.attempt_count FROM inserted n
 `
 
 type RecordInboxFailureParams struct {
+	Status           string
+	LastErrorCode    *string
+	LastErrorMessage *string
 	ConsumerName     string
 	MessageID        string
+	HeldAttempt      int32
+	LeaseSeconds     float64
 	MessageType      string
 	MessageVersion   int32
 	AggregateID      *string
-	Status           string
 	PayloadHash      string
-	LastErrorCode    *string
-	LastErrorMessage *string
 	CorrelationID    *string
 	CausationID      *string
 	TraceID          *string
-	HeldAttempt      int32
-	LeaseSeconds     float64
 }
 
 type RecordInboxFailureRow struct {
@@ -422,22 +453,24 @@ type RecordInboxFailureRow struct {
 // attempt whose committed hold this failure ends (a failed external call),
 // 0 when the attempt committed nothing; a late record of an attempt that
 // was taken over meanwhile finds a newer attempt there, and leaves it be.
+// Under LockInboxKeys: the row is updated, or inserted when there is
+// none, the message's first attempt.
 func (q *Queries) RecordInboxFailure(ctx context.Context, db DBTX, arg RecordInboxFailureParams) (RecordInboxFailureRow, error) {
 	row := db.QueryRow(ctx, recordInboxFailure,
+		arg.Status,
+		arg.LastErrorCode,
+		arg.LastErrorMessage,
 		arg.ConsumerName,
 		arg.MessageID,
+		arg.HeldAttempt,
+		arg.LeaseSeconds,
 		arg.MessageType,
 		arg.MessageVersion,
 		arg.AggregateID,
-		arg.Status,
 		arg.PayloadHash,
-		arg.LastErrorCode,
-		arg.LastErrorMessage,
 		arg.CorrelationID,
 		arg.CausationID,
 		arg.TraceID,
-		arg.HeldAttempt,
-		arg.LeaseSeconds,
 	)
 	var i RecordInboxFailureRow
 	err := row.Scan(&i.Status, &i.AttemptCount)
@@ -466,6 +499,54 @@ func (q *Queries) RestartInbox(ctx context.Context, db DBTX, arg RestartInboxPar
 	var attempt_count int32
 	err := row.Scan(&attempt_count)
 	return attempt_count, err
+}
+
+const timePartitions = `-- name: TimePartitions :many
+SELECT p.name::text AS partition_name, p.range_end::timestamptz AS range_end,
+       p.past_retention::boolean AS past_retention, p.held_rows::bigint AS held_rows, p.dropped::boolean AS dropped
+FROM inbox_time_partitions(make_interval(secs => $1::float8), $2::boolean)
+     AS p (name, range_start, range_end, past_retention, held_rows, dropped)
+`
+
+type TimePartitionsParams struct {
+	RetentionSeconds float64
+	DropHeldNone     bool
+}
+
+type TimePartitionsRow struct {
+	PartitionName string
+	RangeEnd      time.Time
+	PastRetention bool
+	HeldRows      int64
+	Dropped       bool
+}
+
+// Every time partition of message_inbox, and whether retention may drop
+// it; with drop_held_none, retention itself: drops those it may (00004).
+func (q *Queries) TimePartitions(ctx context.Context, db DBTX, arg TimePartitionsParams) ([]TimePartitionsRow, error) {
+	rows, err := db.Query(ctx, timePartitions, arg.RetentionSeconds, arg.DropHeldNone)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TimePartitionsRow
+	for rows.Next() {
+		var i TimePartitionsRow
+		if err := rows.Scan(
+			&i.PartitionName,
+			&i.RangeEnd,
+			&i.PastRetention,
+			&i.HeldRows,
+			&i.Dropped,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const touchInbox = `-- name: TouchInbox :exec

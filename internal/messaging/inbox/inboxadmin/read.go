@@ -3,7 +3,7 @@
 //
 // The table (read.go): one message's row, one aggregate's rows, the rows
 // not PROCESSED, counts by status, and the repairs (forget a discarded
-// message's failure, delete the processed past their retention). The rest
+// message's failure, drop the time partitions past their retention). The rest
 // of the code reads message_inbox through it (queries/read.sql of package
 // inbox), never with SQL of its own, so a change of the table changes
 // these functions alone. Each takes the caller's DBTX: a pool, or a
@@ -139,14 +139,44 @@ func Stats(ctx context.Context, db database.DBTX) ([]Stat, error) {
 	return out, nil
 }
 
-// DeleteProcessed deletes up to limit rows processed longer than
-// retention ago, and says how many.
-func DeleteProcessed(ctx context.Context, db database.DBTX, retention time.Duration, limit int) (int64, error) {
-	n, err := queries.DeleteProcessedInbox(ctx, db, dbsqlc.DeleteProcessedInboxParams{RetentionSeconds: retention.Seconds(), MaxRows: int32(limit)})
+// TimePartition is one time partition of message_inbox as retention sees
+// it (inbox.CreateTimePartitions makes them).
+type TimePartition struct {
+	Name string    `json:"partition"`
+	Ends time.Time `json:"ends"` // its rows were first received before
+	// PastRetention: it ended retention or longer ago. Retention drops it
+	// once HeldRows is 0: its rows not PROCESSED, or processed within
+	// retention.
+	PastRetention bool  `json:"past_retention"`
+	HeldRows      int64 `json:"held_rows"`
+	Dropped       bool  `json:"dropped"`
+}
+
+// TimePartitions lists the time partitions, oldest first, as retention
+// would find them with retention (0: keep every row forever).
+func TimePartitions(ctx context.Context, db database.DBTX, retention time.Duration) ([]TimePartition, error) {
+	return timePartitions(ctx, db, retention, false)
+}
+
+// DropTimePartitions is the inbox's retention: it detaches and drops every
+// time partition past retention whose rows are all PROCESSED, retention
+// or longer ago, and lists them all, those it dropped and those it waits
+// for. A row is kept for retention at least, and at most retention plus
+// one period of its partition.
+func DropTimePartitions(ctx context.Context, db database.DBTX, retention time.Duration) ([]TimePartition, error) {
+	return timePartitions(ctx, db, retention, true)
+}
+
+func timePartitions(ctx context.Context, db database.DBTX, retention time.Duration, drop bool) ([]TimePartition, error) {
+	rows, err := queries.TimePartitions(ctx, db, dbsqlc.TimePartitionsParams{RetentionSeconds: retention.Seconds(), DropHeldNone: drop})
 	if err != nil {
-		return 0, fmt.Errorf("delete processed inbox rows: %w", database.Translate(err))
+		return nil, fmt.Errorf("the inbox's time partitions: %w", database.Translate(err))
 	}
-	return n, nil
+	out := make([]TimePartition, len(rows))
+	for i, r := range rows {
+		out[i] = TimePartition{Name: r.PartitionName, Ends: r.RangeEnd, PastRetention: r.PastRetention, HeldRows: r.HeldRows, Dropped: r.Dropped}
+	}
+	return out, nil
 }
 
 // ForgetFailure deletes the failed row (RETRYABLE_FAILED, PERMANENT_FAILED

@@ -8,10 +8,15 @@ package inboxtest
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/inbox"
 	"github.com/yourorg/orders/internal/messaging/inbox/dbsqlc"
+	"github.com/yourorg/orders/internal/messaging/outbox"
 )
 
 // Message is a message as a consumer's inbox records it.
@@ -54,4 +59,42 @@ func Failed(ctx context.Context, db database.DBTX, m Message, code, message stri
 		return fmt.Errorf("write the failed inbox row of %s: %w", m.MessageID, err)
 	}
 	return nil
+}
+
+// TimePartitionsFrom lays a new database's message_inbox out as if the
+// consumers had made its weekly time partitions since start: the initial
+// partition ends at start, and weeks follow up to the horizon, so that
+// rows first received earlier land in partitions retention may drop. The
+// table must be empty; db must own it (a test's own pool).
+func TimePartitionsFrom(ctx context.Context, db *pgxpool.Pool, start time.Time) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var rows int
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM message_inbox").Scan(&rows); err != nil {
+			return err
+		}
+		if rows != 0 {
+			return fmt.Errorf("message_inbox holds %d rows: lay its partitions out first", rows)
+		}
+		parts, err := tx.Query(ctx, "SELECT partition_name FROM inbox_time_partition_bounds()")
+		if err != nil {
+			return err
+		}
+		names, err := pgx.CollectRows(parts, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			if _, err := tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{name}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, fmt.Sprintf("CREATE TABLE message_inbox_initial PARTITION OF message_inbox FOR VALUES FROM (MINVALUE) TO ('%s')",
+			start.UTC().Format(time.RFC3339)))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("lay the inbox's time partitions out: %w", err)
+	}
+	_, err = inbox.CreateTimePartitions(ctx, db, outbox.Week)
+	return err
 }

@@ -1,14 +1,26 @@
+-- name: LockInboxKeys :exec
+-- The deduplication guard, before a transaction looks a message up and
+-- inserts its row: message_inbox is partitioned by time, so no unique
+-- index holds (consumer_name, message_id) alone (its key also has
+-- first_received_at). A transaction-scoped advisory lock on each pair
+-- does: a concurrent delivery of the same message waits here until this
+-- transaction ends, and its next statement sees what this one committed.
+-- Locks are taken in key order, so that two batches cannot deadlock.
+SELECT pg_advisory_xact_lock(k.key)
+FROM (SELECT DISTINCT hashtextextended(@consumer_name::text || E'\x1f' || m.message_id, 0) AS key
+      FROM unnest(@message_ids::text[]) AS m (message_id)
+      ORDER BY 1) AS k;
+
 -- name: InsertInboxRows :many
--- The deduplication guard, for every delivery of a batch in one statement:
--- the first delivery of a message to a consumer inserts its row; any other
--- finds it (and, while the first one's transaction is open, waits for it on
--- the primary key). The row is written as it will be when the transaction
--- commits (PROCESSED, APPLIED): nobody sees it before then, and a rollback
--- takes it away with the effect. Rows are inserted in the order given (so
--- of two deliveries of one message in a batch, the first one writes the
--- row). It returns the message ids it inserted; each of the others found
--- its row, and goes through TouchProcessedInbox and LockInbox. Empty
--- strings are NULLs.
+-- The first delivery of a message to a consumer inserts its row, for every
+-- delivery of a batch in one statement, under LockInboxKeys; any other
+-- finds it, in whichever time partition it is. The row is written as it
+-- will be when the transaction commits (PROCESSED, APPLIED): nobody sees
+-- it before then, and a rollback takes it away with the effect. Of two
+-- deliveries of one message in a batch, the first one writes the row. It
+-- returns the message ids it inserted; each of the others found its row,
+-- and goes through TouchProcessedInbox and LockInbox. Empty strings are
+-- NULLs.
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
     attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
@@ -16,16 +28,20 @@ INSERT INTO message_inbox (
 SELECT @consumer_name::text, e.message_id, e.message_type, e.message_version, nullif(e.aggregate_id, ''), 'PROCESSED', 'APPLIED',
        1, e.payload_hash, now(), now(), nullif(e.correlation_id, ''), nullif(e.causation_id, ''), nullif(e.trace_id, '')
 FROM (
-    -- Set-returning functions in a select list advance together: row i
-    -- takes element i of every array, and ord is i.
-    SELECT unnest(@message_ids::text[]) AS message_id, unnest(@message_types::text[]) AS message_type,
-           unnest(@message_versions::integer[]) AS message_version, unnest(@aggregate_ids::text[]) AS aggregate_id,
-           unnest(@payload_hashes::text[]) AS payload_hash, unnest(@correlation_ids::text[]) AS correlation_id,
-           unnest(@causation_ids::text[]) AS causation_id, unnest(@trace_ids::text[]) AS trace_id,
-           generate_series(1, cardinality(@message_ids::text[])) AS ord
+    SELECT DISTINCT ON (u.message_id) u.*
+    FROM (
+        -- Set-returning functions in a select list advance together: row i
+        -- takes element i of every array, and ord is i.
+        SELECT unnest(@message_ids::text[]) AS message_id, unnest(@message_types::text[]) AS message_type,
+               unnest(@message_versions::integer[]) AS message_version, unnest(@aggregate_ids::text[]) AS aggregate_id,
+               unnest(@payload_hashes::text[]) AS payload_hash, unnest(@correlation_ids::text[]) AS correlation_id,
+               unnest(@causation_ids::text[]) AS causation_id, unnest(@trace_ids::text[]) AS trace_id,
+               generate_series(1, cardinality(@message_ids::text[])) AS ord
+    ) AS u
+    ORDER BY u.message_id, u.ord
 ) AS e
+WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = @consumer_name::text AND x.message_id = e.message_id)
 ORDER BY e.ord
-ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id;
 
 -- name: TouchProcessedInbox :one
@@ -107,36 +123,49 @@ RETURNING attempt_count;
 -- attempt whose committed hold this failure ends (a failed external call),
 -- 0 when the attempt committed nothing; a late record of an attempt that
 -- was taken over meanwhile finds a newer attempt there, and leaves it be.
-INSERT INTO message_inbox (
-    consumer_name, message_id, message_type, message_version, aggregate_id, status,
-    attempt_count, payload_hash, processing_started_at, last_error_code, last_error_message,
-    correlation_id, causation_id, trace_id
-) VALUES (
-    @consumer_name, @message_id, @message_type, @message_version, @aggregate_id, @status,
-    1, @payload_hash, now(), @last_error_code, @last_error_message,
-    @correlation_id, @causation_id, @trace_id
+-- Under LockInboxKeys: the row is updated, or inserted when there is
+-- none, the message's first attempt.
+WITH updated AS (
+    UPDATE message_inbox i
+    SET status = @status::text,
+        attempt_count = i.attempt_count + CASE WHEN i.status = 'PROCESSING' THEN 0 ELSE 1 END,
+        last_error_code = sqlc.narg(last_error_code)::text,
+        last_error_message = sqlc.narg(last_error_message)::text,
+        last_received_at = now()
+    WHERE i.consumer_name = @consumer_name::text AND i.message_id = @message_id::text
+      AND i.status <> 'PROCESSED'
+      AND (i.status <> 'PROCESSING'
+           OR i.attempt_count = @held_attempt::integer
+           OR i.processing_started_at < now() - make_interval(secs => @lease_seconds::float8))
+    RETURNING i.status, i.attempt_count
+), inserted AS (
+    INSERT INTO message_inbox (
+        consumer_name, message_id, message_type, message_version, aggregate_id, status,
+        attempt_count, payload_hash, processing_started_at, last_error_code, last_error_message,
+        correlation_id, causation_id, trace_id
+    )
+    SELECT @consumer_name::text, @message_id::text, @message_type::text, @message_version::integer, sqlc.narg(aggregate_id)::text, @status::text,
+           1, @payload_hash::text, now(), sqlc.narg(last_error_code)::text, sqlc.narg(last_error_message)::text,
+           sqlc.narg(correlation_id)::text, sqlc.narg(causation_id)::text, sqlc.narg(trace_id)::text
+    WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = @consumer_name::text AND x.message_id = @message_id::text)
+    RETURNING status, attempt_count
 )
-ON CONFLICT (consumer_name, message_id) DO UPDATE
-SET status = excluded.status,
-    attempt_count = message_inbox.attempt_count + CASE WHEN message_inbox.status = 'PROCESSING' THEN 0 ELSE 1 END,
-    last_error_code = excluded.last_error_code,
-    last_error_message = excluded.last_error_message,
-    last_received_at = now()
-WHERE message_inbox.status <> 'PROCESSED'
-  AND (message_inbox.status <> 'PROCESSING'
-       OR message_inbox.attempt_count = @held_attempt::integer
-       OR message_inbox.processing_started_at < now() - make_interval(secs => @lease_seconds::float8))
-RETURNING status, attempt_count;
+SELECT u.status, u.attempt_count FROM updated u
+UNION ALL
+SELECT n.status, n.attempt_count FROM inserted n;
 
--- name: DeleteProcessedInbox :execrows
--- Retention: PROCESSED rows older than the window (never shorter than the
--- longest replay you may do), a batch at a time.
-DELETE FROM message_inbox
-WHERE (consumer_name, message_id) IN (
-    SELECT consumer_name, message_id FROM message_inbox
-    WHERE status = 'PROCESSED' AND processed_at < now() - make_interval(secs => @retention_seconds::float8)
-    LIMIT @max_rows
-);
+-- name: CreateTimePartitions :one
+-- Makes the time partitions of message_inbox ahead (00004), and returns
+-- where the last one ends.
+SELECT inbox_create_time_partitions(@period::text, @ahead::integer)::timestamptz AS horizon;
+
+-- name: TimePartitions :many
+-- Every time partition of message_inbox, and whether retention may drop
+-- it; with drop_held_none, retention itself: drops those it may (00004).
+SELECT p.name::text AS partition_name, p.range_end::timestamptz AS range_end,
+       p.past_retention::boolean AS past_retention, p.held_rows::bigint AS held_rows, p.dropped::boolean AS dropped
+FROM inbox_time_partitions(make_interval(secs => @retention_seconds::float8), @drop_held_none::boolean)
+     AS p (name, range_start, range_end, past_retention, held_rows, dropped);
 
 -- name: GetInbox :one
 SELECT status, outcome, outcome_reason, last_error_code, last_error_message, attempt_count
@@ -172,14 +201,15 @@ LIMIT 1;
 -- later messages of its aggregate find this row and wait behind it
 -- (EarlierParkedOfAggregate). Processing it takes the row over, as after
 -- any failed attempt (RestartInbox). Empty strings are NULLs.
+-- Under LockInboxKeys.
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status,
     attempt_count, payload_hash, last_error_code, last_error_message, correlation_id, causation_id, trace_id
 )
-VALUES (@consumer_name, @message_id, @message_type, @message_version, nullif(@aggregate_id::text, ''), 'RETRYABLE_FAILED',
-        0, @payload_hash, 'redelivered', 'an earlier delivery ended without an ack (a lost connection, a crash, a consumer timeout)',
-        nullif(@correlation_id::text, ''), nullif(@causation_id::text, ''), nullif(@trace_id::text, ''))
-ON CONFLICT (consumer_name, message_id) DO NOTHING;
+SELECT @consumer_name::text, @message_id::text, @message_type::text, @message_version::integer, nullif(@aggregate_id::text, ''), 'RETRYABLE_FAILED',
+       0, @payload_hash::text, 'redelivered', 'an earlier delivery ended without an ack (a lost connection, a crash, a consumer timeout)',
+       nullif(@correlation_id::text, ''), nullif(@causation_id::text, ''), nullif(@trace_id::text, '')
+WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = @consumer_name::text AND x.message_id = @message_id::text);
 
 -- name: ForgetFailedInbox :execrows
 -- An operator discarded a parked message for good: its failed row goes, so
