@@ -44,7 +44,8 @@ WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SE
 # make bench/flow: its rates, the duration of each run, how many
 # outbox-relays and MESSAGE_PARTITIONS (0: none);
 # make bench/cost: its rate, and the git revision it runs against;
-# make soak: how long it runs.
+# make soak: how long it runs;
+# make failover: how many failovers, in which relay modes, at what rate.
 RATE          ?= 20
 RATES         ?= 50,100,150
 DURATION      ?= 20s
@@ -53,6 +54,9 @@ PARTITIONS    ?= 0
 COST_RATE     ?= 100
 AGAINST       ?= main
 SOAK_DURATION ?= 10m
+FAILOVERS     ?= 10
+FAILOVER_MODE ?= both
+FAILOVER_RATE ?= 10
 
 .PHONY: help
 help: ## list the targets
@@ -72,8 +76,8 @@ test/wal: ## the relay suite, and the change of partitions end to end, with the 
 	OUTBOX_TEST_RELAY_MODE=wal $(GO) test -count=1 -timeout 10m -run '^TestChangingThePartitionsLosesAndReordersNothing$$/^wal$$' ./test/e2e/
 
 .PHONY: test/ha
-test/ha: ## the flow while the PostgreSQL primary dies and its standby takes over, under Patroni (Debian's patroni and etcd-server): minutes
-	ORDERS_TEST_HA=1 $(GO) test -count=1 -timeout 15m -run '^TestAPrimaryDiesUnderLoad$$' -v ./test/e2e/
+test/ha: ## the flow through 10 PostgreSQL failovers per relay mode (kill, switchover) and an asynchronous standby's, under Patroni (Debian's patroni and etcd-server): minutes
+	ORDERS_TEST_HA=1 $(GO) test -count=1 -timeout 15m -parallel 3 -run '^(TestAPrimaryDiesUnderLoad|TestAnAsyncPrimaryDiesUnderLoad)$$' -v ./test/e2e/
 
 .PHONY: test/unit
 test/unit: ## the tests that need no servers (go test -short: those needing PostgreSQL or RabbitMQ skip)
@@ -102,6 +106,10 @@ bench/cost: ## an order's cost per hop (CPU, transactions, statements, rows, WAL
 .PHONY: soak
 soak: ## the whole flow for SOAK_DURATION under kills, cut connections and a read-only database; fails if anything is lost, doubled or stuck
 	$(GO) run ./lab/soak -duration $(SOAK_DURATION)
+
+.PHONY: failover
+failover: ## FAILOVERS PostgreSQL failovers (kill, switchover in turn) under Patroni at FAILOVER_RATE orders/s, per relay mode (FAILOVER_MODE poll, wal, both): seconds to recover, lost, ghosts
+	$(GO) run ./lab/failover -n $(FAILOVERS) -mode $(FAILOVER_MODE) -rate $(FAILOVER_RATE)
 
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (the first run builds the linter: minutes)

@@ -469,6 +469,15 @@ func (c *PatroniCluster) WaitWritable(t testing.TB, old *PatroniNode) (*PatroniN
 	return nil, time.Time{}
 }
 
+// Writable reports whether the node's PostgreSQL answers as a primary
+// now (a second at most to say so), without failing anything: for a
+// caller that watches a failover from a goroutine of its own.
+func (n *PatroniNode) Writable() bool { return n.running() && n.writable() }
+
+// Running reports whether the node's Patroni runs (it was not killed, or
+// was started again).
+func (n *PatroniNode) Running() bool { return n.running() }
+
 // writable reports whether the node's PostgreSQL answers as a primary.
 func (n *PatroniNode) writable() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

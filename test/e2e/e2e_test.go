@@ -31,6 +31,7 @@ import (
 	"github.com/yourorg/orders/internal/auth"
 	"github.com/yourorg/orders/internal/messaging/outbox"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/internal/testenv/failover"
 	"github.com/yourorg/orders/migrations"
 )
 
@@ -118,9 +119,7 @@ func newSystemAt(t *testing.T, dbURL, amqpURL string, migrateEnv ...string) *sys
 	if out, err := migrate.CombinedOutput(); err != nil {
 		t.Fatalf("order-api migrate up: %v\n%s", err, out)
 	}
-	s.env = []string{"AMQP_URL=" + s.amqpURL, "LOG_FORMAT=json",
-		"RELAY_POLL_INTERVAL=200ms", "RELAY_BACKOFF_BASE=50ms", "RELAY_BACKOFF_MAX=500ms",
-		"CONSUMER_RETRY_DELAYS=100ms,500ms", "CONSUMER_PROCESSING_LEASE=10s", "SHUTDOWN_TIMEOUT=5s"}
+	s.env = append([]string{"AMQP_URL=" + s.amqpURL}, failover.ProcessEnv...)
 	t.Cleanup(func() {
 		for _, p := range s.procs {
 			_ = p.cmd.Process.Kill()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/yourorg/orders/internal/consumer"
 	"github.com/yourorg/orders/internal/testenv"
+	"github.com/yourorg/orders/internal/testenv/failover"
 )
 
 // The primary dies under load with an asynchronous standby: what many
@@ -76,13 +77,12 @@ func asyncFailover(t *testing.T, behind time.Duration) {
 	c.CreateDatabase(t, name)
 	s := newSystemAt(t, c.URL(name), testenv.NewVhost(t))
 	s.startConsumer("consumer") // first: it declares the queues the relay publishes to
-	tap := startTap(t, s.amqpURL)
+	tap := failover.StartTap(t, s.amqpURL)
 	s.startRelay("relay")
 	s.startAPI()
 
-	ld := startFailoverLoad(s, failoverRate)
-	t.Cleanup(func() { ld.stop() }) // when the test fails before it stops the load
-	time.Sleep(5 * time.Second)     // steady state first
+	ld := failover.StartLoad(t, failover.API{URL: s.apiURL, Token: s.token, Client: s.client}, failoverRate)
+	time.Sleep(5 * time.Second) // steady state first
 
 	release := func() {}
 	if behind > 0 {
@@ -96,12 +96,12 @@ func asyncFailover(t *testing.T, behind time.Duration) {
 	leader := c.WaitLeader(t, killed)
 	promoted := time.Now()
 	t.Logf("%s leads %s after the kill", leader.Name, promoted.Sub(at).Round(100*time.Millisecond))
-	testenv.WaitFor(t, 2*time.Minute, "an order answered 201 after the kill", func() bool { return ld.createdAfter(at) })
+	testenv.WaitFor(t, 2*time.Minute, "an order answered 201 after the kill", func() bool { return ld.AnsweredAfter(at) })
 	killed.Start(t)
 	c.WaitHealthy(t, 3*time.Minute)
 	t.Logf("%s back as the standby %s after the kill", killed.Name, time.Since(at).Round(100*time.Millisecond))
 	time.Sleep(3 * time.Second) // load on the whole cluster again
-	orders := ld.stop()
+	orders := ld.Stop()
 	if t.Failed() {
 		return
 	}
@@ -145,33 +145,30 @@ func asyncFailover(t *testing.T, behind time.Duration) {
 	})
 
 	// The orders answered 201: final, stuck short of it, or lost.
-	answered := map[string]failoverOrder{}
+	answered := map[string]failover.Order{}
 	var final, stuck, lost []string
 	for _, o := range orders {
-		answered[o.id] = o
+		answered[o.ID] = o
 		var status string
 		var history []string
 		err := db.QueryRow(ctx, `SELECT o.status, array_agg(coalesce(t.from_status, '') || '>' || t.to_status ORDER BY t.transition_id)
-			FROM orders o JOIN order_state_transition t USING (order_id) WHERE o.order_id = $1 GROUP BY o.status`, o.id).Scan(&status, &history)
-		want := "FULFILLED"
-		if o.oos {
-			want = "REJECTED"
-		}
+			FROM orders o JOIN order_state_transition t USING (order_id) WHERE o.order_id = $1 GROUP BY o.status`, o.ID).Scan(&status, &history)
+		want := o.Want()
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			lost = append(lost, o.id)
-			if o.answered.After(promoted) {
+			lost = append(lost, o.ID)
+			if o.Answered.After(promoted) {
 				t.Errorf("order %s, answered 201 at %s, after %s took over at %s, is not in the database",
-					o.id, o.answered.Format("15:04:05.000"), leader.Name, promoted.Format("15:04:05.000"))
+					o.ID, o.Answered.Format("15:04:05.000"), leader.Name, promoted.Format("15:04:05.000"))
 			}
 		case err != nil:
 			t.Fatal(err)
-		case status == want && validHistory(history, status):
-			final = append(final, o.id)
+		case status == want && slices.Equal(history, failover.Path(status)):
+			final = append(final, o.ID)
 		case status != want && isPathPrefix(history, want):
-			stuck = append(stuck, o.id)
+			stuck = append(stuck, o.ID)
 		default:
-			t.Errorf("order %s is %s (history %v), want %s, or a step of its way there", o.id, status, history, want)
+			t.Errorf("order %s is %s (history %v), want %s, or a step of its way there", o.ID, status, history, want)
 		}
 	}
 	if n := count("SELECT count(*) FROM orders"); n != len(orders)-len(lost) {
@@ -184,7 +181,7 @@ func asyncFailover(t *testing.T, behind time.Duration) {
 	// Applied twice: impossible within the one history the database now
 	// has, whatever the failover dropped.
 	appliedTwice := 0
-	for what, query := range appliedTwiceQueries {
+	for what, query := range failover.AppliedTwiceQueries {
 		if n := count(query); n > 0 {
 			t.Errorf("applied twice: %d %s", n, what)
 			appliedTwice += n
@@ -220,30 +217,30 @@ func asyncFailover(t *testing.T, behind time.Duration) {
 
 	// Ghosts: messages the broker carried whose order, or outbox row, the
 	// database no longer has.
-	seen := tap.stop()
+	seen := tap.Stop()
 	var ghostOrders, ghostRows int
 	ghostOrderIDs := map[string]bool{}
 	var firstGhost, lastGhost time.Time
 	for _, m := range seen {
 		var rowExists, orderExists bool
 		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM message_outbox WHERE outbox_id::text = $1),
-			EXISTS (SELECT 1 FROM orders WHERE order_id::text = $2)`, m.id, m.orderID).Scan(&rowExists, &orderExists); err != nil {
+			EXISTS (SELECT 1 FROM orders WHERE order_id::text = $2)`, m.ID, m.OrderID).Scan(&rowExists, &orderExists); err != nil {
 			t.Fatal(err)
 		}
 		switch {
 		case !orderExists:
 			ghostOrders++
-			ghostOrderIDs[m.orderID] = true
+			ghostOrderIDs[m.OrderID] = true
 		case !rowExists:
 			ghostRows++
 		default:
 			continue
 		}
-		if firstGhost.IsZero() || m.at.Before(firstGhost) {
-			firstGhost = m.at
+		if firstGhost.IsZero() || m.At.Before(firstGhost) {
+			firstGhost = m.At
 		}
-		if m.at.After(lastGhost) {
-			lastGhost = m.at
+		if m.At.After(lastGhost) {
+			lastGhost = m.At
 		}
 	}
 	ghostAnswered := 0
@@ -274,7 +271,7 @@ func asyncFailover(t *testing.T, behind time.Duration) {
 		return fmt.Sprintf("%+.1fs", ts.Sub(at).Seconds())
 	}
 	t.Logf("%d orders answered 201: %d final, %d stuck short of it, %d lost (%d of them with a message published); creates answered 503 and posted again %d, without an answer %d",
-		len(orders), len(final), len(stuck), len(lost), ghostAnswered, ld.retried(http.StatusServiceUnavailable), ld.retried(0))
+		len(orders), len(final), len(stuck), len(lost), ghostAnswered, ld.Retried(http.StatusServiceUnavailable), ld.Retried(0))
 	t.Logf("messages the broker carried %d: ghosts %d of an order the database no longer has (%d orders), %d of an outbox row it no longer has, published from %s to %s of the kill",
 		len(seen), ghostOrders, len(ghostOrderIDs), ghostRows, at3(firstGhost), at3(lastGhost))
 	t.Logf("published messages a consumer never received %d; parked %d; rows for orders the database no longer has: %s; applied twice %d",
@@ -330,6 +327,6 @@ func holdWALSenders(t *testing.T, node *testenv.PatroniNode) (kill func()) {
 // isPathPrefix says whether history is the start of the path to final,
 // one transition per step: where an order stuck on its way stands.
 func isPathPrefix(history []string, final string) bool {
-	path := []string{">SUBMITTED", "SUBMITTED>FULFILLMENT_REQUESTED", "FULFILLMENT_REQUESTED>" + final}
+	path := failover.Path(final)
 	return len(history) > 0 && len(history) < len(path) && slices.Equal(history, path[:len(history)])
 }
