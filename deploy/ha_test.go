@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/url"
@@ -67,8 +68,16 @@ type patroniConf struct {
 			LoopWait        int  `yaml:"loop_wait"`
 			RetryTimeout    int  `yaml:"retry_timeout"`
 			SynchronousMode bool `yaml:"synchronous_mode"`
-			PostgreSQL      struct {
+			PermanentSlots  map[string]struct {
+				Type     string `yaml:"type"`
+				Database string `yaml:"database"`
+				Plugin   string `yaml:"plugin"`
+			} `yaml:"permanent_slots"`
+			PostgreSQL struct {
 				UsePgRewind bool `yaml:"use_pg_rewind"`
+				Parameters  struct {
+					WALLevel string `yaml:"wal_level"`
+				} `yaml:"parameters"`
 			} `yaml:"postgresql"`
 		} `yaml:"dcs"`
 	} `yaml:"bootstrap"`
@@ -119,7 +128,11 @@ func patroniNodes(p *types.Project) []types.ServiceConfig {
 //     to be healthy: two empty nodes starting at once race to initialise;
 //   - every process that connects to the database names every node in
 //     DATABASE_URL (and RELAY_WAL_DATABASE_URL) with
-//     target_session_attrs=read-write: it finds the primary wherever it is.
+//     target_session_attrs=read-write: it finds the primary wherever it is;
+//   - the log-tailing relay's slot (its RELAY_WAL_SLOT, in its database)
+//     is one of Patroni's permanent slots, logical with pgoutput, and
+//     wal_level is logical: else a new primary has no slot, and the relay
+//     makes one at the end of the log.
 func haProblems(p *types.Project, cfg patroniConf) []string {
 	nodes := patroniNodes(p)
 	if len(nodes) < 2 {
@@ -216,8 +229,28 @@ func haProblems(p *types.Project, cfg patroniConf) []string {
 			}
 		}
 	}
+
+	// The relay's slot, on whichever node leads.
+	for _, svc := range testenv.ComposeServicesOf(p, "outbox-relay") {
+		slot := cmp.Or(envValue(svc, "RELAY_WAL_SLOT"), relayDefaultSlot)
+		db, err := pgconn.ParseConfig(envValue(svc, "DATABASE_URL"))
+		if err != nil {
+			continue // multiHostProblems said so
+		}
+		dcs := cfg.Bootstrap.DCS
+		if s, ok := dcs.PermanentSlots[slot]; !ok || s.Type != "logical" || s.Database != db.Database || s.Plugin != "pgoutput" {
+			problems = append(problems, fmt.Sprintf("%s: service %s's replication slot %s (RELAY_WAL_SLOT) is not a permanent slot of type logical, database %s, plugin pgoutput (%+v): a new primary would not have it",
+				patroniConfig, svc.Name, slot, db.Database, s))
+		}
+		if dcs.PostgreSQL.Parameters.WALLevel != "logical" {
+			problems = append(problems, fmt.Sprintf("%s: wal_level %q: the log-tailing relay (service %s) needs logical", patroniConfig, dcs.PostgreSQL.Parameters.WALLevel, svc.Name))
+		}
+	}
 	return problems
 }
+
+// relayDefaultSlot is outbox-relay's RELAY_WAL_SLOT when it is not set.
+const relayDefaultSlot = "orders_outbox_relay"
 
 // multiHostProblems checks a connection URL of service: it names every
 // one of nodes and asks for the one that takes writes.
@@ -350,6 +383,10 @@ func TestHAChecks(t *testing.T) {
 		{name: "one host", change: setEnv("order-api", "DATABASE_URL", nodeURL+"&target_session_attrs=read-write"), want: "not node postgres-2"},
 		{name: "any node", change: setEnv("order-api", "DATABASE_URL", "postgres://orders_api@postgres-1:5432,postgres-2:5432/orders?sslmode=disable"), want: `target_session_attrs=""`},
 		{name: "wal relay on one node", change: setEnv("outbox-relay", "RELAY_WAL_DATABASE_URL", nodeURL), want: "service outbox-relay: RELAY_WAL_DATABASE_URL"},
+		{name: "no permanent slot", config: [2]string{"orders_outbox_relay:\n", "other_slot:\n"}, want: "replication slot orders_outbox_relay (RELAY_WAL_SLOT) is not a permanent slot"},
+		{name: "another slot", change: setEnv("outbox-relay", "RELAY_WAL_SLOT", "relay_2"), want: "replication slot relay_2 (RELAY_WAL_SLOT) is not a permanent slot"},
+		{name: "slot of another database", config: [2]string{"database: orders", "database: postgres"}, want: "is not a permanent slot of type logical, database orders"},
+		{name: "replica wal_level", config: [2]string{"wal_level: logical", "wal_level: replica"}, want: `wal_level "replica"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := p0(t, files)
