@@ -30,7 +30,10 @@
 // that nothing waits for the sweep and an aggregate's earlier rows still
 // go first; a slot missing where one was expected is an error in the log,
 // counted (relay.wal.slot.missing) with those rows. Making a slot waits
-// for every transaction that holds an xid.
+// for every transaction that holds an xid. A slot older than the
+// publication (made before the migrations ran, as Patroni makes a
+// permanent slot as soon as the database exists) can never be decoded:
+// the relay drops it and makes it again, the same way.
 //
 // Like the polling relay's claim, the stream keeps each aggregate's
 // messages in the order they were written, and with Config.Partitions

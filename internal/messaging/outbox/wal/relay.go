@@ -79,7 +79,11 @@ type Relay struct {
 	// slotSeen: this relay has found or made the slot, so a slot missing
 	// later was lost.
 	slotSeen atomic.Bool
-	metrics  *metrics
+	// stale: the slot's stream failed on a publication that exists: the
+	// slot predates it, and can never be decoded. The next session drops
+	// it and makes it again (dropStaleSlot).
+	stale   atomic.Bool
+	metrics *metrics
 }
 
 // errStandby ends a stream session that found the slot streamed by another
@@ -233,6 +237,41 @@ func (w *Relay) checkServer(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("role %s may not replicate: give the replication connection (RELAY_WAL_DATABASE_URL) a role with REPLICATION, such as orders_relay_wal (docs/security.md#replication)", repl.User))
 	}
 	return errors.Join(errs...)
+}
+
+// predatesPublication reports whether err, a stream's end, says that the
+// slot cannot be decoded because it is older than the publication:
+// pgoutput fails every change committed before the publication existed
+// ("publication ... does not exist", undefined_object), so a slot made
+// before it (as Patroni makes a permanent slot as soon as the database
+// exists, before the migrations) fails for ever. Only so while the
+// publication exists: checkServer made sure it did at the start, and this
+// asks again.
+func (w *Relay) predatesPublication(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42704" || !strings.Contains(pgErr.Message, "publication") {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
+	defer cancel()
+	var exists bool
+	return w.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", w.wal.Publication).Scan(&exists) == nil && exists
+}
+
+// dropStaleSlot drops the slot a session found older than the
+// publication, so that ensureSlot makes it again: at the end of the log,
+// the PENDING rows before it published first. Nothing was ever streamed
+// from it.
+func (w *Relay) dropStaleSlot(ctx context.Context, repl *pgconn.PgConn) error {
+	err := pglogrepl.DropReplicationSlot(ctx, repl, w.wal.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true})
+	var pgErr *pgconn.PgError
+	if gone := errors.As(err, &pgErr) && pgErr.Code == "42704"; err != nil && !gone {
+		return fmt.Errorf("drop replication slot %s, older than publication %s: %w", w.wal.Slot, w.wal.Publication, err)
+	}
+	w.stale.Store(false)
+	w.log.ErrorContext(ctx, "replication slot older than the publication (made before the migrations): nothing in it can be decoded; dropped it, to make it again",
+		slog.String("publication", w.wal.Publication))
+	return nil
 }
 
 // newSlot is a slot ensureSlot created: where it starts, and the snapshot

@@ -131,6 +131,11 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer func() { _ = repl.Close(context.Background()) }()
+	if w.stale.Load() {
+		if err := w.dropStaleSlot(ctx, repl); err != nil {
+			return false, err
+		}
+	}
 	slot, err := w.ensureSlot(ctx, repl)
 	if err != nil {
 		return false, err
@@ -206,7 +211,11 @@ func (w *Relay) streamOnce(ctx context.Context) (streamed bool, err error) {
 	if ctx.Err() != nil {
 		return true, nil
 	}
-	return true, causeOr(context.Cause(sessCtx), errors.New("stream ended"))
+	err = causeOr(context.Cause(sessCtx), errors.New("stream ended"))
+	if w.predatesPublication(ctx, err) {
+		w.stale.Store(true)
+	}
+	return true, err
 }
 
 // handedOver starts a session's view of the aggregates (session.last):

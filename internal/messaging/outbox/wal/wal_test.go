@@ -472,3 +472,51 @@ func TestWALFailedWriteBackEndsTheSession(t *testing.T) {
 	}
 	testenv.WaitFor(t, 60*time.Second, "the rows streamed again to be PUBLISHED", b.AllPublished(15))
 }
+
+// A slot made before the publication existed, as Patroni makes a
+// permanent slot as soon as the database exists, before the migrations
+// run: pgoutput cannot decode what was committed before the publication
+// ("publication ... does not exist"), so the slot can never be streamed.
+// The relay drops it and makes it again, publishing first the PENDING rows
+// written before: nothing is lost, nothing waits for the sweep.
+func TestWALSlotOlderThanThePublication(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	logs := &lockedBuffer{}
+	b.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	const sweepAfter = 3 * time.Minute // far beyond the waits below
+	b.Mode.NewRelay = func(b *outboxtest.Bundle, cfg outbox.Config, deps messaging.Deps) (outboxtest.Relay, error) {
+		wc := testWALConfig(b)
+		wc.SweepAfter = sweepAfter
+		return wal.NewRelay(cfg, wc, deps)
+	}
+	b.BindQueue("observer", "#")
+	dropSlot(t, b.Pool, b.Slot)
+	if _, err := b.Pool.Exec(b.Ctx, "DROP PUBLICATION orders_outbox"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pool.Exec(b.Ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", b.Slot); err != nil {
+		t.Fatal(err)
+	}
+	before := b.Enqueue(10, messaging.Cause{}) // committed after the slot, before the publication
+	if _, err := b.Pool.Exec(b.Ctx, "CREATE PUBLICATION orders_outbox FOR TABLE message_outbox WITH (publish = 'insert')"); err != nil {
+		t.Fatal(err)
+	}
+
+	started := time.Now()
+	r := b.StartRelay(outboxtest.Config(), b.AMQPURL, nil)
+	testenv.WaitFor(t, 30*time.Second, "the relay to make the slot again", func() bool { return b.Counter("relay.wal.slot.missing") == 1 })
+	testenv.WaitFor(t, 30*time.Second, "the relay to stream", func() bool { return streaming(r) })
+	after := b.Enqueue(10, messaging.Cause{})
+	b.ReceiveEach("observer", append(slices.Clone(before), after...), time.Minute)
+	if took := time.Since(started); took > sweepAfter/3 {
+		t.Fatalf("the rows took %s to go out; want well under RELAY_WAL_SWEEP_AFTER (%s)", took, sweepAfter)
+	}
+	testenv.WaitFor(t, 10*time.Second, "every row to be PUBLISHED", b.AllPublished(len(before)+len(after)))
+	if !strings.Contains(logs.String(), "replication slot older than the publication") {
+		t.Errorf("the relay's log does not say it dropped the slot older than the publication:\n%s", logs.String())
+	}
+	if n, rows := b.Counter("relay.wal.slot.missing"), b.Counter("relay.wal.slot.missing.rows"); n != 1 || rows != int64(len(before)) {
+		t.Errorf("relay.wal.slot.missing = %d with %d rows; want 1 with the %d rows written before the publication", n, rows, len(before))
+	}
+}
