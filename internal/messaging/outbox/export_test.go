@@ -24,7 +24,7 @@ type (
 
 // ClaimRows is claimRows of the whole outbox.
 func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration) ([]Row, error) {
-	return claimRows(ctx, db, claimer, limit, lease, claimScope{})
+	return claimRows(ctx, db, newClaimToken(claimer), limit, lease, claimScope{})
 }
 
 // Mark is markRows.

@@ -1,6 +1,8 @@
 package outbox_test
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,5 +50,49 @@ func TestVanishedRelaysRowsComeBackAfterTheLease(t *testing.T) {
 	}
 	if got := b.Counter("outbox.lease.recovered"); got != 4 {
 		t.Fatalf("outbox.lease.recovered = %d", got)
+	}
+}
+
+// A claim whose answer is lost after it committed (the connection cut
+// during its COMMIT, as when the primary dies or is switched over) leaves
+// its rows PUBLISHING under a claim the relay never saw. The relay gives
+// them back with its next claim, and publishes them at once, not when
+// their lease ends, with the attempt the lost claim counted given back.
+func TestAClaimWhoseAnswerIsLostIsGivenBack(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.BindQueue("observer", "#")
+	ids := b.Enqueue(20, messaging.Cause{})
+	cfg := outboxtest.Config()
+	cfg.Lease = 2 * time.Minute // far beyond the wait below
+	var lost atomic.Int32
+	started := time.Now()
+	b.StartRelay(cfg, b.AMQPURL, outboxtest.AfterClaim(func(rows int) error {
+		if lost.Add(1) == 1 {
+			return errors.New("connection cut during the claim's COMMIT")
+		}
+		return nil
+	}))
+
+	got := b.Receive("observer", len(ids), 30*time.Second, 0)
+	seen := map[string]bool{}
+	for _, d := range got {
+		seen[d.MessageId] = true
+	}
+	for _, id := range ids {
+		if !seen[id.String()] {
+			t.Fatalf("message %s not published within 30s (its lease: %s)", id, cfg.Lease)
+		}
+	}
+	if took := time.Since(started); took > cfg.Lease/4 {
+		t.Fatalf("the rows of the lost claim took %s to go out: they waited for their lease", took)
+	}
+	if lost.Load() < 2 {
+		t.Fatalf("%d claims took rows: the first one's answer was to be lost", lost.Load())
+	}
+	testenv.WaitFor(t, 5*time.Second, "every row to be PUBLISHED", b.AllPublished(len(ids)))
+	var attempts int
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("attempt_count at most %d (%v), want 1: the lost claim's attempt is given back", attempts, err)
 	}
 }

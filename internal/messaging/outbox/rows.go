@@ -38,13 +38,12 @@ type claimScope struct {
 
 // claimRows leases up to limit due PENDING rows within scope to claimer
 // for lease, oldest first, skipping rows other relays hold, and returns
-// them oldest first. Each call is a claim of its own: claimed_by is
-// claimer followed by a token no other claim has. Whatever the scope, a
+// them oldest first. Each call is a claim of its own: claimed_by is its
+// token (newClaimToken), which no other claim has. Whatever the scope, a
 // row is claimed only when no earlier row of its aggregate is unpublished:
 // the messages of one aggregate go out one at a time, in order. A row that
 // is not marked before its lease ends is recovered by recoverExpiredClaims.
-func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, scope claimScope) ([]Row, error) {
-	token := claimer + "/" + claimSuffix()
+func claimRows(ctx context.Context, db database.DBTX, token string, limit int, lease time.Duration, scope claimScope) ([]Row, error) {
 	held := append([]string{}, scope.held...) // never NULL: <> ALL (NULL) matches no row
 	var before *time.Time
 	if scope.sweep {
@@ -98,11 +97,23 @@ func claimRows(ctx context.Context, db database.DBTX, claimer string, limit int,
 	return out, nil
 }
 
-// claimSuffix makes claim tokens unique: 8 random bytes, hex.
-func claimSuffix() string {
+// newClaimToken is the token of a claim of claimer: its id, and 8 random
+// bytes in hex that make the token unique.
+func newClaimToken(claimer string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return claimer + "/" + hex.EncodeToString(b[:])
+}
+
+// giveBackClaims makes the rows of the claims of tokens, those whose
+// outcome the relay does not know, PENDING again, the attempt given back,
+// and says how many there were (GiveBackOutboxClaims).
+func giveBackClaims(ctx context.Context, db database.DBTX, tokens []string) (int64, error) {
+	n, err := queries.GiveBackOutboxClaims(ctx, db, tokens)
+	if err != nil {
+		return 0, fmt.Errorf("give back claims of unknown outcome: %w", database.Translate(err))
+	}
+	return n, nil
 }
 
 // markRows writes the outcomes of a batch of claimed rows in one

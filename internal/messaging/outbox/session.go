@@ -128,6 +128,10 @@ func (s *session) watchReaders(ctx context.Context, conn *amqp.Connection) {
 	}
 }
 
+// maxUncertainClaims bounds the claims of unknown outcome a relay
+// remembers: a failure a second for minutes.
+const maxUncertainClaims = 512
+
 // claimLoop is step 1: it claims due rows while the window has room, until
 // ctx ends, and hands each batch to the publish step. It never waits for a
 // confirm.
@@ -136,6 +140,12 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 	r := s.relay
 	size := int64(r.cfg.BatchSize)
 	dbFailures := 0
+	// uncertain are the tokens of the claims that failed: a claim whose
+	// answer was lost (the connection cut during its COMMIT, as when the
+	// primary dies or is switched over) may have taken rows all the same,
+	// PUBLISHING unseen until their lease ends. The next claim gives them
+	// back first, in the same round trip (giveBackClaims).
+	var uncertain []string
 	for {
 		// While the broker blocks publishers, claim nothing: the rows would
 		// spend attempts waiting for confirms that cannot come.
@@ -151,12 +161,35 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			// rows would wait for their lease (RELAY_LEASE) unseen. It runs
 			// to its end (DBTimeout at most), and what it claimed goes on to
 			// the publish step, which hands it back unpublished.
+			token := newClaimToken(r.cfg.ID)
+			var givenBack int64
 			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
 			err = database.RunStatement(claimCtx, r.pool, func(ctx context.Context, db database.DBTX) (err error) {
-				rows, err = claimRows(ctx, db, r.cfg.ID, r.cfg.BatchSize, r.cfg.Lease, scope)
+				if givenBack = 0; len(uncertain) > 0 {
+					if givenBack, err = giveBackClaims(ctx, db, uncertain); err != nil {
+						return err
+					}
+				}
+				rows, err = claimRows(ctx, db, token, r.cfg.BatchSize, r.cfg.Lease, scope)
 				return err
 			})
 			cancel()
+			if err == nil && len(rows) > 0 && r.cfg.Faults != nil {
+				if err = r.cfg.Faults.AfterClaim(len(rows)); err != nil {
+					rows = nil
+				}
+			}
+			if err != nil {
+				uncertain = append(uncertain, token)
+				if len(uncertain) > maxUncertainClaims { // the oldest wait for their lease
+					uncertain = uncertain[len(uncertain)-maxUncertainClaims:]
+				}
+			} else {
+				if givenBack > 0 {
+					r.log.WarnContext(ctx, "gave back the rows of claims whose answer was lost", slog.Int64("rows", givenBack), slog.Int("claims", len(uncertain)))
+				}
+				uncertain = nil
+			}
 		}
 		if err != nil {
 			s.pub.Release(size)

@@ -268,6 +268,28 @@ func (q *Queries) EnsurePartitions(ctx context.Context, db DBTX, lastPartition i
 	return err
 }
 
+const giveBackOutboxClaims = `-- name: GiveBackOutboxClaims :execrows
+UPDATE message_outbox
+SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_attempt_at = now(),
+    claimed_by = NULL, claimed_until = NULL, updated_at = now()
+WHERE status = 'PUBLISHING' AND claimed_by = ANY($1::text[])
+`
+
+// Claims whose outcome the relay does not know: the claim's answer was
+// lost (the connection broke, the primary died or was switched over), its
+// COMMIT perhaps done. Their rows, if they took any, are PENDING again at
+// once, the attempt given back, instead of PUBLISHING unseen until the
+// lease runs out (RecoverExpiredOutboxClaims). A claim that took nothing
+// changes nothing; the relay never saw the rows of these claims, so no
+// publish of them is under way.
+func (q *Queries) GiveBackOutboxClaims(ctx context.Context, db DBTX, tokens []string) (int64, error) {
+	result, err := db.Exec(ctx, giveBackOutboxClaims, tokens)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const insertOutboxMessages = `-- name: InsertOutboxMessages :exec
 INSERT INTO message_outbox (
     outbox_id, aggregate_type, aggregate_id, message_type, message_version,

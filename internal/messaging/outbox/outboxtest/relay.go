@@ -779,3 +779,15 @@ type BeforeMark func([]pipeline.Claim) error
 
 // BeforeMark calls f.
 func (f BeforeMark) BeforeMark(published []pipeline.Claim) error { return f(published) }
+
+// AfterClaim does nothing.
+func (BeforeMark) AfterClaim(int) error { return nil }
+
+// AfterClaim is a pipeline.Faults whose AfterClaim calls the function.
+type AfterClaim func(rows int) error
+
+// BeforeMark does nothing.
+func (AfterClaim) BeforeMark([]pipeline.Claim) error { return nil }
+
+// AfterClaim calls f.
+func (f AfterClaim) AfterClaim(rows int) error { return f(rows) }

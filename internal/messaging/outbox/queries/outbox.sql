@@ -232,6 +232,19 @@ SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_att
 WHERE status = 'PUBLISHING' AND claimed_until < now()
 RETURNING outbox_id;
 
+-- name: GiveBackOutboxClaims :execrows
+-- Claims whose outcome the relay does not know: the claim's answer was
+-- lost (the connection broke, the primary died or was switched over), its
+-- COMMIT perhaps done. Their rows, if they took any, are PENDING again at
+-- once, the attempt given back, instead of PUBLISHING unseen until the
+-- lease runs out (RecoverExpiredOutboxClaims). A claim that took nothing
+-- changes nothing; the relay never saw the rows of these claims, so no
+-- publish of them is under way.
+UPDATE message_outbox
+SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_attempt_at = now(),
+    claimed_by = NULL, claimed_until = NULL, updated_at = now()
+WHERE status = 'PUBLISHING' AND claimed_by = ANY(@tokens::text[]);
+
 -- name: CreateTimePartitions :one
 -- Makes the time partitions of message_outbox ahead (00009), and returns
 -- where the last one ends.

@@ -90,6 +90,11 @@ type Faults interface {
 	// right there, as a crash would: the rows stay PUBLISHING until their
 	// lease ends, and are published again.
 	BeforeMark(published []Claim) error
+	// AfterClaim runs once a claim that took rows has committed, before
+	// the rows go on. An error drops the claim's answer, as a connection
+	// cut during its COMMIT does (the primary died or was switched over):
+	// the rows are PUBLISHING under a claim the relay never saw.
+	AfterClaim(rows int) error
 }
 
 // Settings are the relay's settings the pipeline uses (outbox.Config says
