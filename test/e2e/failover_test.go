@@ -100,8 +100,9 @@ func failoverCampaign(t *testing.T, mode failover.Mode) {
 	t.Logf("messages the broker carried %d (outbox rows %d); lost orders %d, ghosts %d, messages without an outbox row %d, messages never received %d, applied twice %d, unpublished %d",
 		r.Carried, r.Rows, r.Lost, r.Ghosts, r.Rowless, r.NeverReceived, r.AppliedTwice, r.Unpublished)
 	if l := r.Latest; l.Lateness > maxLateness {
-		t.Errorf("message %s (%s), its outbox row written at %s, first published at %s: %.1fs later, more than %s",
-			l.ID, l.Type, l.Created.Format("15:04:05.000"), l.Publish.Format("15:04:05.000"), l.Lateness.Seconds(), maxLateness)
+		t.Errorf("message %s (%s), its outbox row written at %s, first published at %s: %.1fs later, more than %s; the relay's log then:\n%s",
+			l.ID, l.Type, l.Created.Format("15:04:05.000"), l.Publish.Format("15:04:05.000"), l.Lateness.Seconds(), maxLateness,
+			logBetween(s.output("relay"), l.Created.Add(-time.Second), l.Publish.Add(time.Second)))
 	} else {
 		t.Logf("the latest message: %.1fs from its outbox row to its publish", l.Lateness.Seconds())
 	}
@@ -135,4 +136,19 @@ func logSummary(out string) string {
 		parts = append(parts, fmt.Sprintf("%s x%d", k, counts[k]))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// logBetween is the lines of a process's JSON log whose time is from
+// from to to: what it said while a message waited.
+func logBetween(out string, from, to time.Time) string {
+	var b strings.Builder
+	for line := range strings.Lines(out) {
+		var entry struct {
+			Time time.Time `json:"time"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && !entry.Time.Before(from) && !entry.Time.After(to) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }

@@ -51,6 +51,13 @@ type Relay struct {
 	// known yet), heldPartitions how many past retention wait for their
 	// rows (timepartition.go).
 	horizon, heldPartitions atomic.Int64
+	// uncertain are the tokens of the claims that failed, kept across
+	// sessions: a claim whose answer was lost may have taken rows all the
+	// same (claimLoop).
+	uncertain struct {
+		sync.Mutex
+		tokens []string
+	}
 }
 
 // NewRelay returns a relay; Run starts it.

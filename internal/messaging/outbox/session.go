@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -132,6 +133,32 @@ func (s *session) watchReaders(ctx context.Context, conn *amqp.Connection) {
 // remembers: a failure a second for minutes.
 const maxUncertainClaims = 512
 
+// uncertainClaims are the tokens of the claims whose outcome is unknown,
+// oldest first.
+func (r *Relay) uncertainClaims() []string {
+	r.uncertain.Lock()
+	defer r.uncertain.Unlock()
+	return slices.Clone(r.uncertain.tokens)
+}
+
+// claimUncertain remembers the token of a claim that failed; the oldest
+// beyond maxUncertainClaims are forgotten (their lease brings them back).
+func (r *Relay) claimUncertain(token string) {
+	r.uncertain.Lock()
+	defer r.uncertain.Unlock()
+	r.uncertain.tokens = append(r.uncertain.tokens, token)
+	if n := len(r.uncertain.tokens); n > maxUncertainClaims {
+		r.uncertain.tokens = r.uncertain.tokens[n-maxUncertainClaims:]
+	}
+}
+
+// claimsSettled forgets the n oldest tokens: given back.
+func (r *Relay) claimsSettled(n int) {
+	r.uncertain.Lock()
+	defer r.uncertain.Unlock()
+	r.uncertain.tokens = r.uncertain.tokens[min(n, len(r.uncertain.tokens)):]
+}
+
 // claimLoop is step 1: it claims due rows while the window has room, until
 // ctx ends, and hands each batch to the publish step. It never waits for a
 // confirm.
@@ -140,12 +167,6 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 	r := s.relay
 	size := int64(r.cfg.BatchSize)
 	dbFailures := 0
-	// uncertain are the tokens of the claims that failed: a claim whose
-	// answer was lost (the connection cut during its COMMIT, as when the
-	// primary dies or is switched over) may have taken rows all the same,
-	// PUBLISHING unseen until their lease ends. The next claim gives them
-	// back first, in the same round trip (giveBackClaims).
-	var uncertain []string
 	for {
 		// While the broker blocks publishers, claim nothing: the rows would
 		// spend attempts waiting for confirms that cannot come.
@@ -161,7 +182,13 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			// rows would wait for their lease (RELAY_LEASE) unseen. It runs
 			// to its end (DBTimeout at most), and what it claimed goes on to
 			// the publish step, which hands it back unpublished.
+			// A claim whose answer is lost (the connection cut during its
+			// COMMIT, as when the primary dies or is switched over) may
+			// have taken rows all the same, PUBLISHING unseen until their
+			// lease ends: the next claim gives them back first, in the same
+			// round trip (giveBackClaims).
 			token := newClaimToken(r.cfg.ID)
+			uncertain := r.uncertainClaims()
 			var givenBack int64
 			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
 			err = database.RunStatement(claimCtx, r.pool, func(ctx context.Context, db database.DBTX) (err error) {
@@ -180,15 +207,12 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 				}
 			}
 			if err != nil {
-				uncertain = append(uncertain, token)
-				if len(uncertain) > maxUncertainClaims { // the oldest wait for their lease
-					uncertain = uncertain[len(uncertain)-maxUncertainClaims:]
-				}
+				r.claimUncertain(token)
 			} else {
 				if givenBack > 0 {
 					r.log.WarnContext(ctx, "gave back the rows of claims whose answer was lost", slog.Int64("rows", givenBack), slog.Int("claims", len(uncertain)))
 				}
-				uncertain = nil
+				r.claimsSettled(len(uncertain))
 			}
 		}
 		if err != nil {
