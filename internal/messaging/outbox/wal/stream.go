@@ -751,6 +751,12 @@ func (s *session) writeLoop(ctx context.Context, outcomes <-chan outcome) error 
 
 // writeBack records a batch's outcomes as the polling relay does
 // (the pipeline's Record) and writes them in one statement (markStreamed).
+// Unlike the polling relay's marks, it does not wait out a database that
+// is unavailable: the session ends at the first such failure, and the
+// slot streams again what was not written back. A session that held on
+// would hold the server too: a primary shutting down (a switchover) waits
+// for its logical walsenders' clients to confirm the end of the log,
+// which this session confirms only once written back.
 func (w *Relay) writeBack(ctx context.Context, batch []outcome) error {
 	var outcomes []pipeline.Outcome
 	for _, o := range batch {
@@ -761,12 +767,17 @@ func (w *Relay) writeBack(ctx context.Context, batch []outcome) error {
 	if len(outcomes) == 0 {
 		return nil
 	}
+	ctx, giveUp := context.WithCancelCause(ctx)
+	defer giveUp(nil)
 	_, err := w.sweep.Pipeline().Record(ctx, outcomes, func(ctx context.Context, m pipeline.Marks) (pipeline.Marked, error) {
 		var marked pipeline.Marked
 		err := database.RunStatement(ctx, w.pool, func(ctx context.Context, db database.DBTX) (err error) {
 			marked, err = markStreamed(ctx, db, m, w.cfg.MaxAttempts)
 			return err
 		})
+		if database.IsUnavailable(err) {
+			giveUp(err) // no retry
+		}
 		return marked, err
 	})
 	if err != nil {

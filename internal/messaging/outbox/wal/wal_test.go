@@ -520,3 +520,48 @@ func TestWALSlotOlderThanThePublication(t *testing.T) {
 		t.Errorf("relay.wal.slot.missing = %d with %d rows; want 1 with the %d rows written before the publication", n, rows, len(before))
 	}
 }
+
+// A write-back the database refuses as unavailable (here "shutting
+// down", as a primary does during a switchover) ends the session at
+// once, without the retries that wait out an outage: the primary waits,
+// to shut down, for the session to confirm the end of the log, which it
+// does only once written back. The rows are streamed again.
+func TestWALWriteBackToAnUnavailableDatabaseEndsTheSessionAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.BindQueue("observer", "#")
+	if _, err := b.Pool.Exec(b.Ctx, `CREATE TABLE refuse_marks (on_ boolean NOT NULL);
+		INSERT INTO refuse_marks VALUES (false);
+		CREATE FUNCTION refuse_marks() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.status = 'PUBLISHED' AND (SELECT on_ FROM refuse_marks) THEN
+				RAISE EXCEPTION 'the database system is shutting down' USING ERRCODE = '57P03';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_marks BEFORE UPDATE ON message_outbox FOR EACH ROW EXECUTE FUNCTION refuse_marks()`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := outboxtest.Config()
+	cfg.Lease = 2 * time.Minute // an outage the polling relay's marks would wait out
+	r := b.StartRelay(cfg, b.AMQPURL, nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to stream", func() bool { return streaming(r) })
+	b.Enqueue(5, messaging.Cause{})
+	b.Receive("observer", 5, 20*time.Second, 0)
+	testenv.WaitFor(t, 10*time.Second, "the first rows to be PUBLISHED", b.AllPublished(5))
+
+	if _, err := b.Pool.Exec(b.Ctx, "UPDATE refuse_marks SET on_ = true"); err != nil {
+		t.Fatal(err)
+	}
+	later := b.Enqueue(10, messaging.Cause{})
+	b.ReceiveEach("observer", later, 20*time.Second)
+	refused := time.Now()
+	testenv.WaitFor(t, 30*time.Second, "the session to end", func() bool { return !streaming(r) })
+	if took := time.Since(refused); took > 10*time.Second {
+		t.Fatalf("the session ended %s after the write-back was refused as unavailable; want at once", took)
+	}
+	if _, err := b.Pool.Exec(b.Ctx, "UPDATE refuse_marks SET on_ = false"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 60*time.Second, "the rows streamed again to be PUBLISHED", b.AllPublished(15))
+}
