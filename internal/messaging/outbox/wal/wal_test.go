@@ -499,7 +499,7 @@ func TestWALSlotOlderThanThePublication(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := b.Enqueue(10, messaging.Cause{}) // committed after the slot, before the publication
-	if _, err := b.Pool.Exec(b.Ctx, "CREATE PUBLICATION orders_outbox FOR TABLE message_outbox WITH (publish = 'insert')"); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, "CREATE PUBLICATION orders_outbox FOR TABLE message_outbox WITH (publish = 'insert', publish_via_partition_root = true)"); err != nil {
 		t.Fatal(err)
 	}
 
