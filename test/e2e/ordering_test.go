@@ -31,7 +31,7 @@ import (
 func TestOrdersKeepTheirOrderAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.env = append(s.env, "MESSAGE_PARTITIONS=8", "RELAY_LEASE=3s", "RELAY_CONFIRM_TIMEOUT=1s")
+	s.env = append(s.env, "MESSAGE_PARTITIONS=8", "RELAY_LEASE=3s", "RELAY_CONFIRM_TIMEOUT=1s", oneMessagePerTransaction)
 	s.startAPI()
 	for i := 1; i <= 3; i++ {
 		s.startConsumer(fmt.Sprint("consumer-", i))
@@ -95,6 +95,14 @@ func TestOrdersKeepTheirOrderAcrossReplicas(t *testing.T) {
 	checkEachOrderInOrder(t, conn, ids)
 }
 
+// oneMessagePerTransaction is the consumers' setting under
+// checkEachOrderInOrder: an inbox row's processed_at is its transaction's
+// time, the same for every message of a batch, so the database tells the
+// order in which a consumer applied an order's messages only when each
+// went in a transaction of its own. (The order within a batch is the
+// worker's, tested in the inbox package.)
+const oneMessagePerTransaction = "CONSUMER_BATCH_SIZE=1"
+
 // checkEachOrderInOrder checks, from the database, that every consumer
 // applied each order's messages of the types it reads once each, in the
 // order they were written; that each order's history is one chain of
@@ -121,12 +129,18 @@ func checkEachOrderInOrder(t *testing.T, conn *pgx.Conn, ids []string) {
 			var applied []string
 			testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("%s to process the messages of order %s", c.Name(), id), func() bool {
 				applied = nil
-				for _, r := range rowsOf(t, conn, `SELECT message_id, status FROM message_inbox WHERE consumer_name = $1 AND aggregate_id = $2
-					ORDER BY processed_at, first_received_at`, c.Name(), id) {
+				var at []string
+				for _, r := range rowsOf(t, conn, `SELECT message_id, status, coalesce(processed_at::text, '') FROM message_inbox
+					WHERE consumer_name = $1 AND aggregate_id = $2 ORDER BY processed_at, first_received_at`, c.Name(), id) {
 					if r[1] != "PROCESSED" {
 						return false
 					}
 					applied = append(applied, r[0])
+					at = append(at, r[2])
+				}
+				if len(at) != len(slices.Compact(slices.Clone(at))) {
+					t.Fatalf("%s applied two messages of order %s in one transaction (%v at %v): run the consumers with %s",
+						c.Name(), id, applied, at, oneMessagePerTransaction)
 				}
 				return len(applied) == len(want)
 			})
