@@ -70,6 +70,9 @@ type Config struct {
 	User string `env:"ORDERCTL_USER"`
 	// RetryDelays are order-consumer's, to find its retry queues.
 	RetryDelays []time.Duration `env:"CONSUMER_RETRY_DELAYS" envDefault:"1s,5s,30s,2m" envSeparator:","`
+	// Partitions are order-consumer's (MESSAGE_PARTITIONS), to find its
+	// work queues: one per partition, and then no retry queues.
+	config.Partitions
 	// The retention windows of `orderctl retention` are the services' own
 	// (0: keep forever).
 	OutboxRetention   time.Duration `env:"RELAY_RETENTION" envDefault:"168h"`
@@ -84,7 +87,7 @@ type Config struct {
 
 // Validate checks every setting and reports all the bad ones.
 func (c *Config) Validate() error {
-	errs := []error{c.Database.Validate(), c.Log.Validate(), config.Positive("IDEMPOTENCY_KEY_TTL", c.IdempotencyKeyTTL),
+	errs := []error{c.Database.Validate(), c.Log.Validate(), c.Partitions.Validate(), config.Positive("IDEMPOTENCY_KEY_TTL", c.IdempotencyKeyTTL),
 		config.Named("AMQP_URL", messaging.CheckURL(c.AMQPURL))}
 	for _, d := range c.RetryDelays {
 		errs = append(errs, config.Positive("CONSUMER_RETRY_DELAYS", d))

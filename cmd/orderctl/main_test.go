@@ -52,8 +52,9 @@ type ctlEnv struct {
 func newCtl(t *testing.T, dbURL, amqpURL string) *ctlEnv {
 	return &ctlEnv{t: t, environ: map[string]string{
 		"DATABASE_URL": testenv.AsRole(dbURL, migrations.RoleOperator), "AMQP_URL": amqpURL, "ORDERCTL_USER": "tester",
-		// inboxtest's consumers retry after these delays.
-		"CONSUMER_RETRY_DELAYS": "50ms,100ms", "LOG_LEVEL": "error",
+		// inboxtest's consumers retry after these delays, from one work
+		// queue each (no partitions).
+		"CONSUMER_RETRY_DELAYS": "50ms,100ms", "MESSAGE_PARTITIONS": "0", "LOG_LEVEL": "error",
 	}}
 }
 
@@ -701,5 +702,47 @@ func TestStatusShowsTablesAndHorizon(t *testing.T) {
 	}
 	if out := ctl.ok("status"); !strings.Contains(out, "session held-by-test (pid ") || !strings.Contains(out, "message_inbox") {
 		t.Errorf("status:\n%s", out)
+	}
+}
+
+// status reads the queues order-consumer declares with the same
+// MESSAGE_PARTITIONS: a work queue per partition and no retry queues
+// (a partition's consumer retries in place), not the one work queue and
+// retry queues of MESSAGE_PARTITIONS=0, which would all read absent.
+func TestStatusFindsThePartitionQueues(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t, migrations.Schemas...)
+	vhost := testenv.NewVhost(t)
+	conn, err := amqp.Dial(vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	topology := inbox.Topology{Consumer: fulfillment.Name, Exchange: domain.EventsExchange, DeliveryLimit: 5, Partitions: 2}
+	if err := topology.Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	ctl := newCtl(t, db.URL, vhost)
+	ctl.environ["MESSAGE_PARTITIONS"] = "2"
+
+	var status StatusReport
+	ctl.json(&status, "status")
+	var got []string
+	for _, q := range status.Queues {
+		if q.Consumer != fulfillment.Name {
+			continue
+		}
+		if q.Missing {
+			t.Errorf("status: %s (%s) absent", q.Queue, q.Kind)
+		}
+		got = append(got, q.Kind+" "+q.Queue)
+	}
+	want := []string{"work orders.fulfillment.p0", "work orders.fulfillment.p1", "parking lot orders.fulfillment.dlq"}
+	if !slices.Equal(got, want) || status.QueueNote != "" {
+		t.Errorf("status: fulfillment's queues %q (note %q), want %q", got, status.QueueNote, want)
 	}
 }

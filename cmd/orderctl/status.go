@@ -264,8 +264,11 @@ func (r *StatusReport) stuck(ctx context.Context, c *ctl) error {
 	return nil
 }
 
-// queues reads the depth of every consumer's queues. A passive declare of
-// a queue that does not exist closes its channel, so each has its own.
+// queues reads the depth of every consumer's queues, as order-consumer
+// declares them with the same MESSAGE_PARTITIONS and CONSUMER_RETRY_DELAYS:
+// a work queue per partition (a consumer retries in place there), else
+// one work queue and its retry queues. A passive declare of a queue that
+// does not exist closes its channel, so each has its own.
 func (r *StatusReport) queues(ctx context.Context, c *ctl) error {
 	conn, err := messaging.Dial(ctx, c.cfg.AMQPURL, "orderctl status")
 	if err != nil {
@@ -273,12 +276,17 @@ func (r *StatusReport) queues(ctx context.Context, c *ctl) error {
 	}
 	defer func() { _ = conn.Close() }()
 	for _, name := range consumer.Names() {
-		queue := inbox.QueueName(name)
-		all := []QueueDepth{{Consumer: name, Queue: queue, Kind: "work"}}
-		for _, d := range c.cfg.RetryDelays {
-			all = append(all, QueueDepth{Consumer: name, Queue: inbox.Topology{Consumer: name}.RetryQueue(d), Kind: "retry"})
+		t := inbox.Topology{Consumer: name, Partitions: c.cfg.MessagePartitions}
+		var all []QueueDepth
+		for _, q := range t.WorkQueues() {
+			all = append(all, QueueDepth{Consumer: name, Queue: q, Kind: "work"})
 		}
-		all = append(all, QueueDepth{Consumer: name, Queue: inbox.ParkingLotName(queue), Kind: "parking lot"})
+		if t.Partitions == 0 {
+			for _, d := range c.cfg.RetryDelays {
+				all = append(all, QueueDepth{Consumer: name, Queue: t.RetryQueue(d), Kind: "retry"})
+			}
+		}
+		all = append(all, QueueDepth{Consumer: name, Queue: inbox.ParkingLotName(t.Queue()), Kind: "parking lot"})
 		for _, q := range all {
 			ch, err := conn.Channel()
 			if err != nil {
