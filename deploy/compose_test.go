@@ -161,6 +161,13 @@ func TestComposeGrafanaHasNoAnonymousAdmin(t *testing.T) {
 	checkStacks(t, grafanaAnonymousRole)
 }
 
+// The relays, the consumers and orderctl agree on the partitions, in every
+// stack.
+func TestComposePartitionsAgree(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, partitionProblems)
+}
+
 // The fault endpoint is off in the stack, and on in the demo, where the
 // walkthrough reaches it inside the compose network.
 func TestComposeFaultEndpointOnlyInTheDemo(t *testing.T) {
@@ -723,6 +730,39 @@ func envValue(svc types.ServiceConfig, name string) string {
 	return ""
 }
 
+// partitionReaders are the binaries that must agree on MESSAGE_PARTITIONS:
+// the relays spread the messages over the partitions, each consumer
+// declares a work queue per partition, and `orderctl status` reads those
+// queues (with another count, it reports them absent).
+var partitionReaders = []string{"outbox-relay", "order-consumer", "orderctl"}
+
+// partitionProblems checks that every service of partitionReaders sets
+// MESSAGE_PARTITIONS, all to the same value: a service that leaves it out
+// runs with its binary's default, which a change of the others' leaves
+// behind.
+func partitionProblems(p *types.Project) []string {
+	var problems []string
+	byValue := map[string][]string{}
+	for _, svc := range servicesWhere(p, func(svc types.ServiceConfig) bool {
+		return slices.Contains(partitionReaders, entrypointBinary(svc))
+	}) {
+		if svc.Environment["MESSAGE_PARTITIONS"] == nil {
+			problems = append(problems, fmt.Sprintf("service %s (%s) does not set MESSAGE_PARTITIONS", svc.Name, entrypointBinary(svc)))
+			continue
+		}
+		v := envValue(svc, "MESSAGE_PARTITIONS")
+		byValue[v] = append(byValue[v], svc.Name)
+	}
+	if len(byValue) > 1 {
+		var sets []string
+		for _, v := range slices.Sorted(maps.Keys(byValue)) {
+			sets = append(sets, fmt.Sprintf("%q: %s", v, strings.Join(byValue[v], ", ")))
+		}
+		problems = append(problems, "MESSAGE_PARTITIONS differs between services: "+strings.Join(sets, "; "))
+	}
+	return problems
+}
+
 // faultsOn tells whether a service turns on the consumer's fault endpoint.
 func faultsOn(svc types.ServiceConfig) bool {
 	on, _ := strconv.ParseBool(envValue(svc, "CONSUMER_FAULTS_ENDPOINT"))
@@ -1041,6 +1081,11 @@ func TestComposeChecks(t *testing.T) {
 		{name: "server without healthcheck", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"relay": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/outbox-relay]"}), files: stackFiles, want: []string{"service relay has no healthcheck"}},
 		{name: "healthcheck of another binary", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"consumer": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-consumer]\n    healthcheck: {test: [CMD, /usr/local/bin/order-api, healthcheck]}"}), files: stackFiles, want: []string{"does not ask order-consumer"}},
 		{name: "one-shot needs no healthcheck", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"tool": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]\n    restart: \"no\""}), files: stackFiles},
+
+		// 0. the partitions, the same on every service that reads them
+		{name: "partitions agree", check: partitionProblems, doc: "services:\n  relay:\n    image: a:1\n    entrypoint: [/usr/local/bin/outbox-relay]\n    environment: {MESSAGE_PARTITIONS: \"4\"}\n  ctl:\n    image: a:1\n    entrypoint: [/usr/local/bin/orderctl]\n    environment: {MESSAGE_PARTITIONS: \"4\"}\n  api:\n    image: a:1\n    entrypoint: [/usr/local/bin/order-api]\n"},
+		{name: "orderctl without partitions", check: partitionProblems, doc: "services:\n  relay:\n    image: a:1\n    entrypoint: [/usr/local/bin/outbox-relay]\n    environment: {MESSAGE_PARTITIONS: \"4\"}\n  ctl:\n    image: a:1\n    entrypoint: [/usr/local/bin/orderctl]\n", want: []string{"service ctl (orderctl) does not set MESSAGE_PARTITIONS"}},
+		{name: "partitions differ", check: partitionProblems, doc: "services:\n  relay:\n    image: a:1\n    entrypoint: [/usr/local/bin/outbox-relay]\n    environment: {MESSAGE_PARTITIONS: \"4\"}\n  consumer:\n    image: a:1\n    entrypoint: [/usr/local/bin/order-consumer]\n    environment: {MESSAGE_PARTITIONS: \"8\"}\n", want: []string{`MESSAGE_PARTITIONS differs between services: "4": relay; "8": consumer`}},
 
 		// 1. images named by version
 		{name: "image without tag", check: unversionedImages, doc: "services:\n  db:\n    image: postgres\n", want: []string{`"postgres" has no tag`}},
