@@ -100,9 +100,13 @@ func failoverCampaign(t *testing.T, mode failover.Mode) {
 	t.Logf("messages the broker carried %d (outbox rows %d); lost orders %d, ghosts %d, messages without an outbox row %d, messages never received %d, applied twice %d, unpublished %d",
 		r.Carried, r.Rows, r.Lost, r.Ghosts, r.Rowless, r.NeverReceived, r.AppliedTwice, r.Unpublished)
 	if l := r.Latest; l.Lateness > maxLateness {
-		t.Errorf("message %s (%s), its outbox row written at %s, first published at %s: %.1fs later, more than %s; the relay's log then:\n%s",
+		var order strings.Builder
+		for _, m := range l.Order {
+			fmt.Fprintf(&order, "\t%s\n", m)
+		}
+		t.Errorf("message %s (%s), its outbox row written at %s, first published at %s: %.1fs later, more than %s; its order's messages:\n%sthe relay's log then:\n%s",
 			l.ID, l.Type, l.Created.Format("15:04:05.000"), l.Publish.Format("15:04:05.000"), l.Lateness.Seconds(), maxLateness,
-			logBetween(s.output("relay"), l.Created.Add(-time.Second), l.Publish.Add(time.Second)))
+			order.String(), logBetween(s.output("relay"), l.Created.Add(-time.Second), l.Publish.Add(time.Second)))
 	} else {
 		t.Logf("the latest message: %.1fs from its outbox row to its publish", l.Lateness.Seconds())
 	}

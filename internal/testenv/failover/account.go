@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -67,6 +68,26 @@ type Late struct {
 	ID, Type         string
 	Created, Publish time.Time
 	Lateness         time.Duration // Publish - Created
+	// Order is every message of its order: a message waits for the
+	// earlier ones of its aggregate to be published.
+	Order []OrderMessage
+}
+
+// OrderMessage is one message of an order, with its outbox row's
+// creation and every time the broker carried it.
+type OrderMessage struct {
+	ID, Type  string
+	Created   time.Time
+	Published []time.Time
+}
+
+// String says when the message's row was written and published.
+func (m OrderMessage) String() string {
+	times := make([]string, len(m.Published))
+	for i, at := range m.Published {
+		times[i] = at.Format(clock)
+	}
+	return fmt.Sprintf("%s (%s) written at %s, published at %v", m.ID, m.Type, m.Created.Format(clock), times)
 }
 
 // Account waits until the flow has settled (every order final, every
@@ -184,6 +205,7 @@ func Account(t testing.TB, dbURL string, orders []Order, seen []Tapped) *Result 
 	for _, m := range seen {
 		if m.ID == r.Latest.ID {
 			r.Latest.Type = m.Type
+			r.Latest.Order = orderMessages(m.OrderID, seen, r.rowCreated)
 			break
 		}
 	}
@@ -216,3 +238,28 @@ func Account(t testing.TB, dbURL string, orders []Order, seen []Tapped) *Result 
 
 // clock is how times are logged.
 const clock = "15:04:05.000"
+
+// orderMessages is every message of order the broker carried, in the
+// order of their rows' creation.
+func orderMessages(order string, seen []Tapped, rowCreated map[string]time.Time) []OrderMessage {
+	byID := map[string]*OrderMessage{}
+	var out []*OrderMessage
+	for _, m := range seen {
+		if m.OrderID != order {
+			continue
+		}
+		om := byID[m.ID]
+		if om == nil {
+			om = &OrderMessage{ID: m.ID, Type: m.Type, Created: rowCreated[m.ID]}
+			byID[m.ID] = om
+			out = append(out, om)
+		}
+		om.Published = append(om.Published, m.At)
+	}
+	slices.SortFunc(out, func(a, b *OrderMessage) int { return a.Created.Compare(b.Created) })
+	msgs := make([]OrderMessage, len(out))
+	for i, om := range out {
+		msgs[i] = *om
+	}
+	return msgs
+}
