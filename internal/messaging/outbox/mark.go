@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"time"
 
 	"github.com/yourorg/orders/internal/database"
 	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
@@ -15,14 +17,28 @@ import (
 // not at all, so its retries never repeat a change that took effect. If
 // the database stays away, the rows stay PUBLISHING and come back when
 // their lease ends: published again (a duplicate the inbox absorbs), never
-// lost.
+// lost. A mark commits asynchronously, so the relay remembers its claims
+// until their lease ends, and gives their rows back when its database
+// fails (claimsMarked): a primary that dies may take the last marks
+// along.
 func (r *Relay) mark(ctx context.Context, outcomes []pipeline.Outcome) error {
+	var tokens []string
+	for _, o := range outcomes {
+		if !slices.Contains(tokens, o.Row.ClaimToken) { // a batch is one claim, or a few
+			tokens = append(tokens, o.Row.ClaimToken)
+		}
+	}
 	marked, err := r.pipe.Record(ctx, outcomes, func(ctx context.Context, m pipeline.Marks) (pipeline.Marked, error) {
 		var marked pipeline.Marked
 		err := database.RunStatement(ctx, r.pool, func(ctx context.Context, db database.DBTX) (err error) {
 			marked, err = markRows(ctx, db, m, r.cfg.MaxAttempts)
 			return err
 		})
+		if err != nil {
+			r.databaseFailed()
+		} else {
+			r.claimsMarked(tokens, time.Now())
+		}
 		return marked, err
 	})
 	if ctx.Err() != nil {

@@ -51,12 +51,22 @@ type Relay struct {
 	// known yet), heldPartitions how many past retention wait for their
 	// rows (timepartition.go).
 	horizon, heldPartitions atomic.Int64
-	// uncertain are the tokens of the claims that failed, kept across
-	// sessions: a claim whose answer was lost may have taken rows all the
-	// same (claimLoop).
+	// uncertain are the tokens of the claims of unknown outcome, kept
+	// across sessions: a claim whose answer was lost may have taken rows
+	// all the same (claimLoop), a mark a failover lost leaves them
+	// PUBLISHING (claimsMarked).
 	uncertain struct {
 		sync.Mutex
 		tokens []string
+	}
+	// marked are the claims marked within the last lease, and failedAt
+	// when the relay last saw its database fail: a mark commits
+	// asynchronously, and a primary that dies may take it along
+	// (claimsMarked).
+	marked struct {
+		sync.Mutex
+		claims   []markedClaim
+		failedAt time.Time
 	}
 }
 

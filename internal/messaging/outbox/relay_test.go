@@ -2,12 +2,15 @@ package outbox_test
 
 import (
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/yourorg/orders/internal/messaging"
 	"github.com/yourorg/orders/internal/messaging/outbox"
+	"github.com/yourorg/orders/internal/messaging/outbox/internal/pipeline"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxtest"
 	"github.com/yourorg/orders/internal/testenv"
 )
@@ -95,4 +98,80 @@ func TestAClaimWhoseAnswerIsLostIsGivenBack(t *testing.T) {
 	if err := b.Pool.QueryRow(b.Ctx, "SELECT max(attempt_count) FROM message_outbox").Scan(&attempts); err != nil || attempts != 1 {
 		t.Fatalf("attempt_count at most %d (%v), want 1: the lost claim's attempt is given back", attempts, err)
 	}
+}
+
+// A mark a failover loses: the relay's marks commit asynchronously, and a
+// primary killed moments after one acknowledged it may not have sent it to
+// its standby, so the new primary has the rows PUBLISHING under the claim
+// that took them, as if no mark had come. Once the relay sees its database
+// fail, it gives the rows of the claims it marked within the lease back
+// with its next claim: they are published again at once, not when their
+// lease ends (with the later rows of their aggregates behind them).
+func TestAMarkAFailoverLosesIsGivenBack(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.BindQueue("observer", "#")
+	ids := b.Enqueue(5, messaging.Cause{})
+	cfg := outboxtest.Config()
+	cfg.Lease = 2 * time.Minute // far beyond the wait below
+	faults := &lostMark{}
+	b.StartRelay(cfg, b.AMQPURL, faults)
+	b.Receive("observer", len(ids), 30*time.Second, 0)
+	testenv.WaitFor(t, 5*time.Second, "every row to be PUBLISHED", b.AllPublished(len(ids)))
+
+	// The new primary: the rows as their claim left them, the mark lost.
+	for _, c := range faults.marked() {
+		if _, err := b.Pool.Exec(b.Ctx, `UPDATE message_outbox SET status = 'PUBLISHING', published_at = NULL,
+			claimed_by = $2, claimed_until = now() + interval '2 minutes' WHERE outbox_id = $1`, c.ID, c.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The relay sees the failover: its next claim's answer is lost.
+	faults.failNext.Store(true)
+	started := time.Now()
+	next := b.Enqueue(1, messaging.Cause{})
+
+	got := b.Receive("observer", len(ids)+len(next), 30*time.Second, 0)
+	seen := map[string]bool{}
+	for _, d := range got {
+		seen[d.MessageId] = true
+	}
+	for _, id := range append(ids, next...) {
+		if !seen[id.String()] {
+			t.Fatalf("message %s not published again within 30s (its lease: %s)", id, cfg.Lease)
+		}
+	}
+	if took := time.Since(started); took > cfg.Lease/4 {
+		t.Fatalf("the rows of the lost marks took %s to go out: they waited for their lease", took)
+	}
+	testenv.WaitFor(t, 5*time.Second, "every row to be PUBLISHED", b.AllPublished(len(ids)+len(next)))
+}
+
+// lostMark is the faults of TestAMarkAFailoverLosesIsGivenBack: it keeps
+// the claims of the published rows each mark writes, and loses the
+// answer of the next claim once failNext is set.
+type lostMark struct {
+	mu       sync.Mutex
+	claims   []pipeline.Claim
+	failNext atomic.Bool
+}
+
+func (f *lostMark) BeforeMark(published []pipeline.Claim) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claims = append(f.claims, published...)
+	return nil
+}
+
+func (f *lostMark) AfterClaim(int) error {
+	if f.failNext.CompareAndSwap(true, false) {
+		return errors.New("connection cut: the primary died")
+	}
+	return nil
+}
+
+func (f *lostMark) marked() []pipeline.Claim {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.claims)
 }

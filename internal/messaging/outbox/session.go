@@ -130,8 +130,14 @@ func (s *session) watchReaders(ctx context.Context, conn *amqp.Connection) {
 }
 
 // maxUncertainClaims bounds the claims of unknown outcome a relay
-// remembers: a failure a second for minutes.
-const maxUncertainClaims = 512
+// remembers, and maxMarkedClaims the claims marked within the lease:
+// a failure a second for an hour, or over a hundred claims a second
+// for a lease of 30 s. Beyond, the oldest are forgotten (their lease
+// brings their rows back).
+const (
+	maxUncertainClaims = 4096
+	maxMarkedClaims    = 4096
+)
 
 // uncertainClaims are the tokens of the claims whose outcome is unknown,
 // oldest first.
@@ -141,12 +147,13 @@ func (r *Relay) uncertainClaims() []string {
 	return slices.Clone(r.uncertain.tokens)
 }
 
-// claimUncertain remembers the token of a claim that failed; the oldest
+// claimUncertain remembers the tokens of claims whose outcome is
+// unknown: a claim that failed, or whose mark may be lost; the oldest
 // beyond maxUncertainClaims are forgotten (their lease brings them back).
-func (r *Relay) claimUncertain(token string) {
+func (r *Relay) claimUncertain(tokens ...string) {
 	r.uncertain.Lock()
 	defer r.uncertain.Unlock()
-	r.uncertain.tokens = append(r.uncertain.tokens, token)
+	r.uncertain.tokens = append(r.uncertain.tokens, tokens...)
 	if n := len(r.uncertain.tokens); n > maxUncertainClaims {
 		r.uncertain.tokens = r.uncertain.tokens[n-maxUncertainClaims:]
 	}
@@ -157,6 +164,62 @@ func (r *Relay) claimsSettled(n int) {
 	r.uncertain.Lock()
 	defer r.uncertain.Unlock()
 	r.uncertain.tokens = r.uncertain.tokens[min(n, len(r.uncertain.tokens)):]
+}
+
+// markedClaim is a claim whose rows a mark wrote, and when its COMMIT
+// returned.
+type markedClaim struct {
+	token string
+	at    time.Time
+}
+
+// claimsMarked remembers the claims of tokens, whose rows a mark wrote
+// that committed at at. The relay's claims and marks commit
+// asynchronously (synchronous_commit = off): a primary that dies within
+// moments of a mark's COMMIT may not have sent it to its standby, and
+// the new primary has the rows PUBLISHING, as the claim left them,
+// until their lease ends; the later rows of their aggregates wait
+// behind them. So once the relay sees its database fail
+// (databaseFailed), every claim marked within the lease is of unknown
+// outcome, and the next claim gives back whichever rows are still
+// PUBLISHING under it: they are published again (a duplicate the
+// inbox absorbs) within a second of the new primary, not at the end of
+// their lease. A mark that did reach the new primary leaves its rows
+// under no claim, and the give-back changes nothing.
+func (r *Relay) claimsMarked(tokens []string, at time.Time) {
+	r.marked.Lock()
+	defer r.marked.Unlock()
+	if !r.marked.failedAt.Before(at) { // a failure seen since the COMMIT: it too may be lost
+		r.claimUncertain(tokens...)
+		return
+	}
+	for _, token := range tokens {
+		r.marked.claims = append(r.marked.claims, markedClaim{token: token, at: at})
+	}
+	// Past the lease, the rows of a lost mark come back anyway
+	// (recoverExpired).
+	drop := max(len(r.marked.claims)-maxMarkedClaims, 0)
+	for drop < len(r.marked.claims) && time.Since(r.marked.claims[drop].at) > r.cfg.Lease {
+		drop++
+	}
+	r.marked.claims = r.marked.claims[drop:]
+}
+
+// databaseFailed is called when a claim or a mark fails: the primary
+// may have died, with the last marks it acknowledged. Every claim
+// marked within the lease becomes of unknown outcome (claimsMarked).
+func (r *Relay) databaseFailed() {
+	r.marked.Lock()
+	defer r.marked.Unlock()
+	r.marked.failedAt = time.Now()
+	var tokens []string
+	for _, c := range r.marked.claims {
+		if time.Since(c.at) <= r.cfg.Lease {
+			tokens = append(tokens, c.token)
+		}
+	}
+	r.marked.claims = nil
+	r.claimUncertain(tokens...)
 }
 
 // claimLoop is step 1: it claims due rows while the window has room, until
@@ -186,7 +249,8 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			// COMMIT, as when the primary dies or is switched over) may
 			// have taken rows all the same, PUBLISHING unseen until their
 			// lease ends: the next claim gives them back first, in the same
-			// round trip (giveBackClaims).
+			// round trip (giveBackClaims). So too the claims marked lately,
+			// once a claim fails (databaseFailed).
 			token := newClaimToken(r.cfg.ID)
 			uncertain := r.uncertainClaims()
 			var givenBack int64
@@ -208,9 +272,10 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			}
 			if err != nil {
 				r.claimUncertain(token)
+				r.databaseFailed()
 			} else {
 				if givenBack > 0 {
-					r.log.WarnContext(ctx, "gave back the rows of claims whose answer was lost", slog.Int64("rows", givenBack), slog.Int("claims", len(uncertain)))
+					r.log.WarnContext(ctx, "gave back the rows of claims whose answer or mark may be lost", slog.Int64("rows", givenBack), slog.Int("claims", len(uncertain)))
 				}
 				r.claimsSettled(len(uncertain))
 			}

@@ -235,11 +235,13 @@ RETURNING outbox_id;
 -- name: GiveBackOutboxClaims :execrows
 -- Claims whose outcome the relay does not know: the claim's answer was
 -- lost (the connection broke, the primary died or was switched over), its
--- COMMIT perhaps done. Their rows, if they took any, are PENDING again at
--- once, the attempt given back, instead of PUBLISHING unseen until the
--- lease runs out (RecoverExpiredOutboxClaims). A claim that took nothing
--- changes nothing; the relay never saw the rows of these claims, so no
--- publish of them is under way.
+-- COMMIT perhaps done; or the relay marked the claim just before its
+-- database failed, and a failover may have lost the mark. Their rows, if
+-- any are still PUBLISHING under them, are PENDING again at once, the
+-- attempt given back, instead of waiting until the lease runs out
+-- (RecoverExpiredOutboxClaims). A claim that took nothing, or whose mark
+-- holds, changes nothing; no publish of these rows is under way (the
+-- relay never saw them, or has marked them).
 UPDATE message_outbox
 SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_attempt_at = now(),
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
