@@ -40,11 +40,13 @@ func tour(ctx context.Context, s *system, n *narrator) error {
 	n.steps = len(steps)
 	n.say("This walkthrough drives the running order service and shows, from the database and\n"+
 		"the broker, what the outbox and the inbox do. It talks to:\n%s\n"+
-		"Every query it prints can be pasted into psql (make psql), every orderctl command\n"+
-		"run (make ctl). Nothing here is simulated: the faults are real messages and a real\n"+
-		"crash of order-consumer.", s.where)
+		"Every query it prints can be pasted into psql, every orderctl command run: from a\n"+
+		"checkout, make psql and make ctl ARGS='<command>'; with docker compose,\n"+
+		"docker compose exec postgres psql -U postgres -d orders and\n"+
+		"docker compose run --rm orderctl <command>. Nothing here is simulated: the faults\n"+
+		"are real messages and a real crash of order-consumer.", s.where)
 	if absent := s.absentUIs(); absent != "" {
-		n.say("Not answering: %s (make dev runs none of them). Its hints point to\n"+
+		n.say("Not answering: %s (make dev runs none of them, nor a compose stack started without them). Its hints point to\n"+
 			"what there is instead: the order timeline page, psql, the logs, /metrics.", absent)
 	}
 	st := &state{}
@@ -243,9 +245,9 @@ func stepOrder(ctx context.Context, s *system, n *narrator, st *state) error {
 	n.look(
 		s.timelineHint(o.ID),
 		s.traceHint(trace, "POST /v1/orders, each relay publish, each consumer process, the SQL, one trace"),
-		s.queuesHint("orders.fulfillment, orders.warehouse, orders.notification, their .retry.* and .dlq"),
+		s.queuesHint(s.consumerQueues()),
 		s.grafanaHint("the dashboard \"Order service: outbox and inbox\"", "consumer_messages_processed_total"),
-		"psql (make psql): SELECT * FROM order_state_transition WHERE order_id = '"+o.ID+"';",
+		"psql: SELECT * FROM order_state_transition WHERE order_id = '"+o.ID+"';",
 		"orderctl order "+o.ID+" : all of the above in one timeline (from a checkout: make ctl ARGS='order "+o.ID+"';\n"+
 			"  with docker compose: docker compose run --rm orderctl order "+o.ID+")",
 	)
@@ -726,6 +728,16 @@ func (s *system) traceHint(traceID, what string) string {
 		return fmt.Sprintf("Jaeger %s/trace/%s : %s", s.cfg.JaegerBrowserURL, traceID, what)
 	}
 	return "no Jaeger: the timeline page names the trace id; OTEL_TRACES_EXPORTER=console make dev prints the spans in the logs"
+}
+
+// consumerQueues names the consumers' queues as the system declares
+// them: a work queue per partition, or one work queue and its retry
+// queues (MESSAGE_PARTITIONS=0), and a parking lot each.
+func (s *system) consumerQueues() string {
+	if n := s.partitions(); n > 0 {
+		return fmt.Sprintf("orders.fulfillment.p0 to .p%d, one per partition, the same for orders.warehouse and orders.notification, and their .dlq", n-1)
+	}
+	return "orders.fulfillment, orders.warehouse, orders.notification, their .retry.* and .dlq"
 }
 
 // queuesHint points to the RabbitMQ management UI's queues, or, without
