@@ -43,11 +43,11 @@ var (
 // Begin records the delivery of e in tx, as a worker does for a batch of
 // one: insert its row, or decide on the row it found.
 func Begin(ctx context.Context, tx database.DBTX, e Entry, lease time.Duration) (Decision, error) {
-	inserted, err := insertRows(ctx, tx, e.Consumer, []entry{e})
+	inserted, err := insertRows(ctx, tx, e.Consumer, []entry{e}, false)
 	if err != nil {
 		return decision{}, err
 	}
-	if inserted[0] {
+	if inserted[0].Inserted {
 		return decision{Process: true, Attempt: 1}, nil
 	}
 	return beginSeen(ctx, tx, e, lease)

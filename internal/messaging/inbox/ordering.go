@@ -22,8 +22,13 @@ type ordering interface {
 	// each.
 	run(ctx context.Context, w *worker, batch []*delivery)
 	// admit is asked inside a delivery's transaction, before its handler
-	// runs; an error fails the delivery.
-	admit(ctx context.Context, tx pgx.Tx, w *worker, d *delivery) error
+	// runs, with what the batch's insert did for it; an error fails the
+	// delivery.
+	admit(ctx context.Context, tx pgx.Tx, w *worker, d *delivery, ins insertion) error
+	// holdsBehindParked says whether admit holds a message behind a
+	// parked earlier one of its aggregate: then the batch's insert looks
+	// for that message of each row it inserts (insertRows).
+	holdsBehindParked() bool
 	// retry sends a delivery on to its attempt next, once its failure (or
 	// the code busy) was recorded.
 	retry(w *worker, d *delivery, next int, code, reason string)
@@ -48,7 +53,9 @@ type pooled struct{}
 
 func (pooled) run(ctx context.Context, w *worker, batch []*delivery) { w.process(ctx, batch) }
 
-func (pooled) admit(context.Context, pgx.Tx, *worker, *delivery) error { return nil }
+func (pooled) admit(context.Context, pgx.Tx, *worker, *delivery, insertion) error { return nil }
+
+func (pooled) holdsBehindParked() bool { return false }
 
 func (pooled) retry(w *worker, d *delivery, next int, code, reason string) {
 	w.retryLater(d, next, code, reason)
@@ -93,11 +100,16 @@ func (ordered) run(ctx context.Context, w *worker, batch []*delivery) {
 }
 
 // admit holds a message behind a parked earlier one of its aggregate: both
-// are replayed together, in order, once its cause is fixed.
-func (ordered) admit(ctx context.Context, tx pgx.Tx, w *worker, d *delivery) error {
-	parked, err := earlierParked(ctx, tx, d.inboxEntry(w.consumer.name))
-	if err != nil {
-		return err
+// are replayed together, in order, once its cause is fixed. A first
+// delivery (the common case) has the answer from the batch's insert; a
+// message seen before looks it up.
+func (ordered) admit(ctx context.Context, tx pgx.Tx, w *worker, d *delivery, ins insertion) error {
+	parked := ins.EarlierParked
+	if !ins.Inserted {
+		var err error
+		if parked, err = earlierParked(ctx, tx, d.inboxEntry(w.consumer.name)); err != nil {
+			return err
+		}
 	}
 	if parked != "" {
 		return Permanent("held_behind", fmt.Errorf("message %s of aggregate %s is parked: this one waits behind it, "+
@@ -105,6 +117,8 @@ func (ordered) admit(ctx context.Context, tx pgx.Tx, w *worker, d *delivery) err
 	}
 	return nil
 }
+
+func (ordered) holdsBehindParked() bool { return true }
 
 // retry asks for the delivery to be tried again in place, after the delay
 // its retry queue would have (retryInPlace), holding the partition.

@@ -95,17 +95,31 @@ func beginSeen(ctx context.Context, tx database.DBTX, e entry, lease time.Durati
 	return decision{Process: true, Attempt: int(attempt)}, nil
 }
 
+// insertion is what insertRows did for one delivery of a batch.
+type insertion struct {
+	// Inserted: the delivery inserted its row, a first delivery, to
+	// process as attempt 1. Else it found its row (written before, or by
+	// an entry earlier in the batch with the same message id) and goes
+	// through beginSeen, at its turn in the batch.
+	Inserted bool
+	// EarlierParked is, for a row inserted with lookParked, what
+	// earlierParked would return for it: the insert looked in the same
+	// statement.
+	EarlierParked string
+}
+
 // insertRows records the deliveries of a batch to consumer, in one
-// statement, and says for each entry whether it inserted its row: a first
-// delivery, to process as attempt 1. The row is written as it will be when
-// the transaction commits (PROCESSED, APPLIED): nobody sees it before then,
-// and a rollback takes it away with the effect. A concurrent delivery of
-// the same message waits on its key's lock (lockKeys) until this
-// transaction ends, then sees what it committed. Each entry that found its row (written
-// before, or by an entry earlier in entries with the same message id) goes
-// through beginSeen, at its turn in the batch.
-func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries []entry) ([]bool, error) {
-	p := dbsqlc.InsertInboxRowsParams{ConsumerName: consumer}
+// statement, and says for each entry whether it inserted its row. The row
+// is written as it will be when the transaction commits (PROCESSED,
+// APPLIED): nobody sees it before then, and a rollback takes it away with
+// the effect. A concurrent delivery of the same message waits on its
+// key's lock (lockKeys) until this transaction ends, then sees what it
+// committed. With lookParked (an ordered worker, whose admit holds a
+// message behind a parked earlier one of its aggregate), the same
+// statement looks for that earlier message of each row it inserts, which
+// spares a first delivery the lookup of its own.
+func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries []entry, lookParked bool) ([]insertion, error) {
+	p := dbsqlc.InsertInboxRowsParams{LookParked: lookParked, ConsumerName: consumer}
 	for _, e := range entries {
 		p.MessageIds = append(p.MessageIds, e.MessageID)
 		p.MessageTypes = append(p.MessageTypes, e.Type)
@@ -119,18 +133,20 @@ func insertRows(ctx context.Context, tx database.DBTX, consumer string, entries 
 	if err := lockKeys(ctx, tx, consumer, p.MessageIds...); err != nil {
 		return nil, err
 	}
-	ids, err := queries.InsertInboxRows(ctx, tx, p)
+	rows, err := queries.InsertInboxRows(ctx, tx, p)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d inbox rows: %w", len(entries), database.Translate(err))
 	}
-	fresh := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		fresh[id] = true
+	fresh := make(map[string]string, len(rows)) // message id -> earlier parked one
+	for _, r := range rows {
+		fresh[r.MessageID] = r.EarlierParkedID
 	}
-	inserted := make([]bool, len(entries))
+	inserted := make([]insertion, len(entries))
 	for i, e := range entries {
-		inserted[i] = fresh[e.MessageID]
-		delete(fresh, e.MessageID) // a second copy of the message in the batch found the first one's row
+		if parked, ok := fresh[e.MessageID]; ok {
+			inserted[i] = insertion{Inserted: true, EarlierParked: parked}
+			delete(fresh, e.MessageID) // a second copy of the message in the batch found the first one's row
+		}
 	}
 	return inserted, nil
 }

@@ -235,7 +235,7 @@ func (w *worker) apply(ctx context.Context, batch []*delivery) (effects []effect
 	}
 	err = w.tx(ctx, len(batch), func(txCtx context.Context, tx pgx.Tx) error {
 		effects = make([]effect, len(batch)) // afresh on each run
-		inserted, err := insertRows(txCtx, tx, w.consumer.name, entries)
+		inserted, err := insertRows(txCtx, tx, w.consumer.name, entries, w.ordering.holdsBehindParked())
 		if err != nil {
 			return err
 		}
@@ -263,13 +263,13 @@ func (w *worker) apply(ctx context.Context, batch []*delivery) (effects []effect
 }
 
 // step is one delivery's part of its transaction: decide on its inbox row
-// (inserted: a first delivery; found: a duplicate, busy elsewhere, or
+// (ins.Inserted: a first delivery; found: a duplicate, busy elsewhere, or
 // another attempt), run its handler, and record how it ended. Its
 // follow-up messages go to followUps, which apply writes before the commit.
-func (w *worker) step(ctx context.Context, tx pgx.Tx, d *delivery, inserted bool, followUps *outbox.Buffer) (effect, error) {
+func (w *worker) step(ctx context.Context, tx pgx.Tx, d *delivery, ins insertion, followUps *outbox.Buffer) (effect, error) {
 	var e effect
 	dec := decision{Process: true, Attempt: 1} // a row it inserted: a first delivery
-	if !inserted {
+	if !ins.Inserted {
 		var err error
 		if dec, err = beginSeen(ctx, tx, d.inboxEntry(w.consumer.name), w.cfg.ProcessingLease); err != nil {
 			return e, err
@@ -289,7 +289,7 @@ func (w *worker) step(ctx context.Context, tx pgx.Tx, d *delivery, inserted bool
 	}
 	e.attempt = dec.Attempt
 	w.metrics.attempt.Record(ctx, int64(dec.Attempt), metric.WithAttributes(attrConsumer.String(w.consumer.name)))
-	if err := w.ordering.admit(ctx, tx, w, d); err != nil {
+	if err := w.ordering.admit(ctx, tx, w, d, ins); err != nil {
 		return e, err
 	}
 

@@ -55,6 +55,8 @@ type EarlierParkedOfAggregateParams struct {
 // and records a redelivery before it processes it, MarkRedeliveredInbox,
 // before it takes the next message; so a later message finds an earlier
 // one in that state only when it is no longer ahead of it in the queue).
+// InsertInboxRows answers the same for the rows it inserts (look_parked):
+// the two must agree.
 func (q *Queries) EarlierParkedOfAggregate(ctx context.Context, db DBTX, arg EarlierParkedOfAggregateParams) (string, error) {
 	row := db.QueryRow(ctx, earlierParkedOfAggregate, arg.ConsumerName, arg.AggregateID, arg.MessageID)
 	var message_id string
@@ -190,31 +192,46 @@ func (q *Queries) HoldInbox(ctx context.Context, db DBTX, arg HoldInboxParams) e
 }
 
 const insertInboxRows = `-- name: InsertInboxRows :many
+WITH inserted AS (
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
     attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
 )
-SELECT $1::text, e.message_id, e.message_type, e.message_version, nullif(e.aggregate_id, ''), 'PROCESSED', 'APPLIED',
+SELECT $2::text, e.message_id, e.message_type, e.message_version, nullif(e.aggregate_id, ''), 'PROCESSED', 'APPLIED',
        1, e.payload_hash, now(), now(), nullif(e.correlation_id, ''), nullif(e.causation_id, ''), nullif(e.trace_id, '')
 FROM (
     SELECT DISTINCT ON (u.message_id) u.message_id, u.message_type, u.message_version, u.aggregate_id, u.payload_hash, u.correlation_id, u.causation_id, u.trace_id, u.ord
     FROM (
         -- Set-returning functions in a select list advance together: row i
         -- takes element i of every array, and ord is i.
-        SELECT unnest($2::text[]) AS message_id, unnest($3::text[]) AS message_type,
-               unnest($4::integer[]) AS message_version, unnest($5::text[]) AS aggregate_id,
-               unnest($6::text[]) AS payload_hash, unnest($7::text[]) AS correlation_id,
-               unnest($8::text[]) AS causation_id, unnest($9::text[]) AS trace_id,
-               generate_series(1, cardinality($2::text[])) AS ord
+        SELECT unnest($3::text[]) AS message_id, unnest($4::text[]) AS message_type,
+               unnest($5::integer[]) AS message_version, unnest($6::text[]) AS aggregate_id,
+               unnest($7::text[]) AS payload_hash, unnest($8::text[]) AS correlation_id,
+               unnest($9::text[]) AS causation_id, unnest($10::text[]) AS trace_id,
+               generate_series(1, cardinality($3::text[])) AS ord
     ) AS u
     ORDER BY u.message_id, u.ord
 ) AS e
-WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = $1::text AND x.message_id = e.message_id)
+WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = $2::text AND x.message_id = e.message_id)
 ORDER BY e.ord
-RETURNING message_id
+RETURNING message_id, aggregate_id, first_received_at
+)
+SELECT n.message_id, coalesce(p.message_id, '')::text AS earlier_parked_id
+FROM inserted n
+LEFT JOIN LATERAL (
+    SELECT p.message_id
+    FROM message_inbox p
+    WHERE $1::boolean
+      AND p.consumer_name = $2::text AND p.aggregate_id = n.aggregate_id
+      AND p.status IN ('RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED') AND p.message_id <> n.message_id
+      AND p.first_received_at < n.first_received_at
+    ORDER BY p.first_received_at
+    LIMIT 1
+) AS p ON true
 `
 
 type InsertInboxRowsParams struct {
+	LookParked      bool
 	ConsumerName    string
 	MessageIds      []string
 	MessageTypes    []string
@@ -226,6 +243,11 @@ type InsertInboxRowsParams struct {
 	TraceIds        []string
 }
 
+type InsertInboxRowsRow struct {
+	MessageID       string
+	EarlierParkedID string
+}
+
 // The first delivery of a message to a consumer inserts its row, for every
 // delivery of a batch in one statement, under LockInboxKeys; any other
 // finds it, in whichever time partition it is. The row is written as it
@@ -235,8 +257,17 @@ type InsertInboxRowsParams struct {
 // returns the message ids it inserted; each of the others found its row,
 // and goes through TouchProcessedInbox and LockInbox. Empty strings are
 // NULLs.
-func (q *Queries) InsertInboxRows(ctx context.Context, db DBTX, arg InsertInboxRowsParams) ([]string, error) {
+//
+// With look_parked (an ordered worker), it also returns, for each row it
+// inserted, what EarlierParkedOfAggregate would find for it, so that a
+// first delivery needs no lookup of its own: the oldest row of the same
+// consumer and aggregate left unprocessed and received before this one's,
+// as that query defines it, read in the statement's snapshot (the rows
+// the statement inserts are not in it; they are PROCESSED in any case),
+// or an empty string.
+func (q *Queries) InsertInboxRows(ctx context.Context, db DBTX, arg InsertInboxRowsParams) ([]InsertInboxRowsRow, error) {
 	rows, err := db.Query(ctx, insertInboxRows,
+		arg.LookParked,
 		arg.ConsumerName,
 		arg.MessageIds,
 		arg.MessageTypes,
@@ -251,13 +282,13 @@ func (q *Queries) InsertInboxRows(ctx context.Context, db DBTX, arg InsertInboxR
 		return nil, err
 	}
 	defer rows.Close()
-	var items []string
+	var items []InsertInboxRowsRow
 	for rows.Next() {
-		var message_id string
-		if err := rows.Scan(&message_id); err != nil {
+		var i InsertInboxRowsRow
+		if err := rows.Scan(&i.MessageID, &i.EarlierParkedID); err != nil {
 			return nil, err
 		}
-		items = append(items, message_id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

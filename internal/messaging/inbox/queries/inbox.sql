@@ -21,6 +21,15 @@ FROM (SELECT DISTINCT hashtextextended(@consumer_name::text || E'\x1f' || m.mess
 -- returns the message ids it inserted; each of the others found its row,
 -- and goes through TouchProcessedInbox and LockInbox. Empty strings are
 -- NULLs.
+--
+-- With look_parked (an ordered worker), it also returns, for each row it
+-- inserted, what EarlierParkedOfAggregate would find for it, so that a
+-- first delivery needs no lookup of its own: the oldest row of the same
+-- consumer and aggregate left unprocessed and received before this one's,
+-- as that query defines it, read in the statement's snapshot (the rows
+-- the statement inserts are not in it; they are PROCESSED in any case),
+-- or an empty string.
+WITH inserted AS (
 INSERT INTO message_inbox (
     consumer_name, message_id, message_type, message_version, aggregate_id, status, outcome,
     attempt_count, payload_hash, processing_started_at, processed_at, correlation_id, causation_id, trace_id
@@ -42,7 +51,20 @@ FROM (
 ) AS e
 WHERE NOT EXISTS (SELECT 1 FROM message_inbox x WHERE x.consumer_name = @consumer_name::text AND x.message_id = e.message_id)
 ORDER BY e.ord
-RETURNING message_id;
+RETURNING message_id, aggregate_id, first_received_at
+)
+SELECT n.message_id, coalesce(p.message_id, '')::text AS earlier_parked_id
+FROM inserted n
+LEFT JOIN LATERAL (
+    SELECT p.message_id
+    FROM message_inbox p
+    WHERE @look_parked::boolean
+      AND p.consumer_name = @consumer_name::text AND p.aggregate_id = n.aggregate_id
+      AND p.status IN ('RETRYABLE_FAILED', 'PERMANENT_FAILED', 'POISONED') AND p.message_id <> n.message_id
+      AND p.first_received_at < n.first_received_at
+    ORDER BY p.first_received_at
+    LIMIT 1
+) AS p ON true;
 
 -- name: TouchProcessedInbox :one
 -- A delivery whose row exists: if the message is PROCESSED, a duplicate;
@@ -182,6 +204,8 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id;
 -- and records a redelivery before it processes it, MarkRedeliveredInbox,
 -- before it takes the next message; so a later message finds an earlier
 -- one in that state only when it is no longer ahead of it in the queue).
+-- InsertInboxRows answers the same for the rows it inserts (look_parked):
+-- the two must agree.
 SELECT p.message_id
 FROM message_inbox p
 WHERE p.consumer_name = @consumer_name AND p.aggregate_id = @aggregate_id
