@@ -94,6 +94,8 @@ var functionGrants = map[string]map[string]string{
 	"outbox_messages_of_aggregate(text,text)": {api: "EXECUTE", relay: "", consumer: "", operator: "EXECUTE"},
 	// The partition of an aggregate's messages, which the relays' claim uses.
 	"outbox_partition(text,integer)": {api: "", relay: "EXECUTE", consumer: "", operator: ""},
+	// Where the claim's earlier-row check starts, which the claim calls.
+	"outbox_oldest_unpublished()": {api: "", relay: "EXECUTE", consumer: "", operator: ""},
 	// The outbox's time partitions: made ahead by the relays, listed by
 	// orderctl, dropped by either's retention.
 	"outbox_time_partition_bounds()":              {api: "", relay: "", consumer: "", operator: ""},

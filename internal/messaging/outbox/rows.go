@@ -117,7 +117,8 @@ func giveBackClaims(ctx context.Context, db database.DBTX, tokens []string) (int
 }
 
 // markRows writes the outcomes of a batch of claimed rows in one
-// statement (one round trip, one commit), each row fenced by its claim's
+// statement (one round trip, one commit), each row found by its whole key
+// within the batch's span of time partitions and fenced by its claim's
 // token, so that a retry of a markRows that took effect changes nothing.
 // Released rows are due after each one's RetryIn, with its Reason (if
 // any) in last_error; refused ones likewise, or FAILED once maxAttempts
@@ -128,18 +129,22 @@ func markRows(ctx context.Context, db database.DBTX, m pipeline.Marks, maxAttemp
 		return pipeline.Marked{}, nil
 	}
 	p := dbsqlc.MarkOutboxParams{MaxAttempts: int32(maxAttempts)}
+	p.Oldest, p.Newest = m.Span()
 	for _, c := range m.Published {
 		p.PublishedIds = append(p.PublishedIds, c.ID)
+		p.PublishedCreated = append(p.PublishedCreated, c.CreatedAt)
 		p.PublishedTokens = append(p.PublishedTokens, c.Token)
 	}
 	for _, f := range m.Refused {
 		p.RefusedIds = append(p.RefusedIds, f.ID)
+		p.RefusedCreated = append(p.RefusedCreated, f.CreatedAt)
 		p.RefusedTokens = append(p.RefusedTokens, f.Token)
 		p.RefusedErrors = append(p.RefusedErrors, f.Reason)
 		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, f.RetryIn.Seconds())
 	}
 	for _, r := range m.Released {
 		p.ReleasedIds = append(p.ReleasedIds, r.ID)
+		p.ReleasedCreated = append(p.ReleasedCreated, r.CreatedAt)
 		p.ReleasedTokens = append(p.ReleasedTokens, r.Token)
 		p.ReleasedErrors = append(p.ReleasedErrors, r.Reason) // "": keep last_error
 		p.ReleasedRetryInSeconds = append(p.ReleasedRetryInSeconds, r.RetryIn.Seconds())

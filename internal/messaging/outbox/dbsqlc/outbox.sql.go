@@ -29,14 +29,8 @@ func (q *Queries) BringBackNackedOutbox(ctx context.Context, db DBTX, reason str
 }
 
 const claimOutbox = `-- name: ClaimOutbox :many
-UPDATE message_outbox
-SET status = 'PUBLISHING',
-    claimed_by = $1,
-    claimed_until = now() + make_interval(secs => $2::float8),
-    attempt_count = attempt_count + 1,
-    updated_at = now()
-WHERE outbox_id = ANY (ARRAY(
-    SELECT o.outbox_id
+WITH picked AS MATERIALIZED (
+    SELECT o.outbox_id, o.created_at
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL ($3::text[])
@@ -46,13 +40,22 @@ WHERE outbox_id = ANY (ARRAY(
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
             AND e.status <> 'PUBLISHED' AND e.created_at <= o.created_at
-            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id))
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
+            AND e.created_at >= (SELECT outbox_oldest_unpublished()))
     ORDER BY o.created_at, o.outbox_id
     LIMIT $5
     FOR UPDATE SKIP LOCKED
-))
-RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
-          routing_key, payload, headers, attempt_count, claimed_by, created_at,
+)
+UPDATE message_outbox m
+SET status = 'PUBLISHING',
+    claimed_by = $1,
+    claimed_until = now() + make_interval(secs => $2::float8),
+    attempt_count = m.attempt_count + 1,
+    updated_at = now()
+FROM picked p
+WHERE m.outbox_id = p.outbox_id AND m.created_at = p.created_at
+RETURNING m.outbox_id, m.aggregate_id, m.message_type, m.message_version, m.exchange_name,
+          m.routing_key, m.payload, m.headers, m.attempt_count, m.claimed_by, m.created_at,
           -1::integer AS partition
 `
 
@@ -95,11 +98,14 @@ type ClaimOutboxRow struct {
 // before it, or whose last publish failed, are claimed: the newer ones are
 // the log stream's. A relay that shares the outbox by partition claims
 // with ClaimOutboxInPartitions instead; a row's partition here is -1.
-// The ids go through an array so that the rows are fetched by primary key.
-// The earlier-row check probes message_outbox_aggregate_idx once per
-// candidate (about 0.05 ms each, measured on a 20,000-row backlog), in
-// each time partition up to the candidate's (e.created_at <= o.created_at
-// prunes the later ones as it runs).
+// The rows are fetched again by their whole key, (outbox_id, created_at),
+// each in its own time partition. The earlier-row check probes
+// message_outbox_aggregate_idx once per candidate (about 0.05 ms each,
+// measured on a 20,000-row backlog) in the time partitions from the
+// oldest unpublished row's (outbox_oldest_unpublished, 00010, once per
+// claim) to the candidate's: the others are skipped as the statement
+// runs, so that a year of weekly partitions of published rows costs the
+// claim little (docs/benchmarks.md, "A year of history").
 func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParams) ([]ClaimOutboxRow, error) {
 	rows, err := db.Query(ctx, claimOutbox,
 		arg.Claimer,
@@ -140,40 +146,43 @@ func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParam
 }
 
 const claimOutboxInPartitions = `-- name: ClaimOutboxInPartitions :many
-UPDATE message_outbox
-SET status = 'PUBLISHING',
-    claimed_by = $1,
-    claimed_until = now() + make_interval(secs => $2::float8),
-    attempt_count = attempt_count + 1,
-    updated_at = now()
-WHERE outbox_id = ANY (ARRAY(
-    SELECT o.outbox_id
+WITH picked AS MATERIALIZED (
+    SELECT o.outbox_id, o.created_at
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
-      AND o.message_type <> ALL ($3::text[])
-      AND ($4::timestamptz IS NULL
-           OR o.created_at < $4::timestamptz OR o.last_error IS NOT NULL)
-      AND outbox_partition(o.aggregate_id, $5::integer) = ANY ($6::integer[])
+      AND o.message_type <> ALL ($4::text[])
+      AND ($5::timestamptz IS NULL
+           OR o.created_at < $5::timestamptz OR o.last_error IS NOT NULL)
+      AND outbox_partition(o.aggregate_id, $3::integer) = ANY ($6::integer[])
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
             AND e.status <> 'PUBLISHED' AND e.created_at <= o.created_at
-            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id))
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
+            AND e.created_at >= (SELECT outbox_oldest_unpublished()))
     ORDER BY o.created_at, o.outbox_id
     LIMIT $7
     FOR UPDATE SKIP LOCKED
-))
-RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
-          routing_key, payload, headers, attempt_count, claimed_by, created_at,
-          outbox_partition(aggregate_id, $5::integer) AS partition
+)
+UPDATE message_outbox m
+SET status = 'PUBLISHING',
+    claimed_by = $1,
+    claimed_until = now() + make_interval(secs => $2::float8),
+    attempt_count = m.attempt_count + 1,
+    updated_at = now()
+FROM picked p
+WHERE m.outbox_id = p.outbox_id AND m.created_at = p.created_at
+RETURNING m.outbox_id, m.aggregate_id, m.message_type, m.message_version, m.exchange_name,
+          m.routing_key, m.payload, m.headers, m.attempt_count, m.claimed_by, m.created_at,
+          outbox_partition(m.aggregate_id, $3::integer) AS partition
 `
 
 type ClaimOutboxInPartitionsParams struct {
 	Claimer       *string
 	LeaseSeconds  float64
+	Partitions    int32
 	HeldTypes     []string
 	CreatedBefore *time.Time
-	Partitions    int32
 	Mine          []int32
 	MaxRows       int32
 }
@@ -200,9 +209,9 @@ func (q *Queries) ClaimOutboxInPartitions(ctx context.Context, db DBTX, arg Clai
 	rows, err := db.Query(ctx, claimOutboxInPartitions,
 		arg.Claimer,
 		arg.LeaseSeconds,
+		arg.Partitions,
 		arg.HeldTypes,
 		arg.CreatedBefore,
-		arg.Partitions,
 		arg.Mine,
 		arg.MaxRows,
 	)
@@ -420,18 +429,22 @@ WITH published AS (
     UPDATE message_outbox m
     SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
         last_error = NULL, updated_at = now()
-    FROM (SELECT unnest($1::uuid[]) AS outbox_id, unnest($2::text[]) AS token) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    FROM (SELECT unnest($3::uuid[]) AS outbox_id, unnest($4::timestamptz[]) AS created_at,
+                 unnest($5::text[]) AS token) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+      AND m.created_at BETWEEN $1::timestamptz AND $2::timestamptz
     RETURNING m.outbox_id
 ), refused AS (
     UPDATE message_outbox m
-    SET status = CASE WHEN m.attempt_count >= $3::integer THEN 'FAILED' ELSE 'PENDING' END,
+    SET status = CASE WHEN m.attempt_count >= $6::integer THEN 'FAILED' ELSE 'PENDING' END,
         next_attempt_at = now() + make_interval(secs => c.retry_in),
         last_error = c.error,
         claimed_by = NULL, claimed_until = NULL, updated_at = now()
-    FROM (SELECT unnest($4::uuid[]) AS outbox_id, unnest($5::text[]) AS token,
-                 unnest($6::text[]) AS error, unnest($7::float8[]) AS retry_in) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    FROM (SELECT unnest($7::uuid[]) AS outbox_id, unnest($8::timestamptz[]) AS created_at,
+                 unnest($9::text[]) AS token,
+                 unnest($10::text[]) AS error, unnest($11::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+      AND m.created_at BETWEEN $1::timestamptz AND $2::timestamptz
     RETURNING m.outbox_id, m.status
 ), released AS (
     UPDATE message_outbox m
@@ -439,9 +452,11 @@ WITH published AS (
         next_attempt_at = now() + make_interval(secs => c.retry_in),
         last_error = coalesce(nullif(c.error, ''), m.last_error),
         claimed_by = NULL, claimed_until = NULL, updated_at = now()
-    FROM (SELECT unnest($8::uuid[]) AS outbox_id, unnest($9::text[]) AS token,
-                 unnest($10::text[]) AS error, unnest($11::float8[]) AS retry_in) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    FROM (SELECT unnest($12::uuid[]) AS outbox_id, unnest($13::timestamptz[]) AS created_at,
+                 unnest($14::text[]) AS token,
+                 unnest($15::text[]) AS error, unnest($16::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+      AND m.created_at BETWEEN $1::timestamptz AND $2::timestamptz
     RETURNING m.outbox_id
 )
 SELECT (SELECT count(*) FROM published)::bigint AS published,
@@ -451,14 +466,19 @@ SELECT (SELECT count(*) FROM published)::bigint AS published,
 `
 
 type MarkOutboxParams struct {
+	Oldest                 time.Time
+	Newest                 time.Time
 	PublishedIds           []uuid.UUID
+	PublishedCreated       []time.Time
 	PublishedTokens        []string
 	MaxAttempts            int32
 	RefusedIds             []uuid.UUID
+	RefusedCreated         []time.Time
 	RefusedTokens          []string
 	RefusedErrors          []string
 	RefusedRetryInSeconds  []float64
 	ReleasedIds            []uuid.UUID
+	ReleasedCreated        []time.Time
 	ReleasedTokens         []string
 	ReleasedErrors         []string
 	ReleasedRetryInSeconds []float64
@@ -489,16 +509,26 @@ type MarkOutboxRow struct {
 // and a retry of a statement that took effect finds its rows no longer
 // PUBLISHING under its token, and changes nothing. The lists are disjoint,
 // so no row is changed twice by the statement.
+// Each row is found by its whole key, (outbox_id, created_at), and the
+// batch's span of created_at (oldest to newest) bounds every list: with
+// a year of weekly time partitions, the statement is planned and run on
+// the one or two partitions the batch was written in, not on all of them
+// (docs/benchmarks.md, "A year of history").
 func (q *Queries) MarkOutbox(ctx context.Context, db DBTX, arg MarkOutboxParams) (MarkOutboxRow, error) {
 	row := db.QueryRow(ctx, markOutbox,
+		arg.Oldest,
+		arg.Newest,
 		arg.PublishedIds,
+		arg.PublishedCreated,
 		arg.PublishedTokens,
 		arg.MaxAttempts,
 		arg.RefusedIds,
+		arg.RefusedCreated,
 		arg.RefusedTokens,
 		arg.RefusedErrors,
 		arg.RefusedRetryInSeconds,
 		arg.ReleasedIds,
+		arg.ReleasedCreated,
 		arg.ReleasedTokens,
 		arg.ReleasedErrors,
 		arg.ReleasedRetryInSeconds,

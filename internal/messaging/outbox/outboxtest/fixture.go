@@ -21,13 +21,14 @@ var queries = dbsqlc.New()
 // PUBLISHED, as the relay does once the broker confirmed them, and
 // returns their ids.
 func PublishDue(ctx context.Context, db database.DBTX, claimer string) ([]uuid.UUID, error) {
-	ids, token, err := claimDue(ctx, db, claimer)
-	if err != nil || len(ids) == 0 {
+	c, err := claimDue(ctx, db, claimer)
+	if err != nil || len(c.ids) == 0 {
 		return nil, err
 	}
-	p := dbsqlc.MarkOutboxParams{PublishedIds: ids}
+	ids := c.ids
+	p := dbsqlc.MarkOutboxParams{PublishedIds: ids, PublishedCreated: c.created, Oldest: c.oldest, Newest: c.newest}
 	for range ids {
-		p.PublishedTokens = append(p.PublishedTokens, token)
+		p.PublishedTokens = append(p.PublishedTokens, c.token)
 	}
 	if _, err := queries.MarkOutbox(ctx, db, p); err != nil {
 		return nil, fmt.Errorf("mark %d outbox rows PUBLISHED: %w", len(ids), err)
@@ -39,13 +40,14 @@ func PublishDue(ctx context.Context, db database.DBTX, claimer string) ([]uuid.U
 // relay does when the broker refused them on their last attempt: FAILED,
 // with reason as last_error. It returns their ids.
 func FailDue(ctx context.Context, db database.DBTX, claimer, reason string) ([]uuid.UUID, error) {
-	ids, token, err := claimDue(ctx, db, claimer)
-	if err != nil || len(ids) == 0 {
+	c, err := claimDue(ctx, db, claimer)
+	if err != nil || len(c.ids) == 0 {
 		return nil, err
 	}
-	p := dbsqlc.MarkOutboxParams{RefusedIds: ids, MaxAttempts: 1}
+	ids := c.ids
+	p := dbsqlc.MarkOutboxParams{RefusedIds: ids, RefusedCreated: c.created, Oldest: c.oldest, Newest: c.newest, MaxAttempts: 1}
 	for range ids {
-		p.RefusedTokens = append(p.RefusedTokens, token)
+		p.RefusedTokens = append(p.RefusedTokens, c.token)
 		p.RefusedErrors = append(p.RefusedErrors, reason)
 		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, 0)
 	}
@@ -55,18 +57,32 @@ func FailDue(ctx context.Context, db database.DBTX, claimer, reason string) ([]u
 	return ids, nil
 }
 
+// claimed is what claimDue took: the rows' keys, in the same order, the
+// span of their created_at, and the claim's token.
+type claimed struct {
+	ids            []uuid.UUID
+	created        []time.Time
+	oldest, newest time.Time
+	token          string
+}
+
 // claimDue claims every due row (ClaimOutbox) under one token.
-func claimDue(ctx context.Context, db database.DBTX, claimer string) ([]uuid.UUID, string, error) {
-	token := claimer + "/outboxtest"
+func claimDue(ctx context.Context, db database.DBTX, claimer string) (claimed, error) {
+	c := claimed{token: claimer + "/outboxtest"}
 	rows, err := queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
-		Claimer: &token, LeaseSeconds: time.Minute.Seconds(), MaxRows: 1000, HeldTypes: []string{},
+		Claimer: &c.token, LeaseSeconds: time.Minute.Seconds(), MaxRows: 1000, HeldTypes: []string{},
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("claim the due outbox rows: %w", err)
+		return claimed{}, fmt.Errorf("claim the due outbox rows: %w", err)
 	}
-	ids := make([]uuid.UUID, len(rows))
 	for i, r := range rows {
-		ids[i] = r.OutboxID
+		c.ids, c.created = append(c.ids, r.OutboxID), append(c.created, r.CreatedAt)
+		if i == 0 || r.CreatedAt.Before(c.oldest) {
+			c.oldest = r.CreatedAt
+		}
+		if i == 0 || r.CreatedAt.After(c.newest) {
+			c.newest = r.CreatedAt
+		}
 	}
-	return ids, token, nil
+	return c, nil
 }

@@ -33,19 +33,16 @@ SELECT unnest(@outbox_ids::uuid[]),
 -- before it, or whose last publish failed, are claimed: the newer ones are
 -- the log stream's. A relay that shares the outbox by partition claims
 -- with ClaimOutboxInPartitions instead; a row's partition here is -1.
--- The ids go through an array so that the rows are fetched by primary key.
--- The earlier-row check probes message_outbox_aggregate_idx once per
--- candidate (about 0.05 ms each, measured on a 20,000-row backlog), in
--- each time partition up to the candidate's (e.created_at <= o.created_at
--- prunes the later ones as it runs).
-UPDATE message_outbox
-SET status = 'PUBLISHING',
-    claimed_by = @claimer,
-    claimed_until = now() + make_interval(secs => @lease_seconds::float8),
-    attempt_count = attempt_count + 1,
-    updated_at = now()
-WHERE outbox_id = ANY (ARRAY(
-    SELECT o.outbox_id
+-- The rows are fetched again by their whole key, (outbox_id, created_at),
+-- each in its own time partition. The earlier-row check probes
+-- message_outbox_aggregate_idx once per candidate (about 0.05 ms each,
+-- measured on a 20,000-row backlog) in the time partitions from the
+-- oldest unpublished row's (outbox_oldest_unpublished, 00010, once per
+-- claim) to the candidate's: the others are skipped as the statement
+-- runs, so that a year of weekly partitions of published rows costs the
+-- claim little (docs/benchmarks.md, "A year of history").
+WITH picked AS MATERIALIZED (
+    SELECT o.outbox_id, o.created_at
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL (@held_types::text[])
@@ -55,27 +52,30 @@ WHERE outbox_id = ANY (ARRAY(
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
             AND e.status <> 'PUBLISHED' AND e.created_at <= o.created_at
-            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id))
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
+            AND e.created_at >= (SELECT outbox_oldest_unpublished()))
     ORDER BY o.created_at, o.outbox_id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
-))
-RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
-          routing_key, payload, headers, attempt_count, claimed_by, created_at,
+)
+UPDATE message_outbox m
+SET status = 'PUBLISHING',
+    claimed_by = @claimer,
+    claimed_until = now() + make_interval(secs => @lease_seconds::float8),
+    attempt_count = m.attempt_count + 1,
+    updated_at = now()
+FROM picked p
+WHERE m.outbox_id = p.outbox_id AND m.created_at = p.created_at
+RETURNING m.outbox_id, m.aggregate_id, m.message_type, m.message_version, m.exchange_name,
+          m.routing_key, m.payload, m.headers, m.attempt_count, m.claimed_by, m.created_at,
           -1::integer AS partition;
 
 -- name: ClaimOutboxInPartitions :many
 -- ClaimOutbox for a relay that shares the outbox by partition: it claims
 -- only rows of its partitions (mine), and returns each row's partition,
 -- outbox_partition(aggregate_id, partitions).
-UPDATE message_outbox
-SET status = 'PUBLISHING',
-    claimed_by = @claimer,
-    claimed_until = now() + make_interval(secs => @lease_seconds::float8),
-    attempt_count = attempt_count + 1,
-    updated_at = now()
-WHERE outbox_id = ANY (ARRAY(
-    SELECT o.outbox_id
+WITH picked AS MATERIALIZED (
+    SELECT o.outbox_id, o.created_at
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL (@held_types::text[])
@@ -86,14 +86,23 @@ WHERE outbox_id = ANY (ARRAY(
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
             AND e.status <> 'PUBLISHED' AND e.created_at <= o.created_at
-            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id))
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
+            AND e.created_at >= (SELECT outbox_oldest_unpublished()))
     ORDER BY o.created_at, o.outbox_id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
-))
-RETURNING outbox_id, aggregate_id, message_type, message_version, exchange_name,
-          routing_key, payload, headers, attempt_count, claimed_by, created_at,
-          outbox_partition(aggregate_id, @partitions::integer) AS partition;
+)
+UPDATE message_outbox m
+SET status = 'PUBLISHING',
+    claimed_by = @claimer,
+    claimed_until = now() + make_interval(secs => @lease_seconds::float8),
+    attempt_count = m.attempt_count + 1,
+    updated_at = now()
+FROM picked p
+WHERE m.outbox_id = p.outbox_id AND m.created_at = p.created_at
+RETURNING m.outbox_id, m.aggregate_id, m.message_type, m.message_version, m.exchange_name,
+          m.routing_key, m.payload, m.headers, m.attempt_count, m.claimed_by, m.created_at,
+          outbox_partition(m.aggregate_id, @partitions::integer) AS partition;
 
 -- name: LeasePartitions :many
 -- A relay's turn at sharing the partitions, at every poll: it renews its
@@ -186,12 +195,19 @@ WHERE status = 'PENDING' AND next_attempt_at > now() AND last_error = @reason::t
 -- and a retry of a statement that took effect finds its rows no longer
 -- PUBLISHING under its token, and changes nothing. The lists are disjoint,
 -- so no row is changed twice by the statement.
+-- Each row is found by its whole key, (outbox_id, created_at), and the
+-- batch's span of created_at (oldest to newest) bounds every list: with
+-- a year of weekly time partitions, the statement is planned and run on
+-- the one or two partitions the batch was written in, not on all of them
+-- (docs/benchmarks.md, "A year of history").
 WITH published AS (
     UPDATE message_outbox m
     SET status = 'PUBLISHED', published_at = now(), claimed_by = NULL, claimed_until = NULL,
         last_error = NULL, updated_at = now()
-    FROM (SELECT unnest(@published_ids::uuid[]) AS outbox_id, unnest(@published_tokens::text[]) AS token) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    FROM (SELECT unnest(@published_ids::uuid[]) AS outbox_id, unnest(@published_created::timestamptz[]) AS created_at,
+                 unnest(@published_tokens::text[]) AS token) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+      AND m.created_at BETWEEN @oldest::timestamptz AND @newest::timestamptz
     RETURNING m.outbox_id
 ), refused AS (
     UPDATE message_outbox m
@@ -199,9 +215,11 @@ WITH published AS (
         next_attempt_at = now() + make_interval(secs => c.retry_in),
         last_error = c.error,
         claimed_by = NULL, claimed_until = NULL, updated_at = now()
-    FROM (SELECT unnest(@refused_ids::uuid[]) AS outbox_id, unnest(@refused_tokens::text[]) AS token,
+    FROM (SELECT unnest(@refused_ids::uuid[]) AS outbox_id, unnest(@refused_created::timestamptz[]) AS created_at,
+                 unnest(@refused_tokens::text[]) AS token,
                  unnest(@refused_errors::text[]) AS error, unnest(@refused_retry_in_seconds::float8[]) AS retry_in) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+      AND m.created_at BETWEEN @oldest::timestamptz AND @newest::timestamptz
     RETURNING m.outbox_id, m.status
 ), released AS (
     UPDATE message_outbox m
@@ -209,9 +227,11 @@ WITH published AS (
         next_attempt_at = now() + make_interval(secs => c.retry_in),
         last_error = coalesce(nullif(c.error, ''), m.last_error),
         claimed_by = NULL, claimed_until = NULL, updated_at = now()
-    FROM (SELECT unnest(@released_ids::uuid[]) AS outbox_id, unnest(@released_tokens::text[]) AS token,
+    FROM (SELECT unnest(@released_ids::uuid[]) AS outbox_id, unnest(@released_created::timestamptz[]) AS created_at,
+                 unnest(@released_tokens::text[]) AS token,
                  unnest(@released_errors::text[]) AS error, unnest(@released_retry_in_seconds::float8[]) AS retry_in) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.claimed_by = c.token AND m.status = 'PUBLISHING'
+      AND m.created_at BETWEEN @oldest::timestamptz AND @newest::timestamptz
     RETURNING m.outbox_id
 )
 SELECT (SELECT count(*) FROM published)::bigint AS published,

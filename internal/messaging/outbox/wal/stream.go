@@ -837,20 +837,24 @@ func withWaiting[T any](first T, ch <-chan T, n int) []T {
 
 // markStreamed writes the marks of rows the stream published in one
 // statement (MarkStreamed): the stream claims nothing, so they are matched
-// by id alone, and only while still PENDING. Refused rows have the attempt
+// by key (id and created_at) alone, and only while still PENDING. Refused rows have the attempt
 // counted; released ones (nacked, or held) do not.
 func markStreamed(ctx context.Context, db database.DBTX, m pipeline.Marks, maxAttempts int) (pipeline.Marked, error) {
-	p := dbsqlc.MarkStreamedParams{PublishedIds: []uuid.UUID{}, MaxAttempts: int32(maxAttempts)}
+	p := dbsqlc.MarkStreamedParams{PublishedIds: []uuid.UUID{}, PublishedCreated: []time.Time{}, MaxAttempts: int32(maxAttempts)}
+	p.Oldest, p.Newest = m.Span()
 	for _, c := range m.Published {
 		p.PublishedIds = append(p.PublishedIds, c.ID)
+		p.PublishedCreated = append(p.PublishedCreated, c.CreatedAt)
 	}
 	for _, f := range m.Refused {
 		p.RefusedIds = append(p.RefusedIds, f.ID)
+		p.RefusedCreated = append(p.RefusedCreated, f.CreatedAt)
 		p.RefusedErrors = append(p.RefusedErrors, f.Reason)
 		p.RefusedRetryInSeconds = append(p.RefusedRetryInSeconds, f.RetryIn.Seconds())
 	}
 	for _, f := range m.Released {
 		p.ReleasedIds = append(p.ReleasedIds, f.ID)
+		p.ReleasedCreated = append(p.ReleasedCreated, f.CreatedAt)
 		p.ReleasedErrors = append(p.ReleasedErrors, f.Reason)
 		p.ReleasedRetryInSeconds = append(p.ReleasedRetryInSeconds, f.RetryIn.Seconds())
 	}

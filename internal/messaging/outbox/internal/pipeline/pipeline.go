@@ -48,15 +48,46 @@ type Row struct {
 // Claim names one claim of a row: the row, the attempt that claimed it,
 // and the claim's token. Marks match the token, so a relay can only mark
 // rows it still holds: once a lease runs out and another claim takes the
-// row, the first relay's marks (and their retries) change nothing.
+// row, the first relay's marks (and their retries) change nothing. The
+// row's created_at completes its key: marks find the row in its time
+// partition without looking through the others.
 type Claim struct {
-	ID      uuid.UUID
-	Attempt int
-	Token   string
+	ID        uuid.UUID
+	Attempt   int
+	Token     string
+	CreatedAt time.Time
 }
 
 // Claim returns the claim of row r.
-func (r Row) Claim() Claim { return Claim{ID: r.ID, Attempt: r.Attempt, Token: r.ClaimToken} }
+func (r Row) Claim() Claim {
+	return Claim{ID: r.ID, Attempt: r.Attempt, Token: r.ClaimToken, CreatedAt: r.CreatedAt}
+}
+
+// Span is the oldest and the newest created_at of the rows of m: the
+// bounds of the time partitions a mark of m touches. Zero times when m is
+// empty.
+func (m Marks) Span() (oldest, newest time.Time) {
+	first := true
+	see := func(t time.Time) {
+		if first || t.Before(oldest) {
+			oldest = t
+		}
+		if first || t.After(newest) {
+			newest = t
+		}
+		first = false
+	}
+	for _, c := range m.Published {
+		see(c.CreatedAt)
+	}
+	for _, f := range m.Refused {
+		see(f.CreatedAt)
+	}
+	for _, f := range m.Released {
+		see(f.CreatedAt)
+	}
+	return oldest, newest
+}
 
 // PublishFailure is a row the broker did not accept, or whose publish was
 // cut short.

@@ -17,24 +17,28 @@ WITH published AS (
     UPDATE message_outbox m
     SET status = 'PUBLISHED', published_at = now(), attempt_count = m.attempt_count + 1,
         last_error = NULL, updated_at = now()
-    WHERE m.outbox_id = ANY ($1::uuid[]) AND m.status = 'PENDING'
+    FROM (SELECT unnest($3::uuid[]) AS outbox_id, unnest($4::timestamptz[]) AS created_at) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.status = 'PENDING'
+      AND m.created_at BETWEEN $1::timestamptz AND $2::timestamptz
     RETURNING m.outbox_id
 ), refused AS (
     UPDATE message_outbox m
     SET attempt_count = m.attempt_count + 1,
-        status = CASE WHEN m.attempt_count + 1 >= $2::integer THEN 'FAILED' ELSE 'PENDING' END,
+        status = CASE WHEN m.attempt_count + 1 >= $5::integer THEN 'FAILED' ELSE 'PENDING' END,
         next_attempt_at = now() + make_interval(secs => c.retry_in),
         last_error = c.error, updated_at = now()
-    FROM (SELECT unnest($3::uuid[]) AS outbox_id, unnest($4::text[]) AS error,
-                 unnest($5::float8[]) AS retry_in) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    FROM (SELECT unnest($6::uuid[]) AS outbox_id, unnest($7::timestamptz[]) AS created_at,
+                 unnest($8::text[]) AS error, unnest($9::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.status = 'PENDING'
+      AND m.created_at BETWEEN $1::timestamptz AND $2::timestamptz
     RETURNING m.outbox_id, m.status
 ), released AS (
     UPDATE message_outbox m
     SET next_attempt_at = now() + make_interval(secs => c.retry_in), last_error = c.error, updated_at = now()
-    FROM (SELECT unnest($6::uuid[]) AS outbox_id, unnest($7::text[]) AS error,
-                 unnest($8::float8[]) AS retry_in) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    FROM (SELECT unnest($10::uuid[]) AS outbox_id, unnest($11::timestamptz[]) AS created_at,
+                 unnest($12::text[]) AS error, unnest($13::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.status = 'PENDING'
+      AND m.created_at BETWEEN $1::timestamptz AND $2::timestamptz
     RETURNING m.outbox_id
 )
 SELECT (SELECT count(*) FROM published)::bigint AS published,
@@ -44,12 +48,17 @@ SELECT (SELECT count(*) FROM published)::bigint AS published,
 `
 
 type MarkStreamedParams struct {
+	Oldest                 time.Time
+	Newest                 time.Time
 	PublishedIds           []uuid.UUID
+	PublishedCreated       []time.Time
 	MaxAttempts            int32
 	RefusedIds             []uuid.UUID
+	RefusedCreated         []time.Time
 	RefusedErrors          []string
 	RefusedRetryInSeconds  []float64
 	ReleasedIds            []uuid.UUID
+	ReleasedCreated        []time.Time
 	ReleasedErrors         []string
 	ReleasedRetryInSeconds []float64
 }
@@ -75,15 +84,22 @@ type MarkStreamedRow struct {
 //
 // A refused or released row gets its last_error, which hands it to the
 // sweep (the claim with created_before): the stream never comes back to a
-// row.
+// row. Rows are found by their whole key, (outbox_id, created_at), within
+// the batch's span of created_at, so that only the time partitions the
+// batch was written in are planned and touched (MarkOutbox says why).
 func (q *Queries) MarkStreamed(ctx context.Context, db DBTX, arg MarkStreamedParams) (MarkStreamedRow, error) {
 	row := db.QueryRow(ctx, markStreamed,
+		arg.Oldest,
+		arg.Newest,
 		arg.PublishedIds,
+		arg.PublishedCreated,
 		arg.MaxAttempts,
 		arg.RefusedIds,
+		arg.RefusedCreated,
 		arg.RefusedErrors,
 		arg.RefusedRetryInSeconds,
 		arg.ReleasedIds,
+		arg.ReleasedCreated,
 		arg.ReleasedErrors,
 		arg.ReleasedRetryInSeconds,
 	)

@@ -12,12 +12,16 @@
 --     retry_in.
 -- A refused or released row gets its last_error, which hands it to the
 -- sweep (the claim with created_before): the stream never comes back to a
--- row.
+-- row. Rows are found by their whole key, (outbox_id, created_at), within
+-- the batch's span of created_at, so that only the time partitions the
+-- batch was written in are planned and touched (MarkOutbox says why).
 WITH published AS (
     UPDATE message_outbox m
     SET status = 'PUBLISHED', published_at = now(), attempt_count = m.attempt_count + 1,
         last_error = NULL, updated_at = now()
-    WHERE m.outbox_id = ANY (@published_ids::uuid[]) AND m.status = 'PENDING'
+    FROM (SELECT unnest(@published_ids::uuid[]) AS outbox_id, unnest(@published_created::timestamptz[]) AS created_at) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.status = 'PENDING'
+      AND m.created_at BETWEEN @oldest::timestamptz AND @newest::timestamptz
     RETURNING m.outbox_id
 ), refused AS (
     UPDATE message_outbox m
@@ -25,16 +29,18 @@ WITH published AS (
         status = CASE WHEN m.attempt_count + 1 >= @max_attempts::integer THEN 'FAILED' ELSE 'PENDING' END,
         next_attempt_at = now() + make_interval(secs => c.retry_in),
         last_error = c.error, updated_at = now()
-    FROM (SELECT unnest(@refused_ids::uuid[]) AS outbox_id, unnest(@refused_errors::text[]) AS error,
-                 unnest(@refused_retry_in_seconds::float8[]) AS retry_in) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    FROM (SELECT unnest(@refused_ids::uuid[]) AS outbox_id, unnest(@refused_created::timestamptz[]) AS created_at,
+                 unnest(@refused_errors::text[]) AS error, unnest(@refused_retry_in_seconds::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.status = 'PENDING'
+      AND m.created_at BETWEEN @oldest::timestamptz AND @newest::timestamptz
     RETURNING m.outbox_id, m.status
 ), released AS (
     UPDATE message_outbox m
     SET next_attempt_at = now() + make_interval(secs => c.retry_in), last_error = c.error, updated_at = now()
-    FROM (SELECT unnest(@released_ids::uuid[]) AS outbox_id, unnest(@released_errors::text[]) AS error,
-                 unnest(@released_retry_in_seconds::float8[]) AS retry_in) AS c
-    WHERE m.outbox_id = c.outbox_id AND m.status = 'PENDING'
+    FROM (SELECT unnest(@released_ids::uuid[]) AS outbox_id, unnest(@released_created::timestamptz[]) AS created_at,
+                 unnest(@released_errors::text[]) AS error, unnest(@released_retry_in_seconds::float8[]) AS retry_in) AS c
+    WHERE m.outbox_id = c.outbox_id AND m.created_at = c.created_at AND m.status = 'PENDING'
+      AND m.created_at BETWEEN @oldest::timestamptz AND @newest::timestamptz
     RETURNING m.outbox_id
 )
 SELECT (SELECT count(*) FROM published)::bigint AS published,
