@@ -44,6 +44,7 @@ WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SE
 # make bench/flow: its rates, the duration of each run, how many
 # outbox-relays and MESSAGE_PARTITIONS (0: none);
 # make bench/cost: its rate, and the git revision it runs against;
+# make bench/volume: how many orders of history (5 outbox and inbox rows each);
 # make soak: how long it runs;
 # make failover: how many failovers, in which relay modes, at what rate.
 RATE          ?= 20
@@ -53,6 +54,7 @@ RELAYS        ?= 2
 PARTITIONS    ?= 0
 COST_RATE     ?= 100
 AGAINST       ?= main
+VOLUME_ORDERS ?= 1000000
 SOAK_DURATION ?= 10m
 FAILOVERS     ?= 10
 FAILOVER_MODE ?= both
@@ -102,6 +104,10 @@ bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, D
 .PHONY: bench/cost
 bench/cost: ## an order's cost per hop (CPU, transactions, statements, rows, WAL, fsyncs), this checkout against AGAINST (main) built from git, alternately: the ratios
 	$(GO) run ./lab/bench-flow -rates $(COST_RATE) -duration $(DURATION) -relays $(RELAYS) -partitions $(PARTITIONS) -against $(AGAINST)
+
+.PHONY: bench/volume
+bench/volume: ## the hot paths on a year of history (VOLUME_ORDERS orders: 5 outbox and 5 inbox rows each, made in PostgreSQL) against an empty database: the ratios
+	$(GO) run ./lab/bench-volume -orders $(VOLUME_ORDERS)
 
 .PHONY: soak
 soak: ## the whole flow for SOAK_DURATION under kills, cut connections and a read-only database; fails if anything is lost, doubled or stuck
