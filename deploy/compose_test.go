@@ -161,6 +161,12 @@ func TestComposeGrafanaHasNoAnonymousAdmin(t *testing.T) {
 	checkStacks(t, grafanaAnonymousRole)
 }
 
+// The broker keeps its queues and messages when compose recreates it.
+func TestComposeBrokerKeepsItsNodeName(t *testing.T) {
+	t.Parallel()
+	checkStacks(t, brokerNodeNameProblems)
+}
+
 // The relays, the consumers and orderctl agree on the partitions, in every
 // stack.
 func TestComposePartitionsAgree(t *testing.T) {
@@ -730,6 +736,24 @@ func envValue(svc types.ServiceConfig, name string) string {
 	return ""
 }
 
+// brokerNodeNameProblems checks that every RabbitMQ service that keeps its
+// data in a volume sets a hostname: the node is rabbit@<hostname> and
+// keeps its data under that name, so a container with the default
+// hostname (its id) boots as a new, empty node whenever compose recreates
+// it, leaving the queues and their messages behind in the volume.
+func brokerNodeNameProblems(p *types.Project) []string {
+	var problems []string
+	for _, svc := range rabbitmqNodes(p) {
+		keeps := slices.ContainsFunc(svc.Volumes, func(v types.ServiceVolumeConfig) bool {
+			return v.Type == types.VolumeTypeVolume && v.Target == "/var/lib/rabbitmq"
+		})
+		if keeps && svc.Hostname == "" {
+			problems = append(problems, fmt.Sprintf("service %s keeps its data in a volume (/var/lib/rabbitmq) but sets no hostname: each new container is a new, empty node", svc.Name))
+		}
+	}
+	return problems
+}
+
 // partitionReaders are the binaries that must agree on MESSAGE_PARTITIONS:
 // the relays spread the messages over the partitions, each consumer
 // declares a work queue per partition, and `orderctl status` reads those
@@ -1081,6 +1105,11 @@ func TestComposeChecks(t *testing.T) {
 		{name: "server without healthcheck", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"relay": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/outbox-relay]"}), files: stackFiles, want: []string{"service relay has no healthcheck"}},
 		{name: "healthcheck of another binary", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"consumer": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-consumer]\n    healthcheck: {test: [CMD, /usr/local/bin/order-api, healthcheck]}"}), files: stackFiles, want: []string{"does not ask order-consumer"}},
 		{name: "one-shot needs no healthcheck", check: serverHealthcheckProblems, doc: stackDoc(map[string]string{"tool": "\n    image: orders:dev\n    entrypoint: [/usr/local/bin/order-api]\n    restart: \"no\""}), files: stackFiles},
+
+		// 0. the broker's node name, fixed where its data is kept
+		{name: "broker without hostname", check: brokerNodeNameProblems, doc: "services:\n  mq:\n    image: rabbitmq:3.13.7\n    volumes: [mq-data:/var/lib/rabbitmq]\nvolumes:\n  mq-data:\n", want: []string{"service mq keeps its data in a volume (/var/lib/rabbitmq) but sets no hostname"}},
+		{name: "broker with hostname", check: brokerNodeNameProblems, doc: "services:\n  mq:\n    image: rabbitmq:3.13.7\n    hostname: mq\n    volumes: [mq-data:/var/lib/rabbitmq]\nvolumes:\n  mq-data:\n"},
+		{name: "broker without data", check: brokerNodeNameProblems, doc: "services:\n  mq:\n    image: rabbitmq:3.13.7\n"},
 
 		// 0. the partitions, the same on every service that reads them
 		{name: "partitions agree", check: partitionProblems, doc: "services:\n  relay:\n    image: a:1\n    entrypoint: [/usr/local/bin/outbox-relay]\n    environment: {MESSAGE_PARTITIONS: \"4\"}\n  ctl:\n    image: a:1\n    entrypoint: [/usr/local/bin/orderctl]\n    environment: {MESSAGE_PARTITIONS: \"4\"}\n  api:\n    image: a:1\n    entrypoint: [/usr/local/bin/order-api]\n"},
