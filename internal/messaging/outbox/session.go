@@ -236,6 +236,12 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 		if !s.pub.WaitToPublish(ctx, size) {
 			return
 		}
+		// A wake-up that came before this claim is answered by it: it sees
+		// every row committed so far. Only a later one claims again.
+		select {
+		case <-r.wake:
+		default:
+		}
 		scope := r.scope()
 		var rows []Row
 		var err error
@@ -306,6 +312,19 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 		}
 		r.metrics.batchSize.Record(context.Background(), int64(len(rows)))
 		claimed <- rows // the publish step takes every batch, published or not
+		if len(rows) < r.cfg.BatchSize {
+			// The claim took every due row it could see: a row that
+			// commits after it began sends a NOTIFY that wakes the loop
+			// (one wake-up waits while the claim runs), so claiming again
+			// at once would mostly find nothing. At low rates that empty
+			// claim was most of the claims; only a full claim, a backlog,
+			// claims again at once.
+			select {
+			case <-r.wake:
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 }
 
