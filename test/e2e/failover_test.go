@@ -29,9 +29,12 @@ const failoverRate = 10
 // over in each relay mode, a kill and a switchover in turn.
 const failovers = 10
 
-// maxLateness is the longest a message may wait from its outbox row's
-// creation to its publish, across every failover.
-const maxLateness = 15 * time.Second
+// publishMargin is how long after the database takes writes again a
+// message may still wait to be published: a message may wait from its
+// outbox row's creation to its publish at most the slowest failover's
+// time to a writable primary (the cluster's, not the relay's: Patroni's
+// leader key ttl, and a loaded machine) plus this.
+const publishMargin = 5 * time.Second
 
 // The primary dies under load, ten times in each relay mode: order-api,
 // an outbox-relay and order-consumer run against a primary and its
@@ -55,8 +58,8 @@ const maxLateness = 15 * time.Second
 // message the broker carried (a tap queue on the exchange sees them all)
 // is of an outbox row and an order the database has (no ghost); no
 // message was applied twice; nothing stays unpublished or unprocessed;
-// and no message was published more than 15 s after its outbox row was
-// written. It logs what each failover cost: seconds to the new leader
+// and no message was published more than 5 s after the slowest failover's
+// new primary took writes, counted from its outbox row's creation. It logs what each failover cost: seconds to the new leader
 // taking writes, to the next 201, publish and apply, and the 503s.
 func TestAPrimaryDiesUnderLoad(t *testing.T) {
 	if os.Getenv(haVariable) == "" {
@@ -90,7 +93,9 @@ func failoverCampaign(t *testing.T, mode failover.Mode) {
 	}
 
 	r := failover.Account(t, s.dbURL, orders, tap.Stop())
+	var slowest time.Duration
 	for i, f := range failover.Measure(events, r, ld.Retries()) {
+		slowest = max(slowest, f.WritableIn)
 		t.Logf("failover %2d %-10s writable %5.1fs, next 201 %5.1fs, publish %5.1fs, apply %5.1fs; 503s %d, no answer %d; latest message %.1fs",
 			i+1, f.Kind, f.WritableIn.Seconds(), f.Next201.Seconds(), f.NextPublish.Seconds(), f.NextApply.Seconds(),
 			f.Refused, f.Unanswered, f.Latest.Seconds())
@@ -99,7 +104,7 @@ func failoverCampaign(t *testing.T, mode failover.Mode) {
 		r.Orders, r.Final, ld.Retried(http.StatusServiceUnavailable), ld.Retried(0))
 	t.Logf("messages the broker carried %d (outbox rows %d); lost orders %d, ghosts %d, messages without an outbox row %d, messages never received %d, applied twice %d, unpublished %d",
 		r.Carried, r.Rows, r.Lost, r.Ghosts, r.Rowless, r.NeverReceived, r.AppliedTwice, r.Unpublished)
-	if l := r.Latest; l.Lateness > maxLateness {
+	if l, maxLateness := r.Latest, slowest+publishMargin; l.Lateness > maxLateness {
 		var order strings.Builder
 		for _, m := range l.Order {
 			fmt.Fprintf(&order, "\t%s\n", m)
