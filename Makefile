@@ -45,6 +45,7 @@ WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SE
 # outbox-relays and MESSAGE_PARTITIONS (0: none);
 # make bench/cost: its rate, and the git revision it runs against;
 # make bench/volume: how many orders of history (5 outbox and inbox rows each);
+# make bench/horizon: how long the horizon is held;
 # make soak: how long it runs;
 # make failover: how many failovers, in which relay modes, at what rate.
 RATE          ?= 20
@@ -55,6 +56,7 @@ PARTITIONS    ?= 0
 COST_RATE     ?= 100
 AGAINST       ?= main
 VOLUME_ORDERS ?= 1000000
+HOLD          ?= 10m
 SOAK_DURATION ?= 10m
 FAILOVERS     ?= 10
 FAILOVER_MODE ?= both
@@ -108,6 +110,10 @@ bench/cost: ## an order's cost per hop (CPU, transactions, statements, rows, WAL
 .PHONY: bench/volume
 bench/volume: ## the hot paths on a year of history (VOLUME_ORDERS orders: 5 outbox and 5 inbox rows each, made in PostgreSQL) against an empty database: the ratios
 	$(GO) run ./lab/bench-volume -orders $(VOLUME_ORDERS)
+
+.PHONY: bench/horizon
+bench/horizon: ## each relay mode's drain rate after a session idle in transaction held the xmin horizon for HOLD under a steady load, over its rate before: the ratios
+	$(GO) run ./lab/bench-volume -horizon $(HOLD)
 
 .PHONY: soak
 soak: ## the whole flow for SOAK_DURATION under kills, cut connections and a read-only database; fails if anything is lost, doubled or stuck

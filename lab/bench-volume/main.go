@@ -30,6 +30,11 @@
 // Only what each step writes between samples (the due rows, the new
 // messages) is made outside the timing. The machine's other work weighs
 // on both databases alike: the samples alternate.
+//
+// With -horizon it measures instead what a held transaction horizon costs
+// the relays (horizon.go):
+//
+//	go run ./lab/bench-volume -horizon 10m   # or: make bench/horizon HOLD=10m
 package main
 
 import (
@@ -70,6 +75,15 @@ type config struct {
 	weeks       int
 	samples     int
 	keep        bool
+
+	// The held-horizon run (horizon.go), instead of the history's when
+	// horizon is above 0.
+	horizon        time.Duration
+	modes          []string
+	horizonRate    int
+	horizonBacklog int
+	horizonDrains  int
+	amqpURL        string
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -82,11 +96,25 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&cfg.weeks, "weeks", 52, "weeks of history, one time partition each")
 	fs.IntVar(&cfg.samples, "samples", 40, "times each step runs on each database")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the filled database (its name is printed), for a look with psql")
+	fs.DurationVar(&cfg.horizon, "horizon", 0, "instead: hold each relay's database's xmin horizon this long under a steady load, and compare the relays' drain rates after with before (0: the history run)")
+	modes := fs.String("horizon-modes", "poll,wal", "-horizon: the relay modes, poll, wal or both")
+	fs.IntVar(&cfg.horizonRate, "horizon-rate", 100, "-horizon: the steady load per mode, outbox rows/s, one per transaction")
+	fs.IntVar(&cfg.horizonBacklog, "horizon-backlog", 30_000, "-horizon: the rows of one drain, written at once")
+	fs.IntVar(&cfg.horizonDrains, "horizon-drains", 3, "-horizon: drains per mode before the hold and after it (the median counts)")
+	fs.StringVar(&cfg.amqpURL, "amqp-url", firstNonEmpty(getenv("AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
+		"-horizon: a RabbitMQ broker on which to create and delete a vhost (AMQP_URL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if cfg.orders < 1 || cfg.weeks < 1 || cfg.samples < 1 {
 		return config{}, errors.New("-orders, -weeks and -samples must be at least 1")
+	}
+	if cfg.horizon < 0 || cfg.horizonRate < 1 || cfg.horizonBacklog < 1 || cfg.horizonDrains < 1 {
+		return config{}, errors.New("-horizon must not be negative, and -horizon-rate, -horizon-backlog and -horizon-drains must be at least 1")
+	}
+	var err error
+	if cfg.modes, err = parseModes(*modes); err != nil {
+		return config{}, err
 	}
 	return cfg, nil
 }
@@ -104,6 +132,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.horizon > 0 {
+		return runHorizon(ctx, cfg, stdout)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 

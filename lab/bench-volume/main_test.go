@@ -56,3 +56,55 @@ func TestParseFlags(t *testing.T) {
 		t.Error("-samples 0 accepted")
 	}
 }
+
+func TestParseHorizonFlags(t *testing.T) {
+	env := func(string) string { return "" }
+	cfg, err := parseFlags([]string{"-horizon", "10m", "-horizon-modes", "wal, poll,wal"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.horizon != 10*time.Minute || len(cfg.modes) != 2 || cfg.modes[0] != "wal" || cfg.modes[1] != "poll" ||
+		cfg.amqpURL != "amqp://guest:guest@127.0.0.1:5672/" {
+		t.Errorf("parseFlags = %+v", cfg)
+	}
+	if cfg, _ := parseFlags(nil, env, io.Discard); cfg.horizon != 0 || len(cfg.modes) != 2 {
+		t.Errorf("by default the history run, with both modes named: %+v", cfg)
+	}
+	for _, args := range [][]string{{"-horizon-modes", "poll,kafka"}, {"-horizon", "-1s"}, {"-horizon-drains", "0"}} {
+		if _, err := parseFlags(args, env, io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
+
+func TestDueRows(t *testing.T) {
+	for _, c := range []struct {
+		rate             int
+		elapsed          time.Duration
+		written, wantDue int
+	}{
+		{100, 0, 0, 0},
+		{100, 1500 * time.Millisecond, 0, 150},
+		{100, 1500 * time.Millisecond, 149, 1},
+		{100, time.Second, 120, 0}, // ahead: nothing owed, nothing taken back
+	} {
+		if got := dueRows(c.rate, c.elapsed, c.written); got != c.wantDue {
+			t.Errorf("dueRows(%d, %v, %d) = %d, want %d", c.rate, c.elapsed, c.written, got, c.wantDue)
+		}
+	}
+}
+
+func TestRates(t *testing.T) {
+	if got := rowsPerSecond(3000, 1500*time.Millisecond); got != 2000 {
+		t.Errorf("rowsPerSecond(3000, 1.5s) = %v, want 2000", got)
+	}
+	if got := rowsPerSecond(10, 0); got != 0 {
+		t.Errorf("rowsPerSecond over no time = %v, want 0", got)
+	}
+	if got := medianRate([]float64{300, 100, 200, 400}); got != 250 {
+		t.Errorf("medianRate = %v, want 250", got)
+	}
+	if got := medianRate(nil); got != 0 {
+		t.Errorf("medianRate of none = %v, want 0", got)
+	}
+}
