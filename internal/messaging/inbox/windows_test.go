@@ -344,19 +344,25 @@ func TestUnknownCommitOutcome(t *testing.T) {
 	}
 }
 
-// commitStall stalls the replies of the proxy when it sees the first
-// COMMIT after it is armed, and heals the proxy once that COMMIT has
-// failed on the client's side.
+// commitStall stalls the replies of the proxy when it sees, after it is
+// armed, the COMMIT of the first transaction that writes an inbox row,
+// and heals the proxy once that COMMIT has failed on the client's side.
+// Only that one: the consumer's background loops (time partitions,
+// table statistics) commit transactions of their own at any moment.
 type commitStall struct {
 	proxy     *testenv.Proxy
 	armed     atomic.Bool
-	commitErr atomic.Value // what the client got for the stalled COMMIT
+	conn      atomic.Pointer[pgx.Conn] // the connection that wrote the inbox row
+	commitErr atomic.Value             // what the client got for the stalled COMMIT
 }
 
 type stalledCommit struct{}
 
-func (c *commitStall) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.EqualFold(data.SQL, "commit") && c.armed.CompareAndSwap(true, false) {
+func (c *commitStall) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if c.armed.Load() && strings.Contains(data.SQL, "INSERT INTO message_inbox") {
+		c.conn.CompareAndSwap(nil, conn)
+	}
+	if strings.EqualFold(data.SQL, "commit") && c.conn.Load() == conn && c.armed.CompareAndSwap(true, false) {
 		c.proxy.StallReplies()
 		return context.WithValue(ctx, stalledCommit{}, true)
 	}
