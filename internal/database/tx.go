@@ -34,9 +34,9 @@ type Policy struct {
 	// Timeout bounds each run, COMMIT included, so that a connection that
 	// stopped answering cannot hang the caller (0: ctx alone).
 	Timeout time.Duration
-	// ConfirmCommit runs a transaction whose connection died again, once,
-	// on a connection that has just answered, when it is certain that the
-	// first run wrote nothing: the connection died before the COMMIT, the
+	// ConfirmCommit runs a transaction whose connection died again, up to
+	// MaxReruns times, on a connection that has just answered, when it is
+	// certain that the run before wrote nothing: the connection died before the COMMIT, the
 	// transaction was read-only or wrote nothing, or the COMMIT was cut
 	// off in flight and the server, asked by the transaction's id
 	// (pg_xact_status) on another connection, says it aborted. Committed:
@@ -119,10 +119,16 @@ func lostContention(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
+// MaxReruns is how many times ConfirmCommit runs again a transaction
+// that certainly wrote nothing: a rerun may meet the next cut (a pooler
+// restarted twice, a failover that cuts the new connections as well), and
+// each run costs only the time to the next dead connection.
+const MaxReruns = 3
+
 func (p Policy) confirmCommit(ctx context.Context, db Pool, fn func(context.Context, pgx.Tx) error) error {
 	err := p.once(ctx, db, false, fn)
 	var lost *lostError
-	if p.ConfirmCommit && errors.As(err, &lost) && ctx.Err() == nil {
+	for rerun := 1; p.ConfirmCommit && rerun <= MaxReruns && errors.As(err, &lost) && ctx.Err() == nil; rerun++ {
 		err = p.once(ctx, db, true, fn)
 	}
 	return err

@@ -97,8 +97,8 @@ func insert(runs *atomic.Int32, pid *atomic.Int32, commitSleep string) func(cont
 	}
 }
 
-// A transaction whose connection dies is run again, once, when it is
-// certain that the first run wrote nothing, and one whose COMMIT took
+// A transaction whose connection dies is run again when it is certain
+// that the run before wrote nothing (up to MaxReruns times), and one whose COMMIT took
 // effect unheard is not: Run asks the server by the transaction's id.
 func TestConfirmCommit(t *testing.T) {
 	t.Parallel()
@@ -120,6 +120,30 @@ func TestConfirmCommit(t *testing.T) {
 		})
 		if err != nil || runs.Load() != 2 || b.count(t) != 1 {
 			t.Fatalf("err %v, %d runs, %d rows; want nil, 2 runs, 1 row", err, runs.Load(), b.count(t))
+		}
+	})
+
+	t.Run("sessions ended before the COMMIT, run after run: run again, up to MaxReruns times", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, cuts := range []int{database.MaxReruns, database.MaxReruns + 1} {
+			var runs, pid atomic.Int32
+			err := database.Run(t.Context(), b.pool, confirm, func(ctx context.Context, tx pgx.Tx) error {
+				if int(runs.Load()) < cuts {
+					var p int32
+					if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p); err != nil {
+						return err
+					}
+					terminate(t, b, p)
+				}
+				return insert(&runs, &pid, "0")(ctx, tx)
+			})
+			if cuts <= database.MaxReruns && (err != nil || int(runs.Load()) != cuts+1 || b.count(t) != 1) {
+				t.Fatalf("%d cuts: err %v, %d runs, %d rows; want nil, %d runs, 1 row", cuts, err, runs.Load(), b.count(t), cuts+1)
+			}
+			if cuts > database.MaxReruns && (err == nil || !database.IsUnavailable(err) || int(runs.Load()) != database.MaxReruns+1 || b.count(t) != 1) {
+				t.Fatalf("%d cuts: err %v, %d runs, %d rows; want unavailable, %d runs, still 1 row", cuts, err, runs.Load(), b.count(t), database.MaxReruns+1)
+			}
 		}
 	})
 

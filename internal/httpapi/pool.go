@@ -20,8 +20,8 @@ var errOverloaded = errors.New("overloaded")
 
 // The handlers' transactions (database.Run). One whose connection died (a
 // failover, a restart of a connection pooler, pg_terminate_backend, a
-// network cut) is run again, once, when it is certain that it wrote
-// nothing, so the client sees a slower answer instead of a 503; a COMMIT
+// network cut) is run again, up to database.MaxReruns times, when it is
+// certain that it wrote nothing, so the client sees a slower answer instead of a 503; a COMMIT
 // cut off in flight is asked after by the transaction's id: committed, the
 // handler answers as if the COMMIT had; still unknown after 5 s, the
 // request is 503 commit_outcome_unknown, and a retry with the same

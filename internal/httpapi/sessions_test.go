@@ -29,8 +29,9 @@ import (
 // Each 201 is one order and each order a 201: a transaction run twice left
 // nothing of its first run.
 //
-// What would still be a 503 (docs/failure-modes.md): a retry cut in turn
-// (the cuts here are a second apart, a retry takes milliseconds), and a
+// What would still be a 503 (docs/failure-modes.md): a transaction cut
+// more than database.MaxReruns times in a row (the cuts here are a second
+// apart, a rerun takes milliseconds, a second or two on a loaded machine), and a
 // COMMIT whose session outlives the cut connection by more than a second
 // (a network partition, not a terminated session).
 func TestSessionsCutUnderLoad(t *testing.T) {
