@@ -37,7 +37,8 @@ import (
 // writes them. The relays publish to a vhost of their own.
 //
 // The phases, for every mode at once, the drains of one mode after
-// another's so that they do not compete:
+// another's so that they do not compete (after a drain not counted and a
+// VACUUM (ANALYZE), so that the claim is planned on statistics):
 //
 //  1. -horizon-drains drains each, unpinned: -horizon-backlog rows
 //     written at once (transactions of 100), timed from the first write to
@@ -180,6 +181,19 @@ func runHorizon(ctx context.Context, cfg config, stdout io.Writer) error {
 	out("relays %s up, %d rows/s of steady load each; warming up for 10s\n", strings.Join(cfg.modes, ", "), cfg.horizonRate)
 	if err := sleep(ctx, 10*time.Second); err != nil {
 		return err
+	}
+	// A new database has no statistics until autovacuum analyzes it, a
+	// minute or more on: the claim's plan is a poor one until then, and
+	// the first drains would be the slowest of the run. A drain not
+	// counted, then VACUUM (ANALYZE): the table as a running service's.
+	out("a drain each not counted, then VACUUM (ANALYZE) message_outbox\n")
+	for _, b := range benches {
+		if _, err := b.drain(ctx, cfg.horizonBacklog); err != nil {
+			return fmt.Errorf("%s: warm-up drain: %w", b.mode, err)
+		}
+		if _, err := b.pool.Exec(ctx, "VACUUM (ANALYZE) message_outbox"); err != nil {
+			return fmt.Errorf("%s: %w", b.mode, err)
+		}
 	}
 
 	drains := func(phase string) error {

@@ -99,7 +99,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.DurationVar(&cfg.horizon, "horizon", 0, "instead: hold each relay's database's xmin horizon this long under a steady load, and compare the relays' drain rates after with before (0: the history run)")
 	modes := fs.String("horizon-modes", "poll,wal", "-horizon: the relay modes, poll, wal or both")
 	fs.IntVar(&cfg.horizonRate, "horizon-rate", 100, "-horizon: the steady load per mode, outbox rows/s, one per transaction")
-	fs.IntVar(&cfg.horizonBacklog, "horizon-backlog", 30_000, "-horizon: the rows of one drain, written at once")
+	fs.IntVar(&cfg.horizonBacklog, "horizon-backlog", 20_000, "-horizon: the rows of one drain, written at once")
 	fs.IntVar(&cfg.horizonDrains, "horizon-drains", 3, "-horizon: drains per mode before the hold and after it (the median counts)")
 	fs.StringVar(&cfg.amqpURL, "amqp-url", firstNonEmpty(getenv("AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
 		"-horizon: a RabbitMQ broker on which to create and delete a vhost (AMQP_URL)")
