@@ -44,6 +44,8 @@ WITH_DEV_SECRET := $(ENV) sh -c 'API_JWT_SECRET="$${API_JWT_SECRET:-$(DEV_JWT_SE
 # make bench/flow: its rates, the duration of each run, how many
 # outbox-relays and MESSAGE_PARTITIONS (0: none);
 # make bench/cost: its rate, and the git revision it runs against;
+# make bench/api: the clients of the closed loops, and a git revision
+# whose order-api runs too (none when empty);
 # make bench/volume: how many orders of history (5 outbox and inbox rows each);
 # make bench/horizon: how long the horizon is held;
 # make soak: how long it runs;
@@ -54,6 +56,8 @@ DURATION      ?= 20s
 RELAYS        ?= 2
 PARTITIONS    ?= 0
 COST_RATE     ?= 100
+CLIENTS       ?= 8
+API_AGAINST   ?=
 AGAINST       ?= main
 VOLUME_ORDERS ?= 1000000
 HOLD          ?= 10m
@@ -106,6 +110,10 @@ bench/flow: ## the whole flow on a fresh database and vhost at RATES orders/s, D
 .PHONY: bench/cost
 bench/cost: ## an order's cost per hop (CPU, transactions, statements, rows, WAL, fsyncs), this checkout against AGAINST (main) built from git, alternately: the ratios
 	$(GO) run ./lab/bench-flow -rates $(COST_RATE) -duration $(DURATION) -relays $(RELAYS) -partitions $(PARTITIONS) -against $(AGAINST)
+
+.PHONY: bench/api
+bench/api: ## order-api as built (auth on, Idempotency-Keys, loadgen in a process of its own) against a raw pgx loop, CLIENTS at a time, alternately: both rates and the ratio (API_AGAINST=main adds that revision's API)
+	$(GO) run ./lab/bench-flow -closed $(CLIENTS) $(if $(API_AGAINST),-against $(API_AGAINST))
 
 .PHONY: bench/volume
 bench/volume: ## the hot paths on a year of history (VOLUME_ORDERS orders: 5 outbox and 5 inbox rows each, made in PostgreSQL) against an empty database: the ratios

@@ -9,6 +9,11 @@
 // RabbitMQ.
 //
 //	go run ./lab/bench-flow -rates 50,100,150 -duration 20s   # or: make bench/flow
+//	go run ./lab/bench-flow -closed 8                         # or: make bench/api
+//
+// With -closed it measures order-api alone against its floor instead
+// (closed.go): closed loops of loadgen, through the API and straight to
+// the database, alternately, and the ratio of their rates.
 //
 // The servers are those of DATABASE_URL and AMQP_URL (by default the local
 // ones); the vhost is made through RabbitMQ's management API, or
@@ -86,6 +91,8 @@ type config struct {
 	against     string        // a git revision to build and run alternately with this checkout, or ""
 	rounds      int           // runs of each version at each rate
 	top         int           // statements listed per run
+	closed      int           // clients of the closed loops of order-api against the raw pgx loop (0: the flow)
+	orders      int           // orders of each closed loop
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -105,9 +112,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&cfg.relayMode, "relay-mode", "poll", "RELAY_MODE of the relays: poll, or wal (the PostgreSQL of DATABASE_URL must run wal_level=logical)")
 	fs.DurationVar(&cfg.wait, "wait", 2*time.Minute, "how long each run waits, after sending, for every order to reach a final status")
 	fs.BoolVar(&cfg.ownPostgres, "own-postgres", true, "start a PostgreSQL of its own (initdb from the installed binaries, pg_stat_statements loaded, wal_level=logical) rather than use DATABASE_URL's: its WAL, fsyncs and CPU are the run's alone")
-	fs.StringVar(&cfg.against, "against", "", "a git revision (the previous main) to build from git and run alternately with this checkout at each rate, printing the ratios of their costs")
+	fs.StringVar(&cfg.against, "against", "", "a git revision (the previous main) to build from git and run alternately with this checkout at each rate, printing the ratios of their costs (with -closed: its order-api against the same raw loop)")
 	fs.IntVar(&cfg.rounds, "rounds", 0, "runs of each version at each rate (default 1, or 2 with -against)")
 	fs.IntVar(&cfg.top, "top", 12, "the statements called most to list for each run")
+	fs.IntVar(&cfg.closed, "closed", 0, "instead of the flow: order-api alone, driven by loadgen in a closed loop of this many clients (POST /v1/orders with Idempotency-Keys), against a raw pgx loop at the same concurrency (-rounds of each, alternately, default 3): both rates and the ratio")
+	fs.IntVar(&cfg.orders, "orders", 3000, "with -closed: orders each loop writes")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -131,11 +140,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return cfg, fmt.Errorf("-relay-mode must be poll or wal, got %q", cfg.relayMode)
 	case cfg.rounds < 0:
 		return cfg, errors.New("-rounds must not be negative")
+	case cfg.closed < 0 || (cfg.closed > 0 && cfg.orders < 1):
+		return cfg, errors.New("-closed must not be negative, and -orders must be at least 1")
 	}
 	if cfg.rounds == 0 {
 		cfg.rounds = 1
 		if cfg.against != "" {
 			cfg.rounds = 2
+		}
+		if cfg.closed > 0 {
+			cfg.rounds = 3
 		}
 	}
 	return cfg, nil
@@ -160,9 +174,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Build: this checkout's binaries, and those of -against from git
 	// (the same loadgen drives both: this checkout's).
 	bins := map[string]string{"new": filepath.Join(dir, "new")}
-	_, _ = fmt.Fprintf(stdout, "building %s from this checkout\n", strings.Join(binaries, ", "))
-	if err := sandbox.Build(ctx, bins["new"], binaries...); err != nil {
+	build := binaries
+	if cfg.closed > 0 {
+		build = []string{"cmd/order-api", "lab/loadgen"}
+	}
+	_, _ = fmt.Fprintf(stdout, "building %s from this checkout\n", strings.Join(build, ", "))
+	if err := sandbox.Build(ctx, bins["new"], build...); err != nil {
 		return err
+	}
+	if cfg.closed > 0 {
+		if cfg.against != "" {
+			bins["old"] = filepath.Join(dir, "old")
+			_, _ = fmt.Fprintf(stdout, "building order-api from git revision %s\n", cfg.against)
+			if err := sandbox.BuildRevision(ctx, cfg.against, bins["old"], dir, "cmd/order-api"); err != nil {
+				return err
+			}
+		}
+		return closedMode(ctx, cfg, bins, dir, stdout, &keep)
 	}
 	versions := []string{"new"}
 	if cfg.against != "" {

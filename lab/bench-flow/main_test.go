@@ -135,3 +135,41 @@ func TestBenchFlowOnItsOwnPostgres(t *testing.T) {
 		t.Errorf("its PostgreSQL %s still takes connections", server[1])
 	}
 }
+
+// make bench/api's mode, briefly, on the test's PostgreSQL server: both
+// loops write every order, the ratio is printed, and no database is left.
+func TestBenchAPIRunsAndCleansUp(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds two binaries and runs order-api")
+	}
+	dbURL := testenv.ServerURL(t, "postgres")
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"-closed", "2", "-orders", "20", "-rounds", "1", "-own-postgres=false"},
+		func(k string) string { return map[string]string{"DATABASE_URL": dbURL}[k] }, &stdout, &stderr)
+	out := stdout.String()
+	if err != nil {
+		t.Fatalf("bench-flow -closed: %v\n%s\n%s", err, out, stderr.String())
+	}
+	for _, line := range []string{`round 1, raw \(database orders_closed_\w+\): 20 orders in`, `round 1, api \(database orders_closed_\w+\): 20 orders in`,
+		`order-api\s+\d+\.\d\d s`, `loadgen \(the client\)\s+\d+\.\d\d s`,
+		`POST /v1/orders \d+ orders/s, raw pgx loop \d+ tx/s: ratio \d+\.\d\d`} {
+		if !regexp.MustCompile(`(?m)^\s*` + line).MatchString(out) {
+			t.Errorf("no line matching %q in:\n%s", line, out)
+		}
+	}
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, name := range regexp.MustCompile(`database (orders_closed_\w+)`).FindAllStringSubmatch(out, -1) {
+		var left bool
+		if err := conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name[1]).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left {
+			t.Errorf("database %s is still there", name[1])
+		}
+	}
+}

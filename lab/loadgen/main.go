@@ -6,6 +6,8 @@
 //	loadgen -rate 50 -duration 30s                 # or: make load RATE=50 DURATION=30s
 //	loadgen -rate 50 -duration 30s -chart lat.svg  # and a latency-over-time chart
 //	loadgen -json ...                              # the summary as JSON on stdout
+//	loadgen -closed 8 -orders 3000                 # a closed loop: 8 clients, the rate as JSON
+//	loadgen -closed 8 -raw-database URL            # the same writes straight to PostgreSQL
 //
 // The load is open: a POST leaves at its scheduled time whatever the
 // answers to the earlier ones, as real clients would send, so a slow system
@@ -77,6 +79,9 @@ type config struct {
 	wait        time.Duration // how long to wait for final statuses after sending
 	chart       string        // an SVG file to write the latency chart to, or ""
 	json        bool          // the summary as JSON on stdout
+	closed      int           // clients of a closed loop (0: the open load)
+	orders      int           // orders the closed loop writes
+	rawDatabase string        // the closed loop writes here, not through the API
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -91,6 +96,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.wait, "wait", time.Minute, "how long to wait, after sending, for every order to reach a final status")
 	fs.StringVar(&c.chart, "chart", "", "write a chart of latency over time to this SVG file")
 	fs.BoolVar(&c.json, "json", false, "print the summary as JSON (progress goes to stderr)")
+	fs.IntVar(&c.closed, "closed", 0, "instead: a closed loop of this many clients, each posting its next order (with an Idempotency-Key) when its last is answered; prints the rate as JSON")
+	fs.IntVar(&c.orders, "orders", 3000, "with -closed: how many orders to write")
+	fs.StringVar(&c.rawDatabase, "raw-database", "", "with -closed: write each order and its outbox row straight to this database (BEGIN; INSERT; INSERT; COMMIT), not through the API")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -113,6 +121,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		err = errors.New("-concurrency must be at least 1")
 	case c.wait < 0:
 		err = errors.New("-wait must not be negative")
+	case c.closed < 0 || (c.closed > 0 && c.orders < 1):
+		err = errors.New("-closed must not be negative, and -orders must be at least 1")
+	case c.rawDatabase != "" && c.closed == 0:
+		err = errors.New("-raw-database needs -closed")
 	default:
 		return c, nil
 	}
@@ -131,10 +143,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.json {
 		progressOut = stderr
 	}
-	if cfg.token == "" {
+	if cfg.token == "" && cfg.rawDatabase == "" {
 		if cfg.token, err = auth.ClientToken(os.Getenv); err != nil {
 			return err
 		}
+	}
+	if cfg.closed > 0 {
+		return runClosed(ctx, cfg, stdout)
 	}
 	g := newGenerator(cfg.api, cfg.token, cfg.concurrency)
 	total := expected(cfg.rate, cfg.duration)
