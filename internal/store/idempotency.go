@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/yourorg/orders/internal/database"
-	"github.com/yourorg/orders/internal/domain"
 	"github.com/yourorg/orders/internal/store/dbsqlc"
 )
 
@@ -63,14 +62,10 @@ type StoredResponse struct {
 // http_idempotency_key decides between concurrent requests; the advisory
 // lock only turns "wait for the other request" into ErrKeyInFlight.
 func ClaimIdempotencyKey(ctx context.Context, tx database.DBTX, req IdempotentRequest, ttl time.Duration) (*StoredResponse, error) {
-	locked, err := queries.TryLockIdempotencyKey(ctx, tx, req.lockKey())
-	if err != nil {
-		return nil, fmt.Errorf("lock idempotency key: %w", Translate(err))
-	}
-	if !locked {
-		return nil, ErrKeyInFlight
-	}
-	_, err = queries.ClaimIdempotencyKey(ctx, tx, dbsqlc.ClaimIdempotencyKeyParams{
+	// The lock and the claim in one statement, one round trip: the claim
+	// runs only once the lock is held.
+	claim, err := queries.ClaimIdempotencyKey(ctx, tx, dbsqlc.ClaimIdempotencyKeyParams{
+		LockKey:        req.lockKey(),
 		CallerRole:     req.CallerRole,
 		Caller:         req.Caller,
 		RequestMethod:  req.Method,
@@ -79,11 +74,13 @@ func ClaimIdempotencyKey(ctx context.Context, tx database.DBTX, req IdempotentRe
 		RequestHash:    req.Hash,
 		TtlSeconds:     ttl.Seconds(),
 	})
-	if err == nil {
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("claim idempotency key: %w", Translate(err))
+	case !claim.Locked:
+		return nil, ErrKeyInFlight
+	case claim.Claimed:
 		return nil, nil // inserted, or took over an expired key
-	}
-	if err = Translate(err); !errors.Is(err, domain.ErrNotFound) {
-		return nil, fmt.Errorf("claim idempotency key: %w", err)
 	}
 	// The key is taken and not expired: this is a repeat.
 	row, err := queries.GetIdempotencyKey(ctx, tx, dbsqlc.GetIdempotencyKeyParams{

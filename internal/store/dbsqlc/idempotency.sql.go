@@ -10,19 +10,28 @@ import (
 )
 
 const claimIdempotencyKey = `-- name: ClaimIdempotencyKey :one
-INSERT INTO http_idempotency_key (caller_role, caller, request_method, request_path, idempotency_key, request_hash)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (caller_role, caller, request_method, request_path, idempotency_key) DO UPDATE
-SET request_hash = excluded.request_hash,
-    response_status = NULL,
-    response_body = NULL,
-    response_location = NULL,
-    created_at = now()
-WHERE http_idempotency_key.created_at < now() - make_interval(secs => $7::float8)
-RETURNING idempotency_key
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0)) AS locked
+), claim AS (
+    INSERT INTO http_idempotency_key (caller_role, caller, request_method, request_path, idempotency_key, request_hash)
+    SELECT $2::text, $3::text, $4::text, $5::text, $6::text, $7::text
+    FROM lock
+    WHERE lock.locked
+    ON CONFLICT (caller_role, caller, request_method, request_path, idempotency_key) DO UPDATE
+    SET request_hash = excluded.request_hash,
+        response_status = NULL,
+        response_body = NULL,
+        response_location = NULL,
+        created_at = now()
+    WHERE http_idempotency_key.created_at < now() - make_interval(secs => $8::float8)
+    RETURNING idempotency_key
+)
+SELECT lock.locked, EXISTS (SELECT 1 FROM claim) AS claimed
+FROM lock
 `
 
 type ClaimIdempotencyKeyParams struct {
+	LockKey        string
 	CallerRole     string
 	Caller         string
 	RequestMethod  string
@@ -32,11 +41,22 @@ type ClaimIdempotencyKeyParams struct {
 	TtlSeconds     float64
 }
 
-// Takes a caller's key for this request: inserts it, or takes over one whose TTL has
-// run out. No row back means the key belongs to an earlier request. The
-// primary key, not a prior SELECT, decides between concurrent requests.
-func (q *Queries) ClaimIdempotencyKey(ctx context.Context, db DBTX, arg ClaimIdempotencyKeyParams) (string, error) {
+type ClaimIdempotencyKeyRow struct {
+	Locked  bool
+	Claimed bool
+}
+
+// Takes a caller's key for this request, in one round trip. First the
+// advisory lock on the key, held until the transaction ends: a request that
+// finds it taken (locked false) answers 409 at once instead of waiting
+// behind the first one. Only then, holding it, inserts the key or takes
+// over one whose TTL has run out; claimed false with locked true means the
+// key belongs to an earlier request. The primary key, not a prior SELECT,
+// decides between concurrent requests. (A CTE read twice, or calling a
+// volatile function, is evaluated once, before the INSERT reads it.)
+func (q *Queries) ClaimIdempotencyKey(ctx context.Context, db DBTX, arg ClaimIdempotencyKeyParams) (ClaimIdempotencyKeyRow, error) {
 	row := db.QueryRow(ctx, claimIdempotencyKey,
+		arg.LockKey,
 		arg.CallerRole,
 		arg.Caller,
 		arg.RequestMethod,
@@ -45,9 +65,9 @@ func (q *Queries) ClaimIdempotencyKey(ctx context.Context, db DBTX, arg ClaimIde
 		arg.RequestHash,
 		arg.TtlSeconds,
 	)
-	var idempotency_key string
-	err := row.Scan(&idempotency_key)
-	return idempotency_key, err
+	var i ClaimIdempotencyKeyRow
+	err := row.Scan(&i.Locked, &i.Claimed)
+	return i, err
 }
 
 const completeIdempotencyKey = `-- name: CompleteIdempotencyKey :exec
@@ -143,17 +163,4 @@ func (q *Queries) GetIdempotencyKey(ctx context.Context, db DBTX, arg GetIdempot
 		&i.ResponseLocation,
 	)
 	return i, err
-}
-
-const tryLockIdempotencyKey = `-- name: TryLockIdempotencyKey :one
-SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0))
-`
-
-// Held until the transaction ends. A request that finds the key locked
-// answers 409 at once instead of waiting behind the first one.
-func (q *Queries) TryLockIdempotencyKey(ctx context.Context, db DBTX, lockKey string) (bool, error) {
-	row := db.QueryRow(ctx, tryLockIdempotencyKey, lockKey)
-	var pg_try_advisory_xact_lock bool
-	err := row.Scan(&pg_try_advisory_xact_lock)
-	return pg_try_advisory_xact_lock, err
 }
