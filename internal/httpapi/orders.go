@@ -203,7 +203,13 @@ func (s *Server) createOrder(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := messages.Write(ctx, tx, messaging.Cause(cause), domain.SubmittedMessage(created)); err != nil {
+		// The outbox row and the stored response go in one round trip
+		// (execBatch), each failure wrapped as its function wraps it.
+		var later execBatch
+		outboxRows := later.queue(func(err error) error {
+			return fmt.Errorf("insert 1 outbox rows: %w", database.Translate(err)) // as outbox.Buffer.Flush
+		})
+		if _, err := messages.Write(ctx, outboxRows, messaging.Cause(cause), domain.SubmittedMessage(created)); err != nil {
 			return err
 		}
 		// Its history is the one row CreateOrder wrote, at the same now():
@@ -215,9 +221,14 @@ func (s *Server) createOrder(c echo.Context) error {
 		}
 		resp = &store.StoredResponse{Status: http.StatusCreated, Body: body, Location: "/v1/orders/" + created.ID().String()}
 		if idem != nil {
-			return store.CompleteIdempotencyKey(ctx, tx, *idem, *resp)
+			storedResponse := later.queue(func(err error) error {
+				return fmt.Errorf("store idempotent response: %w", store.Translate(err)) // as store.CompleteIdempotencyKey
+			})
+			if err := store.CompleteIdempotencyKey(ctx, storedResponse, *idem, *resp); err != nil {
+				return err
+			}
 		}
-		return nil
+		return later.send(ctx, tx)
 	})
 	if err != nil {
 		return err
