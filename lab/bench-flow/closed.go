@@ -23,14 +23,16 @@ import (
 // closedRun is one closed-loop run (-closed): order-api's, or the raw
 // pgx loop's.
 type closedRun struct {
-	mode  string // "api", "api-old" or "raw"
-	name  string // of its database
-	round int
-	rate  float64 // orders (transactions) per second
-	n     int
-	cpu   []cpuUse
-	db    dbCost
-	secs  float64
+	mode string // "api", "api-old" or "raw"
+	name string // of its database
+	// errors counts the orders not written, by loadgen's reason.
+	errors map[string]int
+	round  int
+	rate   float64 // orders (transactions) per second
+	n      int
+	cpu    []cpuUse
+	db     dbCost
+	secs   float64
 }
 
 // runClosed measures order-api against its floor (-closed): in each of
@@ -161,10 +163,12 @@ func closedOnce(ctx context.Context, cfg config, bin, loadgen, logs, mode string
 		Seconds float64        `json:"seconds"`
 		Rate    float64        `json:"rate"`
 	}
-	if err := json.Unmarshal(out, &s); err != nil || lgErr != nil {
+	// loadgen exits 1 when an order was not written (a 503 on a starved
+	// machine): the run is still reported, its failures with it.
+	if err := json.Unmarshal(out, &s); err != nil || s.Orders == 0 {
 		return res, fmt.Errorf("loadgen: %w (its summary: %s)", errors.Join(lgErr, err), out)
 	}
-	res.rate, res.n, res.secs = s.Rate, s.Orders, s.Seconds
+	res.rate, res.n, res.secs, res.errors = s.Rate, s.Orders, s.Seconds, s.Errors
 	if api != nil {
 		res.cpu = append(res.cpu, cpuUse{name: "order-api", seconds: seconds(after.children["order-api"] - before.children["order-api"])})
 		// Its backends send their counters when they end.
@@ -188,7 +192,7 @@ func closedOnce(ctx context.Context, cfg config, bin, loadgen, logs, mode string
 
 func (r closedRun) print(w io.Writer, top int) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nround %d, %s (database %s): %d orders in %.1f s, %.0f/s\n", r.round, r.mode, r.name, r.n, r.secs, r.rate)
+	fmt.Fprintf(&b, "\nround %d, %s (database %s): %d orders in %.1f s, %.0f/s; not written: %s\n", r.round, r.mode, r.name, r.n, r.secs, r.rate, tally(r.errors))
 	for _, c := range r.cpu {
 		name := c.name
 		if c.shared {
