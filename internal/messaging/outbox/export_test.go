@@ -52,3 +52,21 @@ func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFail
 
 // RecoverExpiredClaims is recoverExpiredClaims.
 var RecoverExpiredClaims = recoverExpiredClaims
+
+// Notifications counts the NOTIFYs the relay heard: those that woke its
+// claim loop, those of rows of partitions it does not hold, and those
+// whose rows wait behind rows it has in flight (their mark wakes it).
+func (r *Relay) Notifications() (woken, ignored, deferred int64) {
+	return r.wakeups.woken.Load(), r.wakeups.ignored.Load(), r.wakeups.deferred.Load()
+}
+
+// HeldPartitions are the partitions the relay holds.
+func (r *Relay) HeldPartitions() []int32 {
+	if p := r.partitions.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ParseNotifyPayload is parseNotifyPayload.
+var ParseNotifyPayload = parseNotifyPayload

@@ -41,6 +41,11 @@ func (r *Relay) mark(ctx context.Context, outcomes []pipeline.Outcome) error {
 		}
 		return marked, err
 	})
+	rows := make([]Row, len(outcomes))
+	for i, o := range outcomes {
+		rows[i] = o.Row
+	}
+	r.rowsMarked(rows) // held rows behind these are due now: claim at once
 	if ctx.Err() != nil {
 		return err // a crash (Config.Faults): nothing more is marked
 	}

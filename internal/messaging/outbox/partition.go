@@ -10,8 +10,7 @@ import "math/bits"
 // PostgreSQL's hash_bytes (src/common/hashfn.c, Bob Jenkins' lookup3) on a
 // little-endian server; the test holds the two to the same answers.
 func PartitionOf(aggregateID string, partitions int) int {
-	h := int64(int32(hashText([]byte(aggregateID))))
-	return int((h + 1<<31) % int64(max(partitions, 1)))
+	return partitionOfHash(aggregateHash(aggregateID), partitions)
 }
 
 // hashText is PostgreSQL's hash_bytes.

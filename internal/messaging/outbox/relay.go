@@ -31,6 +31,7 @@ type Relay struct {
 	pipe    *pipeline.Pipeline // publishing and recording (internal/pipeline)
 
 	wake      chan struct{} // a rows-may-be-due signal; holds at most one
+	wakeups   wakeups       // what decides whether a NOTIFY wakes it (listen.go)
 	connected atomic.Bool   // a confirm channel is open
 	// readers is the last look at the readers' queues (Config.Readers).
 	readers atomic.Pointer[readerCheck]
@@ -84,6 +85,7 @@ func NewRelay(cfg Config, deps messaging.Deps) (*Relay, error) {
 		tracer: messaging.Tracer(deps.TracerProvider, scope),
 	}
 	r.crashed, r.crash = context.WithCancelCause(context.Background())
+	r.resetWakeups()
 	meter := deps.MeterProvider.Meter(scope)
 	pipe, err := pipeline.New(pipeline.Settings{
 		MaxInFlight: cfg.MaxInFlight, ConfirmTimeout: cfg.ConfirmTimeout, PollInterval: cfg.PollInterval,

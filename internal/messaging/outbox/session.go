@@ -55,6 +55,7 @@ func (s *session) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer r.resetWakeups() // every row claimed is marked by now, or left to its lease
 	// A stalled broker never answers connection.close: do not wait for it.
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
 	// sessCtx ends the claim and publish steps: on shutdown, when the
@@ -242,6 +243,7 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 		case <-r.wake:
 		default:
 		}
+		due := r.claimBegins()
 		scope := r.scope()
 		var rows []Row
 		var err error
@@ -311,6 +313,7 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			continue
 		}
 		r.metrics.batchSize.Record(context.Background(), int64(len(rows)))
+		r.rowsClaimed(due, rows)
 		claimed <- rows // the publish step takes every batch, published or not
 		if len(rows) < r.cfg.BatchSize {
 			// The claim took every due row it could see: a row that
