@@ -18,8 +18,9 @@
 // MessageVersion and an AggregateID (messaging.Message); its JSON is the
 // body.
 //
-// A statement trigger sends NOTIFY message_outbox on commit, which wakes the
-// relay (listen.go); a poll tick covers lost notifications.
+// A statement trigger sends NOTIFY message_outbox on commit, naming its rows'
+// aggregates, which wakes the relays holding their partitions (listen.go);
+// a poll tick covers lost notifications.
 //
 // The relay (relay.go) runs one session per broker connection; read
 // session.run first: it names the four steps every batch goes through, in
