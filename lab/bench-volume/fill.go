@@ -116,3 +116,17 @@ func (db *volumeDB) fill(ctx context.Context, weeks, orders int, progress func(d
 	}
 	return db.pool.QueryRow(ctx, "SELECT md5('volume' || $1::bigint)::uuid", orders/2).Scan(&db.order)
 }
+
+// reuse readies a database an earlier run filled (and kept) for another
+// run: its time partitions made up to the horizon again, as the relays
+// would, and the order the timeline step reads, the middle one of those it
+// holds (fill's orders are all it holds).
+func (db *volumeDB) reuse(ctx context.Context) error {
+	if _, err := outbox.CreateTimePartitions(ctx, db.pool, outbox.Week); err != nil {
+		return err
+	}
+	if _, err := inbox.CreateTimePartitions(ctx, db.pool, outbox.Week); err != nil {
+		return err
+	}
+	return db.pool.QueryRow(ctx, "SELECT md5('volume' || (count(*) / 2))::uuid FROM orders").Scan(&db.order)
+}

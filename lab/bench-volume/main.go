@@ -7,9 +7,17 @@
 // default). The other keeps one such order. It then runs the same steps
 // on both, alternately, -samples times, and prints each step's median
 // time on each and their ratio (the target: 1.2 or less). Both databases
-// are dropped at the end, whatever happened.
+// are dropped at the end, whatever happened, unless -keep keeps the filled
+// one; -reuse NAME then measures on it again, without the 13 to 25 minutes
+// of filling (its migrations are brought up to date first, and it is kept
+// again):
 //
 //	go run ./lab/bench-volume               # or: make bench/volume
+//	go run ./lab/bench-volume -keep         # prints: filling volume_full..._...
+//	go run ./lab/bench-volume -reuse volume_full..._...
+//
+// A database reused grows by what the steps write (a few thousand rows a
+// run); drop it with DROP DATABASE when done.
 //
 // The steps are the statements of each hot path, run in process as the
 // service runs them (its pool, in its query mode):
@@ -75,6 +83,7 @@ type config struct {
 	weeks       int
 	samples     int
 	keep        bool
+	reuse       string
 
 	// The held-horizon run (horizon.go), instead of the history's when
 	// horizon is above 0.
@@ -95,7 +104,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&cfg.orders, "orders", 1_000_000, "orders in the history; each has 5 outbox and 5 inbox rows")
 	fs.IntVar(&cfg.weeks, "weeks", 52, "weeks of history, one time partition each")
 	fs.IntVar(&cfg.samples, "samples", 40, "times each step runs on each database")
-	fs.BoolVar(&cfg.keep, "keep", false, "keep the filled database (its name is printed), for a look with psql")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the filled database (its name is printed), for a look with psql or -reuse")
+	fs.StringVar(&cfg.reuse, "reuse", "", "measure on this database, filled and kept by an earlier run (-keep), instead of filling one; it is kept")
 	fs.DurationVar(&cfg.horizon, "horizon", 0, "instead: hold each relay's database's xmin horizon this long under a steady load, and compare the relays' drain rates after with before (0: the history run)")
 	modes := fs.String("horizon-modes", "poll,wal", "-horizon: the relay modes, poll, wal or both")
 	fs.IntVar(&cfg.horizonRate, "horizon-rate", 100, "-horizon: the steady load per mode, outbox rows/s, one per transaction")
@@ -142,14 +152,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	dbs := make([]*volumeDB, 2)
 	for i, kind := range []string{"empty", "full"} {
 		name := sandbox.UniqueName("volume_" + kind)
+		reused := kind == "full" && cfg.reuse != ""
+		if reused {
+			name = cfg.reuse
+		}
 		url, err := sandbox.WithPath(cfg.databaseURL, name)
 		if err != nil {
 			return err
 		}
-		if err := createDatabase(ctx, cfg.databaseURL, name); err != nil {
-			return err
+		if !reused {
+			if err := createDatabase(ctx, cfg.databaseURL, name); err != nil {
+				return err
+			}
 		}
-		drop := !cfg.keep || kind != "full"
+		drop := kind != "full" || (!cfg.keep && !reused)
 		defer func() {
 			if drop {
 				_ = sandbox.DropDatabase(context.WithoutCancel(ctx), cfg.databaseURL, name)
@@ -172,14 +188,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		dbs[i] = &volumeDB{kind: kind, name: name, pool: pool}
 	}
 
-	// History: the full database's, then the empty one's single order.
-	start := time.Now()
-	_, _ = fmt.Fprintf(stdout, "filling %s: %d weeks, %d orders, %d outbox and %d inbox rows\n",
-		dbs[1].name, cfg.weeks, cfg.orders, 5*cfg.orders, 5*cfg.orders)
-	if err := dbs[1].fill(ctx, cfg.weeks, cfg.orders, func(done int) {
-		_, _ = fmt.Fprintf(stdout, "  %d of %d orders (%s)\n", done, cfg.orders, time.Since(start).Round(time.Second))
-	}); err != nil {
-		return err
+	// History: the full database's (or the one reused), then the empty
+	// one's single order.
+	if cfg.reuse != "" {
+		if err := dbs[1].reuse(ctx); err != nil {
+			return fmt.Errorf("reuse %s: %w", cfg.reuse, err)
+		}
+	} else {
+		start := time.Now()
+		_, _ = fmt.Fprintf(stdout, "filling %s: %d weeks, %d orders, %d outbox and %d inbox rows\n",
+			dbs[1].name, cfg.weeks, cfg.orders, 5*cfg.orders, 5*cfg.orders)
+		if err := dbs[1].fill(ctx, cfg.weeks, cfg.orders, func(done int) {
+			_, _ = fmt.Fprintf(stdout, "  %d of %d orders (%s)\n", done, cfg.orders, time.Since(start).Round(time.Second))
+		}); err != nil {
+			return err
+		}
 	}
 	if err := dbs[0].fill(ctx, 0, 1, func(int) {}); err != nil {
 		return err

@@ -55,6 +55,9 @@ func TestParseFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-samples", "0"}, env, io.Discard); err == nil {
 		t.Error("-samples 0 accepted")
 	}
+	if cfg, err := parseFlags([]string{"-reuse", "volume_full1_x"}, env, io.Discard); err != nil || cfg.reuse != "volume_full1_x" || cfg.keep {
+		t.Errorf("parseFlags -reuse = %+v, %v", cfg, err)
+	}
 }
 
 func TestParseHorizonFlags(t *testing.T) {
