@@ -53,10 +53,13 @@ func Read(ctx context.Context, db database.DBTX, id uuid.UUID) (*Timeline, error
 		return nil, err
 	}
 	tl := &Timeline{Order: order, History: history}
-	if tl.Outbox, err = outboxadmin.Aggregate(ctx, db, domain.AggregateOrder, id.String()); err != nil {
+	// Only the time partitions from the order's creation on: none of its
+	// messages is older (messagesSlack).
+	since := order.CreatedAt().Add(-messagesSlack)
+	if tl.Outbox, err = outboxadmin.AggregateSince(ctx, db, domain.AggregateOrder, id.String(), since); err != nil {
 		return nil, err
 	}
-	if tl.Inbox, err = inboxadmin.Aggregate(ctx, db, id.String()); err != nil {
+	if tl.Inbox, err = inboxadmin.AggregateSince(ctx, db, id.String(), since); err != nil {
 		return nil, err
 	}
 	if tl.Notifications, err = notifications(ctx, db, id); err != nil {
@@ -64,6 +67,14 @@ func Read(ctx context.Context, db database.DBTX, id uuid.UUID) (*Timeline, error
 	}
 	return tl, nil
 }
+
+// messagesSlack is how much earlier than its order Read looks for the
+// order's messages. None is earlier: its first outbox row is written in
+// the order's transaction (the same now()), the others and every inbox row
+// in transactions that began after it committed. The slack only covers the
+// database server's clock stepping back; it costs a partition more at
+// most, for an order made within it of a partition's start.
+const messagesSlack = time.Hour
 
 func notifications(ctx context.Context, db database.DBTX, id uuid.UUID) ([]Notification, error) {
 	rows, err := db.Query(ctx, `

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 )
 
 const inboxStats = `-- name: InboxStats :many
@@ -102,6 +103,38 @@ SELECT to_jsonb(i)::jsonb FROM inbox_rows_of_aggregate($1) AS i
 // cannot type.
 func (q *Queries) ReadInboxOfAggregate(ctx context.Context, db DBTX, aggregateID string) ([][]byte, error) {
 	rows, err := db.Query(ctx, readInboxOfAggregate, aggregateID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items [][]byte
+	for rows.Next() {
+		var column_1 []byte
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const readInboxOfAggregateSince = `-- name: ReadInboxOfAggregateSince :many
+SELECT to_jsonb(i)::jsonb FROM inbox_rows_of_aggregate_since($1, $2) AS i
+`
+
+type ReadInboxOfAggregateSinceParams struct {
+	AggregateID string
+	Since       time.Time
+}
+
+// ReadInboxOfAggregate of the rows first received at since or later,
+// through inbox_rows_of_aggregate_since (migrations/00006): only the time
+// partitions from since on are read.
+func (q *Queries) ReadInboxOfAggregateSince(ctx context.Context, db DBTX, arg ReadInboxOfAggregateSinceParams) ([][]byte, error) {
+	rows, err := db.Query(ctx, readInboxOfAggregateSince, arg.AggregateID, arg.Since)
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ type Row struct {
 }
 
 // Get reads the inbox row of a message for a consumer
-// (domain.ErrNotFound when there is none).
+// (database.ErrNotFound when there is none).
 func Get(ctx context.Context, db database.DBTX, consumer, messageID string) (Row, error) {
 	row, err := queries.ReadInbox(ctx, db, dbsqlc.ReadInboxParams{ConsumerName: consumer, MessageID: messageID})
 	if err != nil {
@@ -73,6 +73,20 @@ func Get(ctx context.Context, db database.DBTX, consumer, messageID string) (Row
 // SELECT on the table may call it once granted EXECUTE.
 func Aggregate(ctx context.Context, db database.DBTX, aggregateID string) ([]Row, error) {
 	objects, err := queries.ReadInboxOfAggregate(ctx, db, aggregateID)
+	return aggregateRows(aggregateID, objects, err)
+}
+
+// AggregateSince is Aggregate of the rows first received at since or
+// later, for a caller that knows none was received before (an order's
+// messages: not before the order). It reads only the time partitions from
+// since on (inbox_rows_of_aggregate_since, the inbox's migration 00006),
+// where Aggregate probes every one.
+func AggregateSince(ctx context.Context, db database.DBTX, aggregateID string, since time.Time) ([]Row, error) {
+	objects, err := queries.ReadInboxOfAggregateSince(ctx, db, dbsqlc.ReadInboxOfAggregateSinceParams{AggregateID: aggregateID, Since: since})
+	return aggregateRows(aggregateID, objects, err)
+}
+
+func aggregateRows(aggregateID string, objects [][]byte, err error) ([]Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox rows of %s: %w", aggregateID, database.Translate(err))
 	}

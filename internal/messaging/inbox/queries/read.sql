@@ -14,6 +14,12 @@ WHERE consumer_name = @consumer_name AND message_id = @message_id;
 -- cannot type.
 SELECT to_jsonb(i)::jsonb FROM inbox_rows_of_aggregate(@aggregate_id) AS i;
 
+-- name: ReadInboxOfAggregateSince :many
+-- ReadInboxOfAggregate of the rows first received at since or later,
+-- through inbox_rows_of_aggregate_since (migrations/00006): only the time
+-- partitions from since on are read.
+SELECT to_jsonb(i)::jsonb FROM inbox_rows_of_aggregate_since(@aggregate_id, @since) AS i;
+
 -- name: ReadUnprocessedInbox :many
 -- Up to max_rows rows not PROCESSED, the first received first
 -- (message_inbox_unprocessed_idx).

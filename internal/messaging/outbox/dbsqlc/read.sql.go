@@ -169,6 +169,39 @@ func (q *Queries) ReadOutboxOfAggregate(ctx context.Context, db DBTX, arg ReadOu
 	return items, nil
 }
 
+const readOutboxOfAggregateSince = `-- name: ReadOutboxOfAggregateSince :many
+SELECT to_jsonb(m)::jsonb FROM outbox_messages_of_aggregate_since($1, $2, $3) AS m
+`
+
+type ReadOutboxOfAggregateSinceParams struct {
+	AggregateType string
+	AggregateID   string
+	Since         time.Time
+}
+
+// ReadOutboxOfAggregate of the messages written at since or later, through
+// outbox_messages_of_aggregate_since (migrations/00012): only the time
+// partitions from since on are read.
+func (q *Queries) ReadOutboxOfAggregateSince(ctx context.Context, db DBTX, arg ReadOutboxOfAggregateSinceParams) ([][]byte, error) {
+	rows, err := db.Query(ctx, readOutboxOfAggregateSince, arg.AggregateType, arg.AggregateID, arg.Since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items [][]byte
+	for rows.Next() {
+		var column_1 []byte
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const readOutboxRow = `-- name: ReadOutboxRow :one
 SELECT outbox_id, aggregate_id, message_type, message_version, exchange_name, routing_key,
        payload, headers, attempt_count, created_at

@@ -12,6 +12,12 @@
 -- function's columns, which sqlc cannot type.
 SELECT to_jsonb(m)::jsonb FROM outbox_messages_of_aggregate(@aggregate_type, @aggregate_id) AS m;
 
+-- name: ReadOutboxOfAggregateSince :many
+-- ReadOutboxOfAggregate of the messages written at since or later, through
+-- outbox_messages_of_aggregate_since (migrations/00012): only the time
+-- partitions from since on are read.
+SELECT to_jsonb(m)::jsonb FROM outbox_messages_of_aggregate_since(@aggregate_type, @aggregate_id, @since) AS m;
+
 -- name: ReadFailedOutbox :many
 -- The FAILED rows, of one type or all (message_type NULL), the earliest
 -- failed first (message_outbox_failed_idx).
