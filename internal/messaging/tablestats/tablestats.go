@@ -38,8 +38,15 @@ type Table struct {
 	Partitions int // the partitions (descendants) summed; 0 for a plain table
 	LiveTuples int64
 	DeadTuples int64 // row versions vacuum has not removed yet
-	TableBytes int64 // pg_table_size: the heap, its TOAST and maps
-	IndexBytes int64 // pg_indexes_size
+	// TableBytes is pg_table_size (the heap, its TOAST and maps) and
+	// IndexBytes pg_indexes_size, of each partition written to since its
+	// last vacuum; of the others (quiet: no row inserted, updated or
+	// deleted since), the pages their last vacuum or analyze counted, from
+	// pg_class, the maps left out: reading the files of every partition
+	// (pg_table_size) cost orderctl status most of its time with a year
+	// of weekly partitions (docs/benchmarks.md, "A year of history").
+	TableBytes int64
+	IndexBytes int64
 	// SinceVacuum is the time since the last vacuum or autovacuum (of the
 	// partition vacuumed least recently); Vacuumed is false, and
 	// SinceVacuum 0, while some partition holding rows never was.
@@ -51,7 +58,10 @@ type Table struct {
 // (pg_inherits holds declarative partitions and inheritance children
 // alike, at every level). It calls the functions behind
 // pg_stat_user_tables for the few relations of the tree rather than
-// reading the view, which covers every table of the database.
+// reading the view, which covers every table of the database. The sizes
+// of a quiet partition (vacuumed, and nothing inserted, updated or
+// deleted since its last vacuum and analyze) are its pg_class pages,
+// which that vacuum left as they are; only the others' files are read.
 const tablesSQL = `
 WITH RECURSIVE tree (name, relid, root) AS (
     SELECT name, to_regclass(name)::oid, true
@@ -60,14 +70,23 @@ WITH RECURSIVE tree (name, relid, root) AS (
   UNION ALL
     SELECT tree.name, i.inhrelid, false
     FROM tree JOIN pg_inherits AS i ON i.inhparent = tree.relid
-), figures AS (
-    SELECT tree.name, tree.root, c.relkind,
+), stats AS (
+    SELECT tree.name, tree.root, tree.relid, c.relkind, c.relpages, c.reltoastrelid AS toast,
            pg_stat_get_live_tuples(tree.relid) AS live,
            pg_stat_get_dead_tuples(tree.relid) AS dead,
-           coalesce(pg_table_size(tree.relid), 0) AS table_bytes,
-           coalesce(pg_indexes_size(tree.relid), 0) AS index_bytes,
-           greatest(pg_stat_get_last_vacuum_time(tree.relid), pg_stat_get_last_autovacuum_time(tree.relid)) AS vacuumed
+           greatest(pg_stat_get_last_vacuum_time(tree.relid), pg_stat_get_last_autovacuum_time(tree.relid)) AS vacuumed,
+           pg_stat_get_ins_since_vacuum(tree.relid) = 0 AND pg_stat_get_mod_since_analyze(tree.relid) = 0 AS unchanged
     FROM tree JOIN pg_class AS c ON c.oid = tree.relid
+), figures AS (
+    SELECT name, root, relkind, live, dead, vacuumed,
+           CASE WHEN quiet THEN (relpages + coalesce((SELECT t.relpages FROM pg_class t WHERE t.oid = toast), 0)
+                                 + coalesce((SELECT sum(ti.relpages) FROM pg_index x JOIN pg_class ti ON ti.oid = x.indexrelid
+                                             WHERE x.indrelid = toast), 0))::bigint * current_setting('block_size')::bigint
+                ELSE coalesce(pg_table_size(relid), 0) END AS table_bytes,
+           CASE WHEN quiet THEN coalesce((SELECT sum(ci.relpages) FROM pg_index x JOIN pg_class ci ON ci.oid = x.indexrelid
+                                          WHERE x.indrelid = relid), 0)::bigint * current_setting('block_size')::bigint
+                ELSE coalesce(pg_indexes_size(relid), 0) END AS index_bytes
+    FROM (SELECT stats.*, relkind = 'r' AND vacuumed IS NOT NULL AND dead = 0 AND unchanged AS quiet FROM stats) AS q
 )
 SELECT name,
        count(*) FILTER (WHERE NOT root)::int,

@@ -267,3 +267,52 @@ func newPool(t *testing.T, url string) *pgxpool.Pool {
 	t.Cleanup(p.Close)
 	return p
 }
+
+// A quiet partition (vacuumed and analyzed, nothing written since) is
+// sized from pg_class, as its vacuum counted it: its files, but for the
+// free space and visibility maps. Once written to, its files are read
+// again, exactly.
+func TestQuietPartitionsAreSizedFromTheirLastVacuum(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDatabase(t, outbox.Schema)
+	exec(t, db.URL,
+		`CREATE TABLE history (id int PRIMARY KEY, note text NOT NULL) PARTITION BY RANGE (id)`,
+		`CREATE TABLE history_1 PARTITION OF history FOR VALUES FROM (0) TO (10000)`,
+		`CREATE INDEX ON history (note)`,
+		`INSERT INTO history SELECT n, repeat('x', 100) FROM generate_series(0, 4999) AS n`)
+	exec(t, db.URL, `VACUUM (ANALYZE) history_1`) // after the insert's counts are in
+	files := func(mapsToo bool) (table, index int64) {
+		t.Helper()
+		q := `SELECT pg_table_size('history_1') - pg_relation_size('history_1', 'fsm') - pg_relation_size('history_1', 'vm'), pg_indexes_size('history_1')`
+		if mapsToo {
+			q = `SELECT pg_table_size('history_1'), pg_indexes_size('history_1')`
+		}
+		if err := db.Pool.QueryRow(t.Context(), q).Scan(&table, &index); err != nil {
+			t.Fatal(err)
+		}
+		return table, index
+	}
+	read := func() tablestats.Table {
+		t.Helper()
+		tables, err := tablestats.Tables(t.Context(), db.Pool, "history")
+		if err != nil || len(tables) != 1 {
+			t.Fatalf("tables %+v, %v", tables, err)
+		}
+		return tables[0]
+	}
+	table, index := files(false)
+	testenv.WaitFor(t, 30*time.Second, "the quiet partition's sizes from pg_class", func() bool {
+		got := read()
+		return got.TableBytes == table && got.IndexBytes == index
+	})
+	if table, _ := files(true); table == read().TableBytes {
+		t.Fatalf("history_1: the sizes include its maps (%d bytes): not read from pg_class", table)
+	}
+
+	exec(t, db.URL, `INSERT INTO history SELECT n, repeat('y', 100) FROM generate_series(5000, 9999) AS n`)
+	table, index = files(true)
+	testenv.WaitFor(t, 30*time.Second, "the written partition's sizes from its files", func() bool {
+		got := read()
+		return got.TableBytes == table && got.IndexBytes == index
+	})
+}
