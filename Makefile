@@ -179,9 +179,9 @@ token: ## a bearer token for order-api, signed with its (development) secret: ma
 	@$(WITH_DEV_SECRET) $(GO) run ./cmd/orderctl token $(ARGS)
 
 .PHONY: replay
-replay: ## move a consumer's parked messages back to its work queue: make replay CONSUMER=fulfillment REASON='why'
-	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why'"; exit 2; }
-	$(ENV) $(AS_OPERATOR) $(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all --reason "$(REASON)"
+replay: ## move a consumer's parked messages back to its work queue: make replay CONSUMER=fulfillment REASON='why' [PAST_WINDOW=1: also those older than CONSUMER_REPLAY_WINDOW]
+	@test -n "$(CONSUMER)" || { echo "usage: make replay CONSUMER=<consumer> REASON='why' [PAST_WINDOW=1]"; exit 2; }
+	$(ENV) $(AS_OPERATOR) $(GO) run ./cmd/orderctl parked replay $(CONSUMER) --all $(if $(PAST_WINDOW),--past-window) --reason "$(REASON)"
 
 .PHONY: compose-test
 compose-test: ## the demo stack in Docker: up --build --wait, the walkthrough inside it (-yes), always down -v; COMPOSE_SERVICES= to start a subset

@@ -18,7 +18,10 @@
 //	orderctl token -customer ID | -operator [-ttl 1h]    a development bearer token for order-api
 //
 // Every command takes --json; those that change something (retry, replay,
-// discard, retention) need --reason. The settings are the services'
+// discard, retention) need --reason. A replay leaves parked a message first
+// delivered longer ago than CONSUMER_REPLAY_WINDOW, whose inbox row may be
+// gone (it could be applied twice), and says so; --past-window replays it
+// anyway. The settings are the services'
 // (README, "Configuration"); ORDERCTL_USER names the operator in the audit
 // table (default: the OS user; in docker compose, ORDERS_ORDERCTL_USER of
 // .env). `token` signs with API_JWT_SECRET and
@@ -136,7 +139,7 @@ var commands = []command{
 	{"outbox retry", "<outbox_id>... | --type T  --reason R", "put FAILED rows back to PENDING (same id, attempts reset)", 0, -1, false, true, outboxRetry},
 	{"parked list", "<consumer> [--limit N]", "the messages in a parking lot (left there)", 1, 1, true, false, parkedList},
 	{"parked show", "<consumer> <message_id>", "one parked message: headers, reason, body, its inbox row (left there)", 2, 2, true, false, parkedShow},
-	{"parked replay", "<consumer> <message_id>|--all [--limit N] --reason R", "move parked messages back to the work queue, same message id", 1, 2, true, true, parkedReplay},
+	{"parked replay", "<consumer> <message_id>|--all [--limit N] [--past-window] --reason R", "move parked messages back to the work queue, same message id; not those first delivered longer ago than CONSUMER_REPLAY_WINDOW, unless --past-window", 1, 2, true, true, parkedReplay},
 	{"parked discard", "<consumer> <message_id> --reason R", "remove a parked message for good (its headers are kept in the audit)", 2, 2, true, true, parkedDiscard},
 	{"inbox show", "<consumer> <message_id>", "one inbox row", 2, 2, true, false, inboxShow},
 	{"retention", "--reason R", "drop the outbox's time partitions, delete processed inbox rows and expired idempotency keys past their retention, now", 0, 0, false, true, retention},
@@ -223,6 +226,8 @@ type args struct {
 	reason string
 	typ    string
 	limit  int
+	// parked replay: the messages past the replay window too
+	pastWindow bool
 	// token
 	customer string
 	operator bool
@@ -235,6 +240,7 @@ func parse(argv []string, stderr io.Writer) (command, args, error) {
 	var a args
 	fs.BoolVar(&a.json, "json", false, "print JSON")
 	fs.BoolVar(&a.all, "all", false, "parked replay: every parked message of the consumer")
+	fs.BoolVar(&a.pastWindow, "past-window", false, "parked replay: also the messages first delivered longer ago than CONSUMER_REPLAY_WINDOW, whose inbox rows may be gone: each may be applied twice")
 	fs.StringVar(&a.reason, "reason", "", "why: required by every command that changes something, kept in operator_audit")
 	fs.StringVar(&a.typ, "type", "", "a message type")
 	fs.IntVar(&a.limit, "limit", 0, "at most this many")

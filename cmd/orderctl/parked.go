@@ -120,7 +120,7 @@ type replayReport struct {
 // in the work queue, and its inbox row shows it come back).
 func parkedReplay(ctx context.Context, c *ctl) (report, error) {
 	name := c.args.pos[0]
-	var req inboxadmin.ReplayRequest
+	req := inboxadmin.ReplayRequest{Window: c.cfg.ReplayWindow, DB: c.pool, PastWindow: c.args.pastWindow}
 	switch {
 	case len(c.args.pos) == 2 && !c.args.all:
 		req.MessageID = c.args.pos[1]
@@ -145,6 +145,9 @@ func parkedReplay(ctx context.Context, c *ctl) (report, error) {
 			return nil, errors.Join(replayErr, fmt.Errorf("replayed %v, but %w", moved, err))
 		}
 		r.Audit = &a
+	}
+	if past := (*inboxadmin.PastWindowError)(nil); errors.As(replayErr, &past) {
+		return nil, fmt.Errorf("replayed %d; %w", len(moved), replayErr)
 	}
 	if replayErr != nil {
 		return nil, fmt.Errorf("replayed %d before: %w", len(moved), replayErr)

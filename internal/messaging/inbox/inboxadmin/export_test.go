@@ -17,7 +17,7 @@ func ReplayAs(ctx context.Context, amqpURL, consumer string, r ReplayRequest, id
 	if err != nil {
 		return nil, err
 	}
-	return replay(ctx, lot, pub, r, id)
+	return replay(ctx, lot, pub, consumer, r, id)
 }
 
 // The parking-lot and replay headers.
@@ -26,6 +26,7 @@ const (
 	HeaderParkedReason      = resend.HeaderParkedReason
 	HeaderParkedAttempts    = resend.HeaderParkedAttempts
 	HeaderParkedAggregateID = resend.HeaderParkedAggregateID
+	HeaderParkedAt          = resend.HeaderParkedAt
 	HeaderReplayedAt        = resend.HeaderReplayedAt
 	HeaderReplayCount       = resend.HeaderReplayCount
 	HeaderReplayID          = resend.HeaderReplayID
