@@ -92,6 +92,9 @@ var functionGrants = map[string]map[string]string{
 	// One aggregate's messages, which the /ui/ timeline and orderctl show.
 	"inbox_rows_of_aggregate(text)":           {api: "EXECUTE", relay: "", consumer: "", operator: "EXECUTE"},
 	"outbox_messages_of_aggregate(text,text)": {api: "EXECUTE", relay: "", consumer: "", operator: "EXECUTE"},
+	// The same from a time on: the timeline's, which skip older partitions.
+	"inbox_rows_of_aggregate_since(text,timestamp with time zone)":           {api: "EXECUTE", relay: "", consumer: "", operator: "EXECUTE"},
+	"outbox_messages_of_aggregate_since(text,text,timestamp with time zone)": {api: "EXECUTE", relay: "", consumer: "", operator: "EXECUTE"},
 	// The partition of an aggregate's messages, which the relays' claim uses.
 	"outbox_partition(text,integer)": {api: "", relay: "EXECUTE", consumer: "", operator: ""},
 	// Where the claim's earlier-row check starts, which the claim calls.
@@ -504,13 +507,14 @@ func TestRolesMigrationDownRevokesOnly(t *testing.T) {
 	everyone := map[string]string{api: "EXECUTE", relay: "EXECUTE", consumer: "EXECUTE", operator: "EXECUTE"}
 	nobody := map[string]string{api: "", relay: "", consumer: "", operator: ""}
 	checkFunctionGrants(t, db.Pool, map[string]map[string]string{
-		"message_outbox_notify()":                    everyone,
-		"outbox_partition(text,integer)":             nobody, // the mechanisms' own, revoked from PUBLIC there
-		"inbox_time_partition_bounds()":              nobody,
-		"inbox_create_time_partitions(text,integer)": nobody,
-		"inbox_time_partitions(interval,boolean)":    nobody,
-		"outbox_messages_of_aggregate(text,text)":    nobody,
-		"inbox_rows_of_aggregate(text)":              nobody,
+		"message_outbox_notify()":                                      everyone,
+		"outbox_partition(text,integer)":                               nobody, // the mechanisms' own, revoked from PUBLIC there
+		"inbox_time_partition_bounds()":                                nobody,
+		"inbox_create_time_partitions(text,integer)":                   nobody,
+		"inbox_time_partitions(interval,boolean)":                      nobody,
+		"outbox_messages_of_aggregate(text,text)":                      nobody,
+		"inbox_rows_of_aggregate(text)":                                nobody,
+		"inbox_rows_of_aggregate_since(text,timestamp with time zone)": nobody,
 	})
 	var roles int
 	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_roles WHERE rolname = ANY ($1)`, migrations.Roles).Scan(&roles); err != nil || roles != len(migrations.Roles) {
