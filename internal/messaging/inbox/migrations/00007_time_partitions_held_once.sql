@@ -1,13 +1,13 @@
 -- inbox_time_partitions (00004) counts the rows that hold the partitions
--- past retention in one statement, planned once for the session, instead
--- of one dynamic statement per partition, parsed and planned each time
--- (docs/benchmarks.md, "A year of history"). The statement reads, of the
--- partitions ending at or before the cutoff only (first_received_at below
--- the latest such end, which prunes the others at run time), the partial
--- index of the rows not PROCESSED and the PROCESSED rows' index from the
--- cutoff on: an index probe each, as before. With drop, a partition
--- holding none is still detached, counted again with the per-partition
--- statement and dropped. The same arguments, columns and rights.
+-- past retention in one statement instead of one dynamic statement per
+-- partition, each parsed and planned (docs/benchmarks.md, "A year of
+-- history"). The statement reads, of the partitions ending at or before
+-- the cutoff only (first_received_at below the latest such end, which
+-- prunes the others when it is planned), the partial index of the rows
+-- not PROCESSED and the PROCESSED rows' index from the cutoff on: an index
+-- probe each, as before. With drop, a partition holding none is still
+-- detached, counted again with the per-partition statement and dropped.
+-- The same arguments, columns and rights.
 
 -- +goose Up
 -- +goose StatementBegin

@@ -1,15 +1,17 @@
 -- outbox_time_partitions (00009) counts the rows that hold the partitions
--- past retention in one statement, planned once for the session, instead
--- of one dynamic statement per partition, parsed and planned each time:
--- with a year of weekly partitions past retention, that cost a retention
--- turn 14 to 20 times its time on an empty table (docs/benchmarks.md, "A
--- year of history"). The statement reads, of the partitions ending at or
--- before the cutoff only (created_at below the latest such end, which
--- prunes the others at run time), the partial index of each status not
--- PUBLISHED and the PUBLISHED rows' index from the cutoff on: an index
--- probe each, as before. With drop, a partition holding none is still
--- detached, counted again with the per-partition statement (nobody can
--- write to it then) and dropped. The same arguments, columns and rights.
+-- past retention in one statement instead of one dynamic statement per
+-- partition, each parsed and planned: with a year of weekly partitions
+-- past retention, that cost a retention turn 14 to 20 times its time on
+-- an empty table (docs/benchmarks.md, "A year of history"). The statement
+-- reads, of the partitions ending at or before the cutoff only
+-- (created_at below the latest such end, which prunes the others when it
+-- is planned), the partial index of each status not PUBLISHED and the
+-- PUBLISHED rows' index from the cutoff on: an index probe each, as
+-- before. plpgsql plans it for each call's values: a generic plan, not
+-- knowing the cutoff, read every PUBLISHED row (seconds). With drop, a
+-- partition holding none is still detached, counted again with the
+-- per-partition statement (nobody can write to it then) and dropped. The
+-- same arguments, columns and rights.
 
 -- +goose Up
 -- +goose StatementBegin
