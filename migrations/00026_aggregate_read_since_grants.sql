@@ -1,4 +1,4 @@
--- The read functions bounded by time (outbox migration 00012, inbox
+-- The read functions bounded by time (outbox migration 00013, inbox
 -- migration 00006), for the roles granted the unbounded ones (00020): the
 -- order timeline reads through them from the order's creation on.
 

@@ -180,7 +180,7 @@ type ReadOutboxOfAggregateSinceParams struct {
 }
 
 // ReadOutboxOfAggregate of the messages written at since or later, through
-// outbox_messages_of_aggregate_since (migrations/00012): only the time
+// outbox_messages_of_aggregate_since (migrations/00013): only the time
 // partitions from since on are read.
 func (q *Queries) ReadOutboxOfAggregateSince(ctx context.Context, db DBTX, arg ReadOutboxOfAggregateSinceParams) ([][]byte, error) {
 	rows, err := db.Query(ctx, readOutboxOfAggregateSince, arg.AggregateType, arg.AggregateID, arg.Since)

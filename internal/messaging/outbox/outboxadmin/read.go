@@ -58,7 +58,7 @@ func Aggregate(ctx context.Context, db database.DBTX, aggregateType, aggregateID
 // AggregateSince is Aggregate of the messages written at since or later,
 // for a caller that knows none was written before (an order's messages:
 // not before the order). It reads only the time partitions from since on
-// (outbox_messages_of_aggregate_since, the outbox's migration 00012),
+// (outbox_messages_of_aggregate_since, the outbox's migration 00013),
 // where Aggregate probes every one.
 func AggregateSince(ctx context.Context, db database.DBTX, aggregateType, aggregateID string, since time.Time) ([]Message, error) {
 	objects, err := queries.ReadOutboxOfAggregateSince(ctx, db, dbsqlc.ReadOutboxOfAggregateSinceParams{

@@ -14,7 +14,7 @@ SELECT to_jsonb(m)::jsonb FROM outbox_messages_of_aggregate(@aggregate_type, @ag
 
 -- name: ReadOutboxOfAggregateSince :many
 -- ReadOutboxOfAggregate of the messages written at since or later, through
--- outbox_messages_of_aggregate_since (migrations/00012): only the time
+-- outbox_messages_of_aggregate_since (migrations/00013): only the time
 -- partitions from since on are read.
 SELECT to_jsonb(m)::jsonb FROM outbox_messages_of_aggregate_since(@aggregate_type, @aggregate_id, @since) AS m;
 
