@@ -50,8 +50,10 @@ func ReleaseClaims(ctx context.Context, db database.DBTX, releases []PublishFail
 	return m.Released, err
 }
 
-// RecoverExpiredClaims is recoverExpiredClaims.
-var RecoverExpiredClaims = recoverExpiredClaims
+// RecoverExpiredClaims is recoverExpiredClaims of every lease that ran out.
+func RecoverExpiredClaims(ctx context.Context, db database.DBTX) ([]uuid.UUID, error) {
+	return recoverExpiredClaims(ctx, db, 0)
+}
 
 // Notifications counts the NOTIFYs the relay heard: those that woke its
 // claim loop, those of rows of partitions it does not hold, and those

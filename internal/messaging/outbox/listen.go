@@ -257,6 +257,7 @@ func (r *Relay) rowsMarked(rows []Row) {
 	}
 	w.Unlock()
 	if wake {
+		r.rescan.Store(true) // the rows held behind lie before the claim's floor
 		r.signal()
 	}
 }

@@ -69,6 +69,13 @@ type Relay struct {
 		claims   []markedClaim
 		failedAt time.Time
 	}
+	// rescan, set at every poll tick, has the next claim scan from the
+	// start (claimLoop's floor).
+	rescan atomic.Bool
+	// recovered is when the last recovery of expired leases began (zero:
+	// none, or it failed), recoveredFull the last that looked at every
+	// lease (recoverExpired); maintain's alone.
+	recovered, recoveredFull time.Time
 }
 
 // NewRelay returns a relay; Run starts it.
@@ -211,6 +218,7 @@ func (r *Relay) maintain(ctx context.Context) {
 			return
 		case <-poll.C:
 			r.leasePartitions(ctx)
+			r.rescan.Store(true)
 			r.signal()
 			r.recoverExpired(ctx)
 		}
@@ -223,7 +231,25 @@ func (r *Relay) maintain(ctx context.Context) {
 func (r *Relay) recoverExpired(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
-	ids, err := recoverExpiredClaims(ctx, r.pool)
+	// A lease that ran out before the last recovery was recovered by it,
+	// or belongs to a claim that was not visible to it, which committed
+	// after it and so began at most DBTimeout before it: the leases that
+	// ran out since then, and DBTimeout and a margin before, are enough.
+	// Once a minute, and after a failure, every lease that ever ran out.
+	began := time.Now()
+	var window time.Duration
+	if !r.recovered.IsZero() && began.Sub(r.recoveredFull) < time.Minute {
+		window = began.Sub(r.recovered) + r.cfg.DBTimeout + 5*time.Second
+	}
+	ids, err := recoverExpiredClaims(ctx, r.pool, window)
+	if err == nil {
+		r.recovered = began
+		if window == 0 {
+			r.recoveredFull = began
+		}
+	} else {
+		r.recovered = time.Time{}
+	}
 	if err != nil && ctx.Err() == nil {
 		r.log.WarnContext(ctx, "recovering expired claims failed", slog.String("error", err.Error()))
 	}

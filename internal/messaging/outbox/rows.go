@@ -34,11 +34,29 @@ type claimScope struct {
 	sweep      bool
 	sweepReady bool
 	before     time.Time
+	// after: the claim takes only rows after it in (created_at, outbox_id)
+	// order (claimFloor); zero: from the start.
+	after claimFloor
 }
 
-// claimRows leases up to limit due PENDING rows within scope to claimer
-// for lease, oldest first, skipping rows other relays hold, and returns
-// them oldest first. Each call is a claim of its own: claimed_by is its
+// claimFloor is where a claim's scan starts: the last row of the claim
+// before it, in (created_at, outbox_id) order. The zero value starts it
+// at the beginning.
+type claimFloor struct {
+	createdAt time.Time
+	id        uuid.UUID
+}
+
+// sameRows reports whether a claim in s may take the rows of a claim in
+// o: the same types held and the same partitions, so that a floor set by
+// a claim in o holds for one in s.
+func (s claimScope) sameRows(o claimScope) bool {
+	return slices.Equal(s.held, o.held) && s.partitions == o.partitions && slices.Equal(s.mine, o.mine) && s.sweep == o.sweep
+}
+
+// claimRows leases up to limit due PENDING rows within scope (after
+// scope.after) to claimer for lease, oldest first, skipping rows other
+// relays hold, and returns them oldest first. Each call is a claim of its own: claimed_by is its
 // token (newClaimToken), which no other claim has. Whatever the scope, a
 // row is claimed only when no earlier row of its aggregate is unpublished:
 // the messages of one aggregate go out one at a time, in order. A row that
@@ -56,13 +74,13 @@ func claimRows(ctx context.Context, db database.DBTX, token string, limit int, l
 	if scope.partitions == 0 {
 		rows, err = queries.ClaimOutbox(ctx, db, dbsqlc.ClaimOutboxParams{
 			Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
-			HeldTypes: held, CreatedBefore: before,
+			HeldTypes: held, CreatedBefore: before, AfterCreated: scope.after.createdAt, AfterID: scope.after.id,
 		})
 	} else {
 		var in []dbsqlc.ClaimOutboxInPartitionsRow
 		in, err = queries.ClaimOutboxInPartitions(ctx, db, dbsqlc.ClaimOutboxInPartitionsParams{
 			Claimer: &token, LeaseSeconds: lease.Seconds(), MaxRows: int32(limit),
-			HeldTypes: held, CreatedBefore: before,
+			HeldTypes: held, CreatedBefore: before, AfterCreated: scope.after.createdAt, AfterID: scope.after.id,
 			Partitions: int32(scope.partitions), Mine: scope.mine,
 		})
 		for _, r := range in {
@@ -157,11 +175,18 @@ func markRows(ctx context.Context, db database.DBTX, m pipeline.Marks, maxAttemp
 	return pipeline.Marked{Published: row.Published, Refused: row.Refused, Released: row.Released, Failed: row.FailedIds}, nil
 }
 
-// recoverExpiredClaims returns rows whose lease has run out to PENDING,
-// with the attempt their claim counted given back (a relay's death is not
-// the message's fault), and returns their ids.
-func recoverExpiredClaims(ctx context.Context, db database.DBTX) ([]uuid.UUID, error) {
-	ids, err := queries.RecoverExpiredOutboxClaims(ctx, db)
+// everLease is a window that holds every lease that ever ran out.
+const everLease = 100 * 365 * 24 * time.Hour
+
+// recoverExpiredClaims returns rows whose lease has run out within the
+// last window (0: ever) to PENDING, with the attempt their claim counted
+// given back (a relay's death is not the message's fault), and returns
+// their ids.
+func recoverExpiredClaims(ctx context.Context, db database.DBTX, window time.Duration) ([]uuid.UUID, error) {
+	if window <= 0 {
+		window = everLease
+	}
+	ids, err := queries.RecoverExpiredOutboxClaims(ctx, db, window.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("recover expired outbox claims: %w", database.Translate(err))
 	}

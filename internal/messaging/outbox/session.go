@@ -231,6 +231,9 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 	r := s.relay
 	size := int64(r.cfg.BatchSize)
 	dbFailures := 0
+	// The floor and scope of the last claim (claimFloor).
+	var floor claimFloor
+	var last claimScope
 	for {
 		// While the broker blocks publishers, claim nothing: the rows would
 		// spend attempts waiting for confirms that cannot come.
@@ -245,6 +248,17 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 		}
 		due := r.claimBegins()
 		scope := r.scope()
+		// A claim after a full one scans on from the last row it took:
+		// the rows before it were claimed, or passed over (not due, held
+		// behind an earlier row of their aggregate, locked by another
+		// relay). Once a poll tick, and whenever what the relay may
+		// claim changes, a claim scans from the start again, and finds
+		// what was passed over or came back since (a late commit with an
+		// earlier created_at, a row given back or due again).
+		if r.rescan.Swap(false) || !scope.sameRows(last) {
+			floor = claimFloor{}
+		}
+		scope.after, last = floor, scope
 		var rows []Row
 		var err error
 		if !scope.claimsNothing() { // a relay that holds no partition yet waits for the next poll
@@ -284,9 +298,14 @@ func (s *session) claimLoop(ctx context.Context, claimed chan<- []Row) {
 			} else {
 				if givenBack > 0 {
 					r.log.WarnContext(ctx, "gave back the rows of claims whose answer or mark may be lost", slog.Int64("rows", givenBack), slog.Int("claims", len(uncertain)))
+					r.rescan.Store(true) // the rows given back may lie before the floor
 				}
 				r.claimsSettled(len(uncertain))
 			}
+		}
+		floor = claimFloor{}
+		if err == nil && len(rows) == r.cfg.BatchSize {
+			floor = claimFloor{createdAt: rows[len(rows)-1].CreatedAt, id: rows[len(rows)-1].ID}
 		}
 		if err != nil {
 			s.pub.Release(size)

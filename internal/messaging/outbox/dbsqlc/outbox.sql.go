@@ -36,6 +36,7 @@ WITH picked AS MATERIALIZED (
       AND o.message_type <> ALL ($3::text[])
       AND ($4::timestamptz IS NULL
            OR o.created_at < $4::timestamptz OR o.last_error IS NOT NULL)
+      AND (o.created_at, o.outbox_id) > ($5::timestamptz, $6::uuid)
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
@@ -43,7 +44,7 @@ WITH picked AS MATERIALIZED (
             AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
             AND e.created_at >= (SELECT outbox_oldest_unpublished()))
     ORDER BY o.created_at, o.outbox_id
-    LIMIT $5
+    LIMIT $7
     FOR UPDATE SKIP LOCKED
 )
 UPDATE message_outbox m
@@ -64,6 +65,8 @@ type ClaimOutboxParams struct {
 	LeaseSeconds  float64
 	HeldTypes     []string
 	CreatedBefore *time.Time
+	AfterCreated  time.Time
+	AfterID       uuid.UUID
 	MaxRows       int32
 }
 
@@ -98,8 +101,13 @@ type ClaimOutboxRow struct {
 // before it, or whose last publish failed, are claimed: the newer ones are
 // the log stream's. A relay that shares the outbox by partition claims
 // with ClaimOutboxInPartitions instead; a row's partition here is -1.
-// The rows are fetched again by their whole key, (outbox_id, created_at),
-// each in its own time partition. The earlier-row check probes
+// The scan starts after (after_created, after_id), the last row of the
+// relay's previous claim when that claim was full ('-infinity' and the nil
+// uuid: from the start): while a held xmin horizon keeps the index entries
+// of every row claimed since, a drain's claims step over them once, not
+// once per claim (Relay.claimFloor says when the relay scans from the
+// start). The rows are fetched again by their whole key, (outbox_id,
+// created_at), each in its own time partition. The earlier-row check probes
 // message_outbox_aggregate_idx once per candidate (about 0.05 ms each,
 // measured on a 20,000-row backlog) in the time partitions from the
 // oldest unpublished row's (outbox_oldest_unpublished, 00010, once per
@@ -112,6 +120,8 @@ func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParam
 		arg.LeaseSeconds,
 		arg.HeldTypes,
 		arg.CreatedBefore,
+		arg.AfterCreated,
+		arg.AfterID,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -153,7 +163,8 @@ WITH picked AS MATERIALIZED (
       AND o.message_type <> ALL ($4::text[])
       AND ($5::timestamptz IS NULL
            OR o.created_at < $5::timestamptz OR o.last_error IS NOT NULL)
-      AND outbox_partition(o.aggregate_id, $3::integer) = ANY ($6::integer[])
+      AND (o.created_at, o.outbox_id) > ($6::timestamptz, $7::uuid)
+      AND outbox_partition(o.aggregate_id, $3::integer) = ANY ($8::integer[])
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
@@ -161,7 +172,7 @@ WITH picked AS MATERIALIZED (
             AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
             AND e.created_at >= (SELECT outbox_oldest_unpublished()))
     ORDER BY o.created_at, o.outbox_id
-    LIMIT $7
+    LIMIT $9
     FOR UPDATE SKIP LOCKED
 )
 UPDATE message_outbox m
@@ -183,6 +194,8 @@ type ClaimOutboxInPartitionsParams struct {
 	Partitions    int32
 	HeldTypes     []string
 	CreatedBefore *time.Time
+	AfterCreated  time.Time
+	AfterID       uuid.UUID
 	Mine          []int32
 	MaxRows       int32
 }
@@ -212,6 +225,8 @@ func (q *Queries) ClaimOutboxInPartitions(ctx context.Context, db DBTX, arg Clai
 		arg.Partitions,
 		arg.HeldTypes,
 		arg.CreatedBefore,
+		arg.AfterCreated,
+		arg.AfterID,
 		arg.Mine,
 		arg.MaxRows,
 	)
@@ -549,6 +564,7 @@ SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_att
     last_error = 'lease expired: relay ' || claimed_by || ' did not finish the publish',
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
 WHERE status = 'PUBLISHING' AND claimed_until < now()
+  AND claimed_until >= now() - make_interval(secs => $1::float8)
 RETURNING outbox_id
 `
 
@@ -556,9 +572,12 @@ RETURNING outbox_id
 // the lease has run out they are PENDING again, due now, with the attempt
 // the claim counted given back: a relay's death is not the message's
 // fault, and does not spend its attempts. Any relay runs this; no one has
-// to step in.
-func (q *Queries) RecoverExpiredOutboxClaims(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, recoverExpiredOutboxClaims)
+// to step in. It looks at the leases that ran out within the last
+// window_seconds (Relay.recoverExpired): while a session holds the xmin
+// horizon, the index entries of every claim made since stay, and a scan of
+// every lease that ever ran out would fetch each one's row.
+func (q *Queries) RecoverExpiredOutboxClaims(ctx context.Context, db DBTX, windowSeconds float64) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, recoverExpiredOutboxClaims, windowSeconds)
 	if err != nil {
 		return nil, err
 	}

@@ -33,8 +33,13 @@ SELECT unnest(@outbox_ids::uuid[]),
 -- before it, or whose last publish failed, are claimed: the newer ones are
 -- the log stream's. A relay that shares the outbox by partition claims
 -- with ClaimOutboxInPartitions instead; a row's partition here is -1.
--- The rows are fetched again by their whole key, (outbox_id, created_at),
--- each in its own time partition. The earlier-row check probes
+-- The scan starts after (after_created, after_id), the last row of the
+-- relay's previous claim when that claim was full ('-infinity' and the nil
+-- uuid: from the start): while a held xmin horizon keeps the index entries
+-- of every row claimed since, a drain's claims step over them once, not
+-- once per claim (Relay.claimFloor says when the relay scans from the
+-- start). The rows are fetched again by their whole key, (outbox_id,
+-- created_at), each in its own time partition. The earlier-row check probes
 -- message_outbox_aggregate_idx once per candidate (about 0.05 ms each,
 -- measured on a 20,000-row backlog) in the time partitions from the
 -- oldest unpublished row's (outbox_oldest_unpublished, 00010, once per
@@ -48,6 +53,7 @@ WITH picked AS MATERIALIZED (
       AND o.message_type <> ALL (@held_types::text[])
       AND (sqlc.narg(created_before)::timestamptz IS NULL
            OR o.created_at < sqlc.narg(created_before)::timestamptz OR o.last_error IS NOT NULL)
+      AND (o.created_at, o.outbox_id) > (@after_created::timestamptz, @after_id::uuid)
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
           WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
@@ -81,6 +87,7 @@ WITH picked AS MATERIALIZED (
       AND o.message_type <> ALL (@held_types::text[])
       AND (sqlc.narg(created_before)::timestamptz IS NULL
            OR o.created_at < sqlc.narg(created_before)::timestamptz OR o.last_error IS NOT NULL)
+      AND (o.created_at, o.outbox_id) > (@after_created::timestamptz, @after_id::uuid)
       AND outbox_partition(o.aggregate_id, @partitions::integer) = ANY (@mine::integer[])
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
@@ -244,12 +251,16 @@ SELECT (SELECT count(*) FROM published)::bigint AS published,
 -- the lease has run out they are PENDING again, due now, with the attempt
 -- the claim counted given back: a relay's death is not the message's
 -- fault, and does not spend its attempts. Any relay runs this; no one has
--- to step in.
+-- to step in. It looks at the leases that ran out within the last
+-- window_seconds (Relay.recoverExpired): while a session holds the xmin
+-- horizon, the index entries of every claim made since stay, and a scan of
+-- every lease that ever ran out would fetch each one's row.
 UPDATE message_outbox
 SET status = 'PENDING', attempt_count = greatest(attempt_count - 1, 0), next_attempt_at = now(),
     last_error = 'lease expired: relay ' || claimed_by || ' did not finish the publish',
     claimed_by = NULL, claimed_until = NULL, updated_at = now()
 WHERE status = 'PUBLISHING' AND claimed_until < now()
+  AND claimed_until >= now() - make_interval(secs => @window_seconds::float8)
 RETURNING outbox_id;
 
 -- name: GiveBackOutboxClaims :execrows
