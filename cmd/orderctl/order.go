@@ -20,6 +20,7 @@ import (
 	"github.com/yourorg/orders/internal/messaging/inbox/inboxadmin"
 	"github.com/yourorg/orders/internal/messaging/outbox/outboxadmin"
 	"github.com/yourorg/orders/internal/store"
+	"github.com/yourorg/orders/internal/timeline"
 )
 
 // OrderTimeline is everything the system holds about one order.
@@ -98,10 +99,11 @@ func orderTimeline(ctx context.Context, c *ctl) (report, error) {
 	for _, h := range history {
 		t.History = append(t.History, Transition{From: string(h.From), To: string(h.To), MessageID: database.Deref(h.MessageID), CorrelationID: h.CorrelationID, Reason: h.Reason, At: h.CreatedAt})
 	}
-	if t.Outbox, err = outboxadmin.Aggregate(ctx, c.pool, domain.AggregateOrder, id.String()); err != nil {
+	since := timeline.MessagesSince(o.CreatedAt())
+	if t.Outbox, err = outboxadmin.AggregateSince(ctx, c.pool, domain.AggregateOrder, id.String(), since); err != nil {
 		return nil, err
 	}
-	if t.Inbox, err = inboxadmin.Aggregate(ctx, c.pool, id.String()); err != nil {
+	if t.Inbox, err = inboxadmin.AggregateSince(ctx, c.pool, id.String(), since); err != nil {
 		return nil, err
 	}
 

@@ -53,9 +53,8 @@ func Read(ctx context.Context, db database.DBTX, id uuid.UUID) (*Timeline, error
 		return nil, err
 	}
 	tl := &Timeline{Order: order, History: history}
-	// Only the time partitions from the order's creation on: none of its
-	// messages is older (messagesSlack).
-	since := order.CreatedAt().Add(-messagesSlack)
+	// Only the time partitions from the order's creation on.
+	since := MessagesSince(order.CreatedAt())
 	if tl.Outbox, err = outboxadmin.AggregateSince(ctx, db, domain.AggregateOrder, id.String(), since); err != nil {
 		return nil, err
 	}
@@ -68,13 +67,15 @@ func Read(ctx context.Context, db database.DBTX, id uuid.UUID) (*Timeline, error
 	return tl, nil
 }
 
-// messagesSlack is how much earlier than its order Read looks for the
-// order's messages. None is earlier: its first outbox row is written in
-// the order's transaction (the same now()), the others and every inbox row
-// in transactions that began after it committed. The slack only covers the
-// database server's clock stepping back; it costs a partition more at
-// most, for an order made within it of a partition's start.
-const messagesSlack = time.Hour
+// MessagesSince is the earliest an order created at createdAt can have
+// an outbox or inbox row: the reads of its messages start there, so that
+// PostgreSQL skips the time partitions before it. None is earlier than the
+// order: its first outbox row is written in the order's transaction (the
+// same now()), the others and every inbox row in transactions that began
+// after it committed. An hour's slack covers the database server's clock
+// stepping back; it costs a partition more at most, for an order made
+// within it of a partition's start.
+func MessagesSince(createdAt time.Time) time.Time { return createdAt.Add(-time.Hour) }
 
 func notifications(ctx context.Context, db database.DBTX, id uuid.UUID) ([]Notification, error) {
 	rows, err := db.Query(ctx, `
