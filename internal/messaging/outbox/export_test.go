@@ -27,6 +27,13 @@ func ClaimRows(ctx context.Context, db database.DBTX, claimer string, limit int,
 	return claimRows(ctx, db, newClaimToken(claimer), limit, lease, claimScope{})
 }
 
+// ClaimRowsBefore is claimRows of the log-tailing relay's sweep
+// (Relay.ClaimOnlyBefore): rows written before cutoff, or whose last
+// publish failed.
+func ClaimRowsBefore(ctx context.Context, db database.DBTX, claimer string, limit int, lease time.Duration, cutoff time.Time) ([]Row, error) {
+	return claimRows(ctx, db, newClaimToken(claimer), limit, lease, claimScope{sweep: true, sweepReady: true, before: cutoff})
+}
+
 // Mark is markRows.
 func Mark(ctx context.Context, db database.DBTX, m Marks, maxAttempts int) (Marked, error) {
 	return markRows(ctx, db, m, maxAttempts)

@@ -147,3 +147,32 @@ func TestReleaseDoesNotCountTheAttempt(t *testing.T) {
 		t.Fatalf("after the retried release: %s, attempt %d; want the new claim intact", status, attempts)
 	}
 }
+
+// The sweep's claim (created_before set) takes the rows written before its
+// cutoff, and the later ones whose last publish failed, oldest first across
+// both (its two scans, 00016), and leaves the other later ones to the log
+// stream.
+func TestSweepClaimsRowsBeforeTheCutoffAndFailedOnes(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := enqueue(t, b, 4)
+	var cutoff time.Time
+	if err := b.Pool.QueryRow(b.Ctx, "SELECT created_at FROM message_outbox WHERE outbox_id = $1", ids[2]).Scan(&cutoff); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pool.Exec(b.Ctx, "UPDATE message_outbox SET last_error = 'unroutable' WHERE outbox_id = $1", ids[3]); err != nil {
+		t.Fatal(err)
+	}
+
+	first, err := outbox.ClaimRowsBefore(b.Ctx, b.Pool, "sweep", 2, time.Minute, cutoff)
+	if err != nil || len(first) != 2 || first[0].ID != ids[0] || first[1].ID != ids[1] {
+		t.Fatalf("first sweep claim: %+v, %v; want %v", first, err, ids[:2])
+	}
+	second, err := outbox.ClaimRowsBefore(b.Ctx, b.Pool, "sweep", 10, time.Minute, cutoff)
+	if err != nil || len(second) != 1 || second[0].ID != ids[3] {
+		t.Fatalf("second sweep claim: %+v, %v; want only the failed row %v", second, err, ids[3])
+	}
+	if status, _ := rowStatus(t, b, ids[2]); status != "PENDING" {
+		t.Fatalf("the stream's row %v is %s, want PENDING", ids[2], status)
+	}
+}

@@ -29,13 +29,12 @@ func (q *Queries) BringBackNackedOutbox(ctx context.Context, db DBTX, reason str
 }
 
 const claimOutbox = `-- name: ClaimOutbox :many
-WITH picked AS MATERIALIZED (
+WITH written_before AS MATERIALIZED (
     SELECT o.outbox_id, o.created_at
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL ($3::text[])
-      AND ($4::timestamptz IS NULL
-           OR o.created_at < $4::timestamptz OR o.last_error IS NOT NULL)
+      AND o.created_at < coalesce($4::timestamptz, 'infinity'::timestamptz)
       AND (o.created_at, o.outbox_id) > ($5::timestamptz, $6::uuid)
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
@@ -46,6 +45,28 @@ WITH picked AS MATERIALIZED (
     ORDER BY o.created_at, o.outbox_id
     LIMIT $7
     FOR UPDATE SKIP LOCKED
+), failed_since AS MATERIALIZED (
+    SELECT o.outbox_id, o.created_at
+    FROM message_outbox o
+    WHERE o.status = 'PENDING' AND o.last_error IS NOT NULL AND o.next_attempt_at <= now()
+      AND o.message_type <> ALL ($3::text[])
+      AND o.created_at >= $4::timestamptz
+      AND (o.created_at, o.outbox_id) > ($5::timestamptz, $6::uuid)
+      AND NOT EXISTS (
+          SELECT 1 FROM message_outbox e
+          WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+            AND e.status <> 'PUBLISHED' AND e.created_at <= o.created_at
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
+            AND e.created_at >= (SELECT outbox_oldest_unpublished()))
+    ORDER BY o.created_at, o.outbox_id
+    LIMIT $7
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT w.outbox_id, w.created_at FROM written_before w
+    UNION ALL
+    SELECT f.outbox_id, f.created_at FROM failed_since f
+    ORDER BY 2, 1
+    LIMIT $7
 )
 UPDATE message_outbox m
 SET status = 'PUBLISHING',
@@ -99,8 +120,16 @@ type ClaimOutboxRow struct {
 // (a reader's queue of theirs is missing). With created_before set (the
 // log-tailing relay's sweep, Relay.ClaimOnlyBefore), only rows written
 // before it, or whose last publish failed, are claimed: the newer ones are
-// the log stream's. A relay that shares the outbox by partition claims
-// with ClaimOutboxInPartitions instead; a row's partition here is -1.
+// the log stream's. The two are scanned apart, each up to max_rows rows
+// locked: written_before walks message_outbox_pending_idx only up to
+// created_before (unbounded when it is NULL), failed_since the small
+// index of the failed rows (00016) from created_before on (nothing when it
+// is NULL); picked keeps the first max_rows of both, and the rows locked
+// beyond them are free again when the statement ends. One condition with
+// OR bounded neither scan: under a held xmin horizon it walked the dead
+// index entry of every row the stream published since (issue 28). A
+// relay that shares the outbox by partition claims with
+// ClaimOutboxInPartitions instead; a row's partition here is -1.
 // The scan starts after (after_created, after_id), the last row of the
 // relay's previous claim when that claim was full ('-infinity' and the nil
 // uuid: from the start): while a held xmin horizon keeps the index entries
@@ -111,7 +140,7 @@ type ClaimOutboxRow struct {
 // message_outbox_aggregate_idx once per candidate (about 0.05 ms each,
 // measured on a 20,000-row backlog) in the time partitions from the
 // oldest unpublished row's (outbox_oldest_unpublished, 00010, once per
-// claim) to the candidate's: the others are skipped as the statement
+// scan) to the candidate's: the others are skipped as the statement
 // runs, so that a year of weekly partitions of published rows costs the
 // claim little (docs/benchmarks.md, "A year of history").
 func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParams) ([]ClaimOutboxRow, error) {
@@ -156,13 +185,12 @@ func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg ClaimOutboxParam
 }
 
 const claimOutboxInPartitions = `-- name: ClaimOutboxInPartitions :many
-WITH picked AS MATERIALIZED (
+WITH written_before AS MATERIALIZED (
     SELECT o.outbox_id, o.created_at
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL ($4::text[])
-      AND ($5::timestamptz IS NULL
-           OR o.created_at < $5::timestamptz OR o.last_error IS NOT NULL)
+      AND o.created_at < coalesce($5::timestamptz, 'infinity'::timestamptz)
       AND (o.created_at, o.outbox_id) > ($6::timestamptz, $7::uuid)
       AND outbox_partition(o.aggregate_id, $3::integer) = ANY ($8::integer[])
       AND NOT EXISTS (
@@ -174,6 +202,29 @@ WITH picked AS MATERIALIZED (
     ORDER BY o.created_at, o.outbox_id
     LIMIT $9
     FOR UPDATE SKIP LOCKED
+), failed_since AS MATERIALIZED (
+    SELECT o.outbox_id, o.created_at
+    FROM message_outbox o
+    WHERE o.status = 'PENDING' AND o.last_error IS NOT NULL AND o.next_attempt_at <= now()
+      AND o.message_type <> ALL ($4::text[])
+      AND o.created_at >= $5::timestamptz
+      AND (o.created_at, o.outbox_id) > ($6::timestamptz, $7::uuid)
+      AND outbox_partition(o.aggregate_id, $3::integer) = ANY ($8::integer[])
+      AND NOT EXISTS (
+          SELECT 1 FROM message_outbox e
+          WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+            AND e.status <> 'PUBLISHED' AND e.created_at <= o.created_at
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
+            AND e.created_at >= (SELECT outbox_oldest_unpublished()))
+    ORDER BY o.created_at, o.outbox_id
+    LIMIT $9
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT w.outbox_id, w.created_at FROM written_before w
+    UNION ALL
+    SELECT f.outbox_id, f.created_at FROM failed_since f
+    ORDER BY 2, 1
+    LIMIT $9
 )
 UPDATE message_outbox m
 SET status = 'PUBLISHING',

@@ -31,8 +31,16 @@ SELECT unnest(@outbox_ids::uuid[]),
 -- (a reader's queue of theirs is missing). With created_before set (the
 -- log-tailing relay's sweep, Relay.ClaimOnlyBefore), only rows written
 -- before it, or whose last publish failed, are claimed: the newer ones are
--- the log stream's. A relay that shares the outbox by partition claims
--- with ClaimOutboxInPartitions instead; a row's partition here is -1.
+-- the log stream's. The two are scanned apart, each up to max_rows rows
+-- locked: written_before walks message_outbox_pending_idx only up to
+-- created_before (unbounded when it is NULL), failed_since the small
+-- index of the failed rows (00016) from created_before on (nothing when it
+-- is NULL); picked keeps the first max_rows of both, and the rows locked
+-- beyond them are free again when the statement ends. One condition with
+-- OR bounded neither scan: under a held xmin horizon it walked the dead
+-- index entry of every row the stream published since (issue 28). A
+-- relay that shares the outbox by partition claims with
+-- ClaimOutboxInPartitions instead; a row's partition here is -1.
 -- The scan starts after (after_created, after_id), the last row of the
 -- relay's previous claim when that claim was full ('-infinity' and the nil
 -- uuid: from the start): while a held xmin horizon keeps the index entries
@@ -43,16 +51,15 @@ SELECT unnest(@outbox_ids::uuid[]),
 -- message_outbox_aggregate_idx once per candidate (about 0.05 ms each,
 -- measured on a 20,000-row backlog) in the time partitions from the
 -- oldest unpublished row's (outbox_oldest_unpublished, 00010, once per
--- claim) to the candidate's: the others are skipped as the statement
+-- scan) to the candidate's: the others are skipped as the statement
 -- runs, so that a year of weekly partitions of published rows costs the
 -- claim little (docs/benchmarks.md, "A year of history").
-WITH picked AS MATERIALIZED (
+WITH written_before AS MATERIALIZED (
     SELECT o.outbox_id, o.created_at
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL (@held_types::text[])
-      AND (sqlc.narg(created_before)::timestamptz IS NULL
-           OR o.created_at < sqlc.narg(created_before)::timestamptz OR o.last_error IS NOT NULL)
+      AND o.created_at < coalesce(sqlc.narg(created_before)::timestamptz, 'infinity'::timestamptz)
       AND (o.created_at, o.outbox_id) > (@after_created::timestamptz, @after_id::uuid)
       AND NOT EXISTS (
           SELECT 1 FROM message_outbox e
@@ -63,6 +70,28 @@ WITH picked AS MATERIALIZED (
     ORDER BY o.created_at, o.outbox_id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
+), failed_since AS MATERIALIZED (
+    SELECT o.outbox_id, o.created_at
+    FROM message_outbox o
+    WHERE o.status = 'PENDING' AND o.last_error IS NOT NULL AND o.next_attempt_at <= now()
+      AND o.message_type <> ALL (@held_types::text[])
+      AND o.created_at >= sqlc.narg(created_before)::timestamptz
+      AND (o.created_at, o.outbox_id) > (@after_created::timestamptz, @after_id::uuid)
+      AND NOT EXISTS (
+          SELECT 1 FROM message_outbox e
+          WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+            AND e.status <> 'PUBLISHED' AND e.created_at <= o.created_at
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
+            AND e.created_at >= (SELECT outbox_oldest_unpublished()))
+    ORDER BY o.created_at, o.outbox_id
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT w.outbox_id, w.created_at FROM written_before w
+    UNION ALL
+    SELECT f.outbox_id, f.created_at FROM failed_since f
+    ORDER BY 2, 1
+    LIMIT @max_rows
 )
 UPDATE message_outbox m
 SET status = 'PUBLISHING',
@@ -80,13 +109,12 @@ RETURNING m.outbox_id, m.aggregate_id, m.message_type, m.message_version, m.exch
 -- ClaimOutbox for a relay that shares the outbox by partition: it claims
 -- only rows of its partitions (mine), and returns each row's partition,
 -- outbox_partition(aggregate_id, partitions).
-WITH picked AS MATERIALIZED (
+WITH written_before AS MATERIALIZED (
     SELECT o.outbox_id, o.created_at
     FROM message_outbox o
     WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
       AND o.message_type <> ALL (@held_types::text[])
-      AND (sqlc.narg(created_before)::timestamptz IS NULL
-           OR o.created_at < sqlc.narg(created_before)::timestamptz OR o.last_error IS NOT NULL)
+      AND o.created_at < coalesce(sqlc.narg(created_before)::timestamptz, 'infinity'::timestamptz)
       AND (o.created_at, o.outbox_id) > (@after_created::timestamptz, @after_id::uuid)
       AND outbox_partition(o.aggregate_id, @partitions::integer) = ANY (@mine::integer[])
       AND NOT EXISTS (
@@ -98,6 +126,29 @@ WITH picked AS MATERIALIZED (
     ORDER BY o.created_at, o.outbox_id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
+), failed_since AS MATERIALIZED (
+    SELECT o.outbox_id, o.created_at
+    FROM message_outbox o
+    WHERE o.status = 'PENDING' AND o.last_error IS NOT NULL AND o.next_attempt_at <= now()
+      AND o.message_type <> ALL (@held_types::text[])
+      AND o.created_at >= sqlc.narg(created_before)::timestamptz
+      AND (o.created_at, o.outbox_id) > (@after_created::timestamptz, @after_id::uuid)
+      AND outbox_partition(o.aggregate_id, @partitions::integer) = ANY (@mine::integer[])
+      AND NOT EXISTS (
+          SELECT 1 FROM message_outbox e
+          WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+            AND e.status <> 'PUBLISHED' AND e.created_at <= o.created_at
+            AND (e.created_at, e.outbox_id) < (o.created_at, o.outbox_id)
+            AND e.created_at >= (SELECT outbox_oldest_unpublished()))
+    ORDER BY o.created_at, o.outbox_id
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT w.outbox_id, w.created_at FROM written_before w
+    UNION ALL
+    SELECT f.outbox_id, f.created_at FROM failed_since f
+    ORDER BY 2, 1
+    LIMIT @max_rows
 )
 UPDATE message_outbox m
 SET status = 'PUBLISHING',
