@@ -44,7 +44,7 @@ func TestMigrateCreatesDatabase(t *testing.T) {
 	if err := run(t.Context(), []string{"migrate", "status"}, environ, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "00001_orders.sql") || strings.Contains(out.String(), "pending") {
+	if !strings.Contains(out.String(), "00001_orders.sql") || strings.Contains(out.String(), " pending\n") {
 		t.Fatalf("status after migrate:\n%s", out.String())
 	}
 	if err := run(t.Context(), []string{"migrate", "sideways"}, environ, &out, &out); err == nil {

@@ -83,7 +83,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 		t.Fatalf("after up again: %s", got)
 	}
 	var status strings.Builder
-	if err := m.Status(context.Background(), &status); err != nil || strings.Contains(status.String(), "pending") {
+	if err := m.Status(context.Background(), &status); err != nil || strings.Contains(status.String(), " pending\n") {
 		t.Fatalf("status after up:\n%s%v", status.String(), err)
 	}
 }
