@@ -221,7 +221,8 @@ func (b *Bundle) Enqueue(n int, cause messaging.Cause) []uuid.UUID {
 
 // Receive consumes queue until want messages arrived (or timeout) and
 // returns them. It keeps listening for quiet a moment longer, to catch
-// duplicates.
+// duplicates. It acknowledges only what it returns: a message the broker
+// pushed past that goes back on the queue when Receive closes its channel.
 func (b *Bundle) Receive(queue string, want int, timeout, quiet time.Duration) []amqp.Delivery {
 	b.T.Helper()
 	conn, err := amqp.Dial(b.AMQPURL)
@@ -233,28 +234,34 @@ func (b *Bundle) Receive(queue string, want int, timeout, quiet time.Duration) [
 	if err != nil {
 		b.T.Fatal(err)
 	}
-	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
 		b.T.Fatal(err)
 	}
 	var got []amqp.Delivery
+	take := func(d amqp.Delivery) {
+		if err := d.Ack(false); err != nil {
+			b.T.Fatal(err)
+		}
+		got = append(got, d)
+	}
 	deadline := time.After(timeout)
 	for len(got) < want {
 		select {
 		case d := <-deliveries:
-			got = append(got, d)
+			take(d)
 		case <-deadline:
-			ids := make([]string, len(got))
-			for i, d := range got {
-				ids[i] = d.MessageId + " (" + d.RoutingKey + ")"
+			ids := make([]string, 0, 20)
+			for _, d := range got[:min(len(got), cap(ids))] {
+				ids = append(ids, d.MessageId+" ("+d.RoutingKey+")")
 			}
-			b.T.Fatalf("received %d of %d messages from %s: %v; the outbox rows not PUBLISHED: %s", len(got), want, queue, ids, b.unpublished())
+			b.T.Fatalf("received %d of %d messages from %s, first %v; the outbox rows not PUBLISHED: %s", len(got), want, queue, ids, b.unpublished())
 		}
 	}
 	for {
 		select {
 		case d := <-deliveries:
-			got = append(got, d)
+			take(d)
 		case <-time.After(quiet):
 			return got
 		}
